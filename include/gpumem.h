@@ -1,0 +1,419 @@
+/* gpumem.h: the public C interface of gpumem, a GPU memory manager.
+ *
+ * A program creates memory resources (a plain CUDA allocator, managed memory, the driver's
+ * own pool, pinned host memory, ...), composes them (adaptors wrap an upstream resource),
+ * makes one the current resource of a device, and allocates stream-ordered memory from it.
+ * Every fallible call returns a gpumem_status; results go to out-parameters, which a failed
+ * call leaves untouched, and gpumem_last_error_message() tells what went wrong on this
+ * thread.
+ *
+ * The library links no CUDA library: it loads the CUDA driver at run time, or runs on a
+ * simulated device (GPUMEM_DEVICE=sim, see gpumem/sim.h) where there is no GPU.
+ *
+ * Thread safety: every function may be called from any thread, and resources may be shared
+ * between threads, unless its comment says otherwise. */
+#ifndef GPUMEM_H
+#define GPUMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUMEM_VERSION_MAJOR 0
+#define GPUMEM_VERSION_MINOR 1
+#define GPUMEM_VERSION_PATCH 0
+
+#if defined(GPUMEM_STATIC_DEFINE)
+#define GPUMEM_API
+#elif defined(__GNUC__)
+#define GPUMEM_API __attribute__((visibility("default")))
+#else
+#define GPUMEM_API
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes
+ * ------------------------------------------------------------------------------------- */
+
+/* X(name, value, message). GPUMEM_OK is 0; values are stable and never reused. */
+#define GPUMEM_STATUS_TABLE(X)                                                                \
+  X(GPUMEM_OK, 0, "success")                                                                 \
+  X(GPUMEM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                      \
+  X(GPUMEM_ERR_OUT_OF_MEMORY, 2, "out of memory")                                            \
+  X(GPUMEM_ERR_UNSUPPORTED, 3, "not supported by this resource or device")                   \
+  X(GPUMEM_ERR_MISUSE, 4, "misuse (double free, foreign pointer, wrong size, live memory)")  \
+  X(GPUMEM_ERR_NO_DRIVER, 5, "no CUDA driver could be loaded")                               \
+  X(GPUMEM_ERR_NO_DEVICE, 6, "no CUDA device is present")                                    \
+  X(GPUMEM_ERR_INVALID_DEVICE, 7, "invalid device index")                                    \
+  X(GPUMEM_ERR_INVALID_STREAM, 8, "stream belongs to another device")                        \
+  X(GPUMEM_ERR_CUDA, 9, "CUDA driver call failed")                                           \
+  X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                           \
+  X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                       \
+  X(GPUMEM_ERR_INTERNAL, 12, "internal error")
+
+typedef enum gpumem_status {
+#define GPUMEM_STATUS_ENUM_(name, value, message) name = value,
+  GPUMEM_STATUS_TABLE(GPUMEM_STATUS_ENUM_)
+#undef GPUMEM_STATUS_ENUM_
+} gpumem_status;
+
+/* The enumerator's name ("GPUMEM_ERR_OUT_OF_MEMORY"); "GPUMEM_STATUS_UNKNOWN" for values
+ * outside the table. Never NULL; the string is static. */
+GPUMEM_API const char *gpumem_status_name(gpumem_status status);
+
+/* A one-line description of the status ("out of memory"). Never NULL; static. */
+GPUMEM_API const char *gpumem_status_string(gpumem_status status);
+
+/* The message of the last failed call on this thread, with its detail (the request, the
+ * resource, what it holds); "" when no call on this thread has failed yet. The string
+ * belongs to the thread and stays valid until its next failed gpumem call. */
+GPUMEM_API const char *gpumem_last_error_message(void);
+
+/* The raw CUresult of the last failed CUDA driver call made for this thread's gpumem
+ * calls (0 when none failed). Meaningful when a call returned GPUMEM_ERR_CUDA or an error
+ * that came from the driver. */
+GPUMEM_API int gpumem_last_cuda_error(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Types
+ * ------------------------------------------------------------------------------------- */
+
+/* A CUDA stream: the same value as a CUstream or cudaStream_t. NULL is the legacy default
+ * stream of the current device. */
+typedef struct CUstream_st *gpumem_stream;
+
+/* A memory resource. Opaque, reference counted. */
+typedef struct gpumem_resource gpumem_resource;
+
+/* A stream-ordered device buffer (see "Device buffer" below). Opaque. */
+typedef struct gpumem_buffer gpumem_buffer;
+
+/* The device index of "the current device of the calling thread" where a function takes a
+ * device. */
+#define GPUMEM_CURRENT_DEVICE (-1)
+
+/* The alignment every allocation has at least. */
+#define GPUMEM_DEFAULT_ALIGNMENT ((size_t)256)
+
+/* ---------------------------------------------------------------------------------------
+ * Devices and the device backend
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum gpumem_backend {
+  GPUMEM_BACKEND_DEFAULT = 0, /* GPUMEM_DEVICE from the environment, else cuda */
+  GPUMEM_BACKEND_CUDA = 1,    /* the CUDA driver, loaded at run time */
+  GPUMEM_BACKEND_SIM = 2      /* the simulated device in host memory (gpumem/sim.h) */
+} gpumem_backend;
+
+/* Chooses the device backend. Must come before any other gpumem call that touches a
+ * device; afterwards only the backend already in use is accepted.
+ * Returns GPUMEM_ERR_INVALID_ARGUMENT for an unknown value, GPUMEM_ERR_MISUSE when another
+ * backend is already in use. */
+GPUMEM_API gpumem_status gpumem_select_backend(gpumem_backend backend);
+
+/* The backend in use, initializing it if needed: "cuda" or "sim". Never NULL. */
+GPUMEM_API const char *gpumem_backend_name(void);
+
+/* Initializes the backend now (otherwise the first call that needs it does). Returns
+ * GPUMEM_ERR_NO_DRIVER or GPUMEM_ERR_NO_DEVICE, with a message naming GPUMEM_DEVICE=sim,
+ * where no GPU can be used. */
+GPUMEM_API gpumem_status gpumem_init(void);
+
+GPUMEM_API gpumem_status gpumem_device_count(int *count);
+
+/* The current device of the calling thread: the device of the CUDA context current on the
+ * thread, or 0 when none is. */
+GPUMEM_API gpumem_status gpumem_get_device(int *device);
+
+/* Makes `device` current on the calling thread (its primary context, as cudaSetDevice). */
+GPUMEM_API gpumem_status gpumem_set_device(int device);
+
+/* Free and total bytes of a device's memory. `device` may be GPUMEM_CURRENT_DEVICE. */
+GPUMEM_API gpumem_status gpumem_device_memory_info(int device, size_t *free_bytes,
+                                                   size_t *total_bytes);
+
+/* The device's name, NUL-terminated and truncated to `size` bytes. */
+GPUMEM_API gpumem_status gpumem_device_name(int device, char *name, size_t size);
+
+/* The effective settings (backend, environment options) as text, one "name=value" a line.
+ * The string is static and built once. Setting GPUMEM_VERBOSE=1 prints it to stderr at
+ * initialization. */
+GPUMEM_API const char *gpumem_settings(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Allocation through a resource
+ * ------------------------------------------------------------------------------------- */
+
+/* Allocates `bytes` bytes aligned to GPUMEM_DEFAULT_ALIGNMENT, usable at once by work
+ * enqueued on `stream` after this call. `bytes` == 0 succeeds with *ptr = NULL.
+ * Returns GPUMEM_ERR_INVALID_ARGUMENT (NULL mr or ptr, size overflow),
+ * GPUMEM_ERR_OUT_OF_MEMORY (message: request, resource, what it holds),
+ * GPUMEM_ERR_INVALID_STREAM, or an upstream failure. *ptr is untouched on failure. */
+GPUMEM_API gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes,
+                                         gpumem_stream stream, void **ptr);
+
+/* As gpumem_allocate with an alignment: a power of two; below 256 means 256. */
+GPUMEM_API gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes,
+                                                 size_t alignment, gpumem_stream stream,
+                                                 void **ptr);
+
+/* Frees memory from gpumem_allocate: it becomes free once the work already enqueued on
+ * `stream` is done; the caller does not synchronize. `bytes` must be the size allocated.
+ * NULL ptr is a no-op. Returns GPUMEM_ERR_MISUSE for a pointer the resource did not give
+ * (or gave and already took back) or a wrong size, where the resource can know; the
+ * resource is unchanged then. */
+GPUMEM_API gpumem_status gpumem_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                           gpumem_stream stream);
+
+/* As gpumem_deallocate for memory from gpumem_allocate_aligned with that alignment. */
+GPUMEM_API gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr,
+                                                   size_t bytes, size_t alignment,
+                                                   gpumem_stream stream);
+
+/* ---------------------------------------------------------------------------------------
+ * Resources: life and facts
+ * ------------------------------------------------------------------------------------- */
+
+/* Adds a reference. Accepts NULL. Returns mr. */
+GPUMEM_API gpumem_resource *gpumem_resource_retain(gpumem_resource *mr);
+
+/* Drops a reference; the last one destroys the resource and releases its upstreams.
+ * Accepts NULL (GPUMEM_OK). If the resource still has live allocations at its last
+ * release, it is not destroyed (memory in use is never freed): the call returns
+ * GPUMEM_ERR_MISUSE with a message that counts them, and the resource stays alive. */
+GPUMEM_API gpumem_status gpumem_resource_release(gpumem_resource *mr);
+
+/* The resource's name: its kind ("cuda", "pool", ...). Never NULL; valid while mr is. */
+GPUMEM_API const char *gpumem_resource_name(const gpumem_resource *mr);
+
+/* The spec that builds an equal resource, e.g. "faulty(cuda, fail_at=3)", written into
+ * `buf` (NUL-terminated, truncated to `size`). */
+GPUMEM_API gpumem_status gpumem_resource_describe(const gpumem_resource *mr, char *buf,
+                                                  size_t size);
+
+/* The device the resource allocates for (host-memory resources answer the device they
+ * were created on). */
+GPUMEM_API int gpumem_resource_device(const gpumem_resource *mr);
+
+typedef enum gpumem_query {
+  GPUMEM_QUERY_LIVE_BYTES = 1,     /* bytes allocated and not yet freed through mr */
+  GPUMEM_QUERY_LIVE_COUNT = 2,     /* allocations not yet freed */
+  GPUMEM_QUERY_RESERVED_BYTES = 3, /* bytes held from upstream (or the driver) */
+  GPUMEM_QUERY_PEAK_LIVE_BYTES = 4,
+  GPUMEM_QUERY_PEAK_RESERVED_BYTES = 5,
+  GPUMEM_QUERY_LARGEST_FREE_BLOCK = 6, /* suballocators */
+  GPUMEM_QUERY_FREE_BLOCKS = 7         /* suballocators */
+} gpumem_query;
+
+/* Reads a numeric fact. Returns GPUMEM_ERR_UNSUPPORTED when the resource does not know it
+ * (*out untouched). Cheap: never walks the free lists unless the fact is about them. */
+GPUMEM_API gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem_query what,
+                                               uint64_t *out);
+
+/* The resource an adaptor or suballocator draws from (borrowed: valid while mr is).
+ * Returns GPUMEM_ERR_UNSUPPORTED for a base resource. */
+GPUMEM_API gpumem_status gpumem_resource_upstream(const gpumem_resource *mr,
+                                                  gpumem_resource **upstream);
+
+/* ---------------------------------------------------------------------------------------
+ * Base resources. Each takes a device (or GPUMEM_CURRENT_DEVICE) and an options struct in
+ * which zero means default (NULL means all defaults). On success *out holds a new
+ * reference.
+ * ------------------------------------------------------------------------------------- */
+
+/* cuMemAlloc / cuMemFree: synchronous, slow (tens of microseconds), the plain reference. */
+GPUMEM_API gpumem_status gpumem_cuda_create(int device, gpumem_resource **out);
+
+/* Memory advice for managed memory, as flags. */
+typedef enum gpumem_managed_advice {
+  GPUMEM_ADVISE_READ_MOSTLY = 1u << 0,
+  GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE = 1u << 1,
+  GPUMEM_ADVISE_PREFERRED_LOCATION_HOST = 1u << 2,
+  GPUMEM_ADVISE_ACCESSED_BY_DEVICE = 1u << 3
+} gpumem_managed_advice;
+
+typedef struct gpumem_managed_options {
+  int prefetch;    /* nonzero: prefetch each allocation to the device on its stream */
+  unsigned advice; /* gpumem_managed_advice flags, applied to each allocation */
+} gpumem_managed_options;
+
+/* cuMemAllocManaged: memory that pages between host and device, may exceed the device's
+ * memory (oversubscription). */
+GPUMEM_API gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *opts,
+                                               gpumem_resource **out);
+
+typedef enum gpumem_ipc_handle {
+  GPUMEM_IPC_NONE = 0,
+  GPUMEM_IPC_POSIX_FD = 1,
+  GPUMEM_IPC_FABRIC = 2
+} gpumem_ipc_handle;
+
+typedef struct gpumem_async_options {
+  /* bytes the pool keeps at a synchronization; 0 means UINT64_MAX (keep everything) */
+  uint64_t release_threshold;
+  size_t initial_size;          /* bytes to reserve at creation; 0: none */
+  gpumem_ipc_handle ipc_handle; /* exportable handle type of the pool's memory */
+} gpumem_async_options;
+
+/* A driver memory pool of its own (cuMemPoolCreate, cuMemAllocFromPoolAsync). */
+GPUMEM_API gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
+                                             gpumem_resource **out);
+
+typedef enum gpumem_pinned_flags {
+  GPUMEM_PINNED_PORTABLE = 1u << 0,     /* pinned for every context */
+  GPUMEM_PINNED_DEVICE_MAPPED = 1u << 1, /* mapped into the device's address space */
+  GPUMEM_PINNED_WRITE_COMBINED = 1u << 2
+} gpumem_pinned_flags;
+
+typedef struct gpumem_pinned_host_options {
+  unsigned flags; /* gpumem_pinned_flags; 0: portable */
+} gpumem_pinned_host_options;
+
+/* cuMemHostAlloc: page-locked host memory, for fast copies. */
+GPUMEM_API gpumem_status gpumem_pinned_host_create(int device,
+                                                   const gpumem_pinned_host_options *opts,
+                                                   gpumem_resource **out);
+
+/* Host malloc, for devices that access pageable host memory (HMM or ATS). Elsewhere
+ * GPUMEM_ERR_UNSUPPORTED. */
+GPUMEM_API gpumem_status gpumem_system_create(int device, gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Fault injection adaptor: passes calls to its upstream, except the ones it is told to
+ * fail, which fail with `status` and leave the upstream untouched. For tests.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_faulty_options {
+  uint64_t fail_at;     /* the Nth allocation (1-based, counted from creation or reset) fails */
+  uint64_t fail_every;  /* every Nth allocation fails */
+  gpumem_status status; /* the status of an injected failure; 0 means GPUMEM_ERR_INJECTED_FAULT */
+} gpumem_faulty_options;
+
+GPUMEM_API gpumem_status gpumem_faulty_create(gpumem_resource *upstream,
+                                              const gpumem_faulty_options *opts,
+                                              gpumem_resource **out);
+
+/* Replaces the options and restarts the count of allocations. */
+GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
+                                             const gpumem_faulty_options *opts);
+
+/* ---------------------------------------------------------------------------------------
+ * Resources from a spec string: one grammar for C, the environment, the tools and Python.
+ *
+ *   spec  := name [ "(" arg { "," arg } ")" ]
+ *   arg   := spec | key "=" value          an unnamed arg is the upstream resource
+ *   value := number [ unit ] | number "%" | true | false | word
+ *   unit  := K M G T (powers of 1024) | KB MB GB TB (powers of 1000) | KiB MiB GiB TiB | B
+ *
+ * e.g. "cuda", "managed(prefetch=true)", "async(release_threshold=1GiB)", "pinned_host",
+ * "system", "faulty(cuda, fail_every=3)". A percentage is of the device's total memory.
+ * A bad spec returns GPUMEM_ERR_INVALID_ARGUMENT; the message quotes the spec and marks
+ * the offending character.
+ * ------------------------------------------------------------------------------------- */
+
+GPUMEM_API gpumem_status gpumem_resource_from_spec(const char *spec, gpumem_resource **out);
+
+/* As gpumem_resource_from_spec, for a given device (or GPUMEM_CURRENT_DEVICE). */
+GPUMEM_API gpumem_status gpumem_resource_from_spec_for_device(const char *spec, int device,
+                                                              gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
+ * The current resource of each device. Default: the spec in GPUMEM_RESOURCE (read once),
+ * else a cuda resource of that device.
+ * ------------------------------------------------------------------------------------- */
+
+/* The current device's resource. *mr is borrowed: it stays valid until the device's
+ * resource is replaced; retain it to keep it longer. */
+GPUMEM_API gpumem_status gpumem_get_current_device_resource(gpumem_resource **mr);
+
+/* Makes mr the resource of the resource's own device (gpumem_resource_device) and retains
+ * it; the previous one is released. The caller may release its own reference after. */
+GPUMEM_API gpumem_status gpumem_set_current_device_resource(gpumem_resource *mr);
+
+GPUMEM_API gpumem_status gpumem_get_per_device_resource(int device, gpumem_resource **mr);
+
+/* As gpumem_set_current_device_resource for a given device. mr == NULL restores the
+ * default. */
+GPUMEM_API gpumem_status gpumem_set_per_device_resource(int device, gpumem_resource *mr);
+
+/* ---------------------------------------------------------------------------------------
+ * Device buffer: an untyped, uninitialized, resizable block of device memory with a size,
+ * a capacity, a stream and a resource (retained). Every operation is stream-ordered on the
+ * buffer's stream, as RMM's device_buffer. A buffer is not safe to use from several
+ * threads at once.
+ * ------------------------------------------------------------------------------------- */
+
+/* mr NULL: the current device resource. */
+GPUMEM_API gpumem_status gpumem_buffer_create(size_t size, gpumem_stream stream,
+                                              gpumem_resource *mr, gpumem_buffer **out);
+
+/* A buffer holding a copy of `size` bytes at host address `src`. The copy is enqueued on
+ * `stream`; `src` must stay valid until the stream's work is done (pageable host memory is
+ * staged by the driver before the call returns). */
+GPUMEM_API gpumem_status gpumem_buffer_create_from_host(const void *src, size_t size,
+                                                        gpumem_stream stream,
+                                                        gpumem_resource *mr,
+                                                        gpumem_buffer **out);
+
+/* A deep copy of `src` on `stream`, allocated from mr (NULL: src's resource). */
+GPUMEM_API gpumem_status gpumem_buffer_copy(const gpumem_buffer *src, gpumem_stream stream,
+                                            gpumem_resource *mr, gpumem_buffer **out);
+
+/* Copies the buffer's first `size` bytes (at most its size) to host memory `dst` and
+ * waits for the copy. */
+GPUMEM_API gpumem_status gpumem_buffer_copy_to_host(const gpumem_buffer *buf, void *dst,
+                                                    size_t size);
+
+/* Copies `size` bytes from host memory into the buffer at `offset` on its stream. */
+GPUMEM_API gpumem_status gpumem_buffer_copy_from_host(gpumem_buffer *buf, size_t offset,
+                                                      const void *src, size_t size);
+
+/* Sets the size. Growing past the capacity reallocates and copies the contents on
+ * `stream` (which becomes the buffer's stream); shrinking keeps the memory. */
+GPUMEM_API gpumem_status gpumem_buffer_resize(gpumem_buffer *buf, size_t size,
+                                              gpumem_stream stream);
+
+/* Makes the capacity at least `capacity`, keeping contents and size. */
+GPUMEM_API gpumem_status gpumem_buffer_reserve(gpumem_buffer *buf, size_t capacity,
+                                               gpumem_stream stream);
+
+/* Reallocates so the capacity equals the size. */
+GPUMEM_API gpumem_status gpumem_buffer_shrink_to_fit(gpumem_buffer *buf, gpumem_stream stream);
+
+/* Changes the stream later operations (and the final free) are ordered on. */
+GPUMEM_API gpumem_status gpumem_buffer_set_stream(gpumem_buffer *buf, gpumem_stream stream);
+
+/* Frees the memory on the buffer's stream and the buffer. Accepts NULL. */
+GPUMEM_API void gpumem_buffer_destroy(gpumem_buffer *buf);
+
+GPUMEM_API void *gpumem_buffer_data(const gpumem_buffer *buf);
+GPUMEM_API size_t gpumem_buffer_size(const gpumem_buffer *buf);
+GPUMEM_API size_t gpumem_buffer_capacity(const gpumem_buffer *buf);
+GPUMEM_API gpumem_stream gpumem_buffer_stream(const gpumem_buffer *buf);
+GPUMEM_API gpumem_resource *gpumem_buffer_resource(const gpumem_buffer *buf); /* borrowed */
+
+/* ---------------------------------------------------------------------------------------
+ * Streams, for programs and tools that do not use the CUDA runtime. Same handles as CUDA's.
+ * ------------------------------------------------------------------------------------- */
+
+/* A non-blocking stream on `device` (or GPUMEM_CURRENT_DEVICE). */
+GPUMEM_API gpumem_status gpumem_stream_create(int device, gpumem_stream *out);
+GPUMEM_API gpumem_status gpumem_stream_destroy(gpumem_stream stream);
+GPUMEM_API gpumem_status gpumem_stream_synchronize(gpumem_stream stream);
+
+/* Copies `bytes` between any two addresses (device, managed or host), ordered on stream. */
+GPUMEM_API gpumem_status gpumem_memcpy_async(void *dst, const void *src, size_t bytes,
+                                             gpumem_stream stream);
+
+/* Sets `bytes` bytes at device address dst to `value`, ordered on stream. */
+GPUMEM_API gpumem_status gpumem_memset_async(void *dst, int value, size_t bytes,
+                                             gpumem_stream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUMEM_H */

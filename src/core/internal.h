@@ -1,0 +1,127 @@
+/* internal.h: what every part of gpumem shares: the resource struct and its table of
+ * operations, error reporting, and small helpers.
+ *
+ * A resource is a struct whose first member is a gpumem_resource (the header below), whose
+ * first member points to a static const gpumem__resource_ops table. The table is versioned
+ * and append-only: a new operation goes at the end and older tables leave it NULL. */
+#ifndef GPUMEM_INTERNAL_H
+#define GPUMEM_INTERNAL_H
+
+#include "gpumem.h"
+#include "gpumem/sim.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPUMEM_LIKELY(x) __builtin_expect(!!(x), 1)
+#define GPUMEM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Most devices a process can address; the per-device tables are this long. */
+#define GPUMEM_MAX_DEVICES 64
+
+/* ---------------------------------------------------------------------------------------
+ * Resources
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem__resource_ops {
+  uint32_t version; /* GPUMEM__RESOURCE_OPS_VERSION of the table's author */
+  const char *kind; /* "cuda", "pool", ... : the resource's name and spec keyword */
+
+  /* Preconditions (checked by the front end): ptr != NULL, bytes > 0, alignment a power of
+   * two >= GPUMEM_DEFAULT_ALIGNMENT, bytes + alignment does not overflow. On failure *ptr
+   * is untouched and the thread's error is set. */
+  gpumem_status (*allocate)(gpumem_resource *self, size_t bytes, size_t alignment,
+                            gpumem_stream stream, void **ptr);
+  /* Preconditions: ptr != NULL, bytes > 0, alignment as for allocate. */
+  gpumem_status (*deallocate)(gpumem_resource *self, void *ptr, size_t bytes, size_t alignment,
+                              gpumem_stream stream);
+  /* Optional numeric facts: GPUMEM_ERR_UNSUPPORTED (no message) when unknown. May be NULL. */
+  gpumem_status (*query)(const gpumem_resource *self, gpumem_query what, uint64_t *out);
+  /* Writes the spec of this resource (with its upstream's) into buf. */
+  void (*describe)(const gpumem_resource *self, char *buf, size_t size);
+  /* Frees the resource; its upstream reference is released by the caller's helper
+   * gpumem__resource_destroy afterwards. Called only with no live allocations. */
+  void (*destroy)(gpumem_resource *self);
+} gpumem__resource_ops;
+
+#define GPUMEM__RESOURCE_OPS_VERSION 1u
+
+struct gpumem_resource {
+  const gpumem__resource_ops *ops;
+  gpumem_resource *upstream; /* retained; NULL for base resources */
+  int device;                /* resolved device index */
+  atomic_uint_fast64_t refcount;
+  /* The device backend, cached so that the hot path needs no lookup. */
+  const struct gpumem__device_ops *dev;
+};
+
+/* Fills the header of a new resource: refcount 1, upstream retained (may be NULL). */
+void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops, int device,
+                           const struct gpumem__device_ops *dev, gpumem_resource *upstream);
+
+/* ---------------------------------------------------------------------------------------
+ * Errors. The thread's last error message and raw CUDA error live in thread-local storage.
+ * ------------------------------------------------------------------------------------- */
+
+/* Sets the thread's error message (printf format) and returns `status`, so that a failure
+ * path reads `return gpumem__fail(GPUMEM_ERR_..., "...", ...);`. */
+gpumem_status gpumem__fail(gpumem_status status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Prepends context to the thread's message: "<context>: <old message>". Returns status. */
+gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Records the raw CUresult of a failed driver call for gpumem_last_cuda_error(). */
+void gpumem__set_cuda_error(int cuda_error);
+
+/* An out-of-memory failure with the standard detail: the request, the resource, its
+ * reserved and live bytes and largest free block where the resource knows them. */
+gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes,
+                                         const char *why);
+
+/* Formats a byte count for messages: "512 B", "1.5 MiB". Returns buf. */
+const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size);
+
+/* Writes the spec of a resource into buf (ops->describe or its kind). */
+void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size);
+
+/* ---------------------------------------------------------------------------------------
+ * Sizes
+ * ------------------------------------------------------------------------------------- */
+
+static inline bool gpumem__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+/* Rounds up to a multiple of `align` (a power of two); the caller excludes overflow. */
+static inline size_t gpumem__align_up(size_t x, size_t align) {
+  return (x + align - 1) & ~(align - 1);
+}
+
+/* Parses "1GiB", "512M", "100" (bytes), "50%" (of `percent_of`). Returns false on a bad
+ * string; *consumed (if not NULL) receives the characters read. */
+bool gpumem__parse_size(const char *text, uint64_t percent_of, uint64_t *out, size_t *consumed);
+
+/* ---------------------------------------------------------------------------------------
+ * Environment options: one table, read once (src/core/options.c).
+ * ------------------------------------------------------------------------------------- */
+
+typedef enum gpumem__option {
+  GPUMEM__OPT_DEVICE,       /* GPUMEM_DEVICE: cuda | sim */
+  GPUMEM__OPT_RESOURCE,     /* GPUMEM_RESOURCE: spec of every device's default resource */
+  GPUMEM__OPT_VERBOSE,      /* GPUMEM_VERBOSE: print settings at initialization */
+  GPUMEM__OPT_SIM_DEVICES,  /* GPUMEM_SIM_DEVICES */
+  GPUMEM__OPT_SIM_MEMORY,   /* GPUMEM_SIM_MEMORY */
+  GPUMEM__OPT_SIM_PAGEABLE, /* GPUMEM_SIM_PAGEABLE */
+  GPUMEM__OPT_SIM_VMM,      /* GPUMEM_SIM_VMM */
+  GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort */
+  GPUMEM__OPT_COUNT
+} gpumem__option;
+
+/* The option's value from the environment, or NULL when unset or empty. */
+const char *gpumem__option_string(gpumem__option option);
+/* The option as a size (suffixes accepted) or `fallback` when unset or unreadable. */
+uint64_t gpumem__option_size(gpumem__option option, uint64_t fallback);
+
+#endif /* GPUMEM_INTERNAL_H */

@@ -1,0 +1,81 @@
+/* options.c: gpumem's environment options, in one table, read once.
+ *
+ * Every GPUMEM_* variable the library reads is listed here with its default and meaning,
+ * so that gpumem_settings() can print the effective configuration and a user can see in
+ * one place what the environment changed. */
+#include "core/internal.h"
+#include "device/device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct option_entry {
+  const char *env;
+  const char *fallback; /* printed when unset */
+  const char *meaning;
+} option_entry;
+
+static const option_entry option_table[GPUMEM__OPT_COUNT] = {
+    [GPUMEM__OPT_DEVICE] = {"GPUMEM_DEVICE", "cuda", "device backend: cuda | sim"},
+    [GPUMEM__OPT_RESOURCE] = {"GPUMEM_RESOURCE", "cuda",
+                              "spec of each device's default resource"},
+    [GPUMEM__OPT_VERBOSE] = {"GPUMEM_VERBOSE", "0", "1: print these settings at start"},
+    [GPUMEM__OPT_SIM_DEVICES] = {"GPUMEM_SIM_DEVICES", "2", "simulated devices"},
+    [GPUMEM__OPT_SIM_MEMORY] = {"GPUMEM_SIM_MEMORY", "8GiB", "memory per simulated device"},
+    [GPUMEM__OPT_SIM_PAGEABLE] = {"GPUMEM_SIM_PAGEABLE", "1",
+                                  "simulated devices access pageable host memory"},
+    [GPUMEM__OPT_SIM_VMM] = {"GPUMEM_SIM_VMM", "1",
+                             "simulated devices support virtual memory management"},
+    [GPUMEM__OPT_SIM_HAZARD] = {"GPUMEM_SIM_HAZARD", "count",
+                                "on a cross-stream hazard: count | abort"},
+};
+
+static pthread_once_t options_once = PTHREAD_ONCE_INIT;
+static char *option_values[GPUMEM__OPT_COUNT];
+
+/* The environment is copied once so that a later setenv by the program cannot change the
+ * library's behaviour half way, and so that reads need no lock. */
+static void read_options(void) {
+  for (int i = 0; i < GPUMEM__OPT_COUNT; i++) {
+    const char *value = getenv(option_table[i].env);
+    option_values[i] = (value && *value) ? strdup(value) : NULL;
+  }
+}
+
+const char *gpumem__option_string(gpumem__option option) {
+  pthread_once(&options_once, read_options);
+  return option_values[option];
+}
+
+uint64_t gpumem__option_size(gpumem__option option, uint64_t fallback) {
+  const char *text = gpumem__option_string(option);
+  uint64_t value;
+  size_t used;
+  if (text && gpumem__parse_size(text, 0, &value, &used) && text[used] == '\0')
+    return value;
+  return fallback;
+}
+
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+static char settings_text[2048];
+
+static void build_settings(void) {
+  size_t used = 0;
+  used += (size_t)snprintf(settings_text + used, sizeof settings_text - used,
+                           "gpumem %d.%d.%d\nbackend=%s\n", GPUMEM_VERSION_MAJOR,
+                           GPUMEM_VERSION_MINOR, GPUMEM_VERSION_PATCH, gpumem_backend_name());
+  for (int i = 0; i < GPUMEM__OPT_COUNT && used < sizeof settings_text; i++) {
+    const char *value = gpumem__option_string((gpumem__option)i);
+    used += (size_t)snprintf(settings_text + used, sizeof settings_text - used,
+                             "%s=%s%s    # %s\n", option_table[i].env,
+                             value ? value : option_table[i].fallback, value ? "" : " (default)",
+                             option_table[i].meaning);
+  }
+}
+
+const char *gpumem_settings(void) {
+  pthread_once(&settings_once, build_settings);
+  return settings_text;
+}
