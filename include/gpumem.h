@@ -386,8 +386,9 @@ GPUMEM_API gpumem_status gpumem_buffer_shrink_to_fit(gpumem_buffer *buf, gpumem_
 /* Changes the stream later operations (and the final free) are ordered on. */
 GPUMEM_API gpumem_status gpumem_buffer_set_stream(gpumem_buffer *buf, gpumem_stream stream);
 
-/* Frees the memory on the buffer's stream and the buffer. Accepts NULL. */
-GPUMEM_API void gpumem_buffer_destroy(gpumem_buffer *buf);
+/* Frees the memory on the buffer's stream and the buffer. Accepts NULL. If freeing the
+ * memory fails, the buffer is left as it was (and may be destroyed again later). */
+GPUMEM_API gpumem_status gpumem_buffer_destroy(gpumem_buffer *buf);
 
 GPUMEM_API void *gpumem_buffer_data(const gpumem_buffer *buf);
 GPUMEM_API size_t gpumem_buffer_size(const gpumem_buffer *buf);

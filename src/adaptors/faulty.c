@@ -1,0 +1,164 @@
+/* faulty.c: the fault-injection adaptor. It forwards every call to its upstream except the
+ * allocations it is told to fail (the Nth, or every Nth), which fail with a chosen status
+ * before reaching the upstream, so the upstream is untouched. Tests sweep the failure over
+ * every allocation of a workload to prove that each failure path leaves things whole. */
+#include "core/internal.h"
+#include "device/device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct faulty_resource {
+  gpumem_resource header;
+  pthread_mutex_t lock; /* guards options against gpumem_faulty_reset */
+  gpumem_faulty_options options;
+  atomic_uint_fast64_t calls; /* allocations asked since creation or reset */
+  /* Its own live counts, so that releasing it is judged on its own allocations, not on
+   * what others allocated from the same upstream. */
+  atomic_uint_fast64_t live_count, live_bytes;
+} faulty_resource;
+
+static bool should_fail(faulty_resource *self, uint64_t call) {
+  pthread_mutex_lock(&self->lock);
+  uint64_t at = self->options.fail_at, every = self->options.fail_every;
+  pthread_mutex_unlock(&self->lock);
+  return (at != 0 && call == at) || (every != 0 && call % every == 0);
+}
+
+static gpumem_status faulty_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                     gpumem_stream stream, void **ptr) {
+  faulty_resource *self = (faulty_resource *)mr;
+  uint64_t call = atomic_fetch_add_explicit(&self->calls, 1, memory_order_relaxed) + 1;
+  if (should_fail(self, call)) {
+    pthread_mutex_lock(&self->lock);
+    gpumem_status status = self->options.status;
+    pthread_mutex_unlock(&self->lock);
+    if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+      return gpumem__fail_out_of_memory(mr, bytes, "failure injected by the faulty adaptor");
+    return gpumem__fail(status, "faulty: injected failure of allocation #%llu (%zu bytes)",
+                        (unsigned long long)call, bytes);
+  }
+  gpumem_status status = mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "faulty (no failure injected)");
+  atomic_fetch_add_explicit(&self->live_count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&self->live_bytes, bytes, memory_order_relaxed);
+  return GPUMEM_OK;
+}
+
+static gpumem_status faulty_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                       size_t alignment, gpumem_stream stream) {
+  faulty_resource *self = (faulty_resource *)mr;
+  gpumem_status status =
+      mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+  if (status == GPUMEM_OK) {
+    atomic_fetch_sub_explicit(&self->live_count, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&self->live_bytes, bytes, memory_order_relaxed);
+  }
+  return status;
+}
+
+static gpumem_status faulty_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
+  const faulty_resource *self = (const faulty_resource *)mr;
+  if (what == GPUMEM_QUERY_LIVE_COUNT) {
+    *out = atomic_load_explicit(&self->live_count, memory_order_relaxed);
+    return GPUMEM_OK;
+  }
+  if (what == GPUMEM_QUERY_LIVE_BYTES) {
+    *out = atomic_load_explicit(&self->live_bytes, memory_order_relaxed);
+    return GPUMEM_OK;
+  }
+  const gpumem_resource *up = mr->upstream;
+  return up->ops->query ? up->ops->query(up, what, out) : GPUMEM_ERR_UNSUPPORTED;
+}
+
+static const char *status_word(gpumem_status status) {
+  switch (status) {
+  case GPUMEM_ERR_OUT_OF_MEMORY:
+    return "out_of_memory";
+  case GPUMEM_ERR_CUDA:
+    return "cuda";
+  default:
+    return "injected";
+  }
+}
+
+static void faulty_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  faulty_resource *self = (faulty_resource *)mr;
+  char upstream[512];
+  gpumem__describe(mr->upstream, upstream, sizeof upstream);
+  pthread_mutex_lock(&self->lock);
+  gpumem_faulty_options o = self->options;
+  pthread_mutex_unlock(&self->lock);
+  snprintf(buf, size, "faulty(%s, fail_at=%llu, fail_every=%llu, status=%s)", upstream,
+           (unsigned long long)o.fail_at, (unsigned long long)o.fail_every,
+           status_word(o.status));
+}
+
+static void faulty_destroy(gpumem_resource *mr) {
+  faulty_resource *self = (faulty_resource *)mr;
+  pthread_mutex_destroy(&self->lock);
+  free(self);
+}
+
+static const gpumem__resource_ops faulty_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "faulty",
+    .allocate = faulty_allocate,
+    .deallocate = faulty_deallocate,
+    .query = faulty_query,
+    .describe = faulty_describe,
+    .destroy = faulty_destroy,
+};
+
+static gpumem_status checked_options(const gpumem_faulty_options *opts,
+                                     gpumem_faulty_options *out) {
+  gpumem_faulty_options options = opts ? *opts : (gpumem_faulty_options){0};
+  if (options.status == GPUMEM_OK)
+    options.status = GPUMEM_ERR_INJECTED_FAULT;
+  if (options.status != GPUMEM_ERR_INJECTED_FAULT && options.status != GPUMEM_ERR_OUT_OF_MEMORY &&
+      options.status != GPUMEM_ERR_CUDA)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "faulty: the injected status must be GPUMEM_ERR_INJECTED_FAULT, "
+                        "GPUMEM_ERR_OUT_OF_MEMORY or GPUMEM_ERR_CUDA, not %s",
+                        gpumem_status_name(options.status));
+  *out = options;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_faulty_create(gpumem_resource *upstream, const gpumem_faulty_options *opts,
+                                   gpumem_resource **out) {
+  if (!upstream || !out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_faulty_create: %s is NULL",
+                        upstream ? "out" : "the upstream resource");
+  gpumem_faulty_options options;
+  gpumem_status status = checked_options(opts, &options);
+  if (status != GPUMEM_OK)
+    return status;
+  faulty_resource *self = calloc(1, sizeof *self);
+  if (!self)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_faulty_create: out of host memory");
+  gpumem__resource_init(&self->header, &faulty_ops, upstream->device, upstream->dev, upstream);
+  pthread_mutex_init(&self->lock, NULL);
+  self->options = options;
+  *out = &self->header;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_faulty_reset(gpumem_resource *mr, const gpumem_faulty_options *opts) {
+  if (!mr || mr->ops != &faulty_ops)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_faulty_reset: %s is not a faulty resource",
+                        mr ? mr->ops->kind : "NULL");
+  faulty_resource *self = (faulty_resource *)mr;
+  gpumem_faulty_options options;
+  gpumem_status status = checked_options(opts, &options);
+  if (status != GPUMEM_OK)
+    return status;
+  pthread_mutex_lock(&self->lock);
+  self->options = options;
+  atomic_store(&self->calls, 0);
+  pthread_mutex_unlock(&self->lock);
+  return GPUMEM_OK;
+}

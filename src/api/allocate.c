@@ -1,0 +1,64 @@
+/* allocate.c: the front end of allocation. It checks arguments once (NULL pointers, size 0,
+ * alignment, overflow), so that every resource can rely on documented preconditions, and
+ * tells the device backend about each block handed out (the simulated device checks it
+ * for cross-stream hazards). */
+#include "core/internal.h"
+#include "device/device.h"
+
+gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                      gpumem_stream stream, void **ptr) {
+  if (GPUMEM_UNLIKELY(!mr || !ptr))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_allocate: %s is NULL", mr ? "the out-pointer" : "the resource");
+  if (GPUMEM_UNLIKELY(bytes == 0)) {
+    *ptr = NULL;
+    return GPUMEM_OK;
+  }
+  if (GPUMEM_UNLIKELY(!gpumem__is_pow2(alignment)))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_allocate: alignment %zu is not a power of two", alignment);
+  if (alignment < GPUMEM_DEFAULT_ALIGNMENT)
+    alignment = GPUMEM_DEFAULT_ALIGNMENT;
+  if (GPUMEM_UNLIKELY(bytes > SIZE_MAX - alignment))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_allocate: %zu bytes with alignment %zu overflows the address "
+                        "space",
+                        bytes, alignment);
+  void *block;
+  gpumem_status status = mr->ops->allocate(mr, bytes, alignment, stream, &block);
+  if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
+    return status;
+  if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
+    mr->dev->note_handout(block, bytes, stream);
+  *ptr = block;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream,
+                              void **ptr) {
+  return gpumem_allocate_aligned(mr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+}
+
+gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t bytes,
+                                        size_t alignment, gpumem_stream stream) {
+  if (GPUMEM_UNLIKELY(!mr))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_deallocate: the resource is NULL");
+  if (!ptr)
+    return GPUMEM_OK;
+  if (GPUMEM_UNLIKELY(bytes == 0))
+    return gpumem__fail(GPUMEM_ERR_MISUSE,
+                        "gpumem_deallocate: %p with size 0; an allocation of size 0 is NULL, so "
+                        "this size is wrong",
+                        ptr);
+  if (GPUMEM_UNLIKELY(!gpumem__is_pow2(alignment)))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_deallocate: alignment %zu is not a power of two", alignment);
+  if (alignment < GPUMEM_DEFAULT_ALIGNMENT)
+    alignment = GPUMEM_DEFAULT_ALIGNMENT;
+  return mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+}
+
+gpumem_status gpumem_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                gpumem_stream stream) {
+  return gpumem_deallocate_aligned(mr, ptr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream);
+}

@@ -1,0 +1,89 @@
+/* current.c: the current resource of each device, as RMM's per-device resource.
+ *
+ * Each device has one slot. An empty slot is filled on first use with the default: the
+ * spec in GPUMEM_RESOURCE (the same spec for every device, built for that device), else a
+ * cuda resource. Reads are a single atomic load so that libraries asking for the current
+ * resource on every allocation pay nothing; writes take a lock and retain what they store. */
+#include "core/internal.h"
+#include "device/device.h"
+
+#include <pthread.h>
+
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(gpumem_resource *) slots[GPUMEM_MAX_DEVICES];
+
+static gpumem_status resolve(const char *caller, int device, int *resolved) {
+  gpumem_status status;
+  const gpumem__device_ops *dev = gpumem__device_get(&status);
+  if (!dev)
+    return gpumem__fail_context(status, "%s", caller);
+  status = gpumem__resolve_device(dev, device, resolved);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "%s", caller);
+  return GPUMEM_OK;
+}
+
+static gpumem_status create_default(int device, gpumem_resource **out) {
+  const char *spec = gpumem__option_string(GPUMEM__OPT_RESOURCE);
+  if (!spec)
+    return gpumem_cuda_create(device, out);
+  gpumem_status status = gpumem_resource_from_spec_for_device(spec, device, out);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "GPUMEM_RESOURCE");
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_get_per_device_resource(int device, gpumem_resource **mr) {
+  if (!mr)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_get_per_device_resource: mr is NULL");
+  gpumem_status status = resolve("gpumem_get_per_device_resource", device, &device);
+  if (status != GPUMEM_OK)
+    return status;
+  gpumem_resource *current = atomic_load_explicit(&slots[device], memory_order_acquire);
+  if (GPUMEM_LIKELY(current != NULL)) {
+    *mr = current;
+    return GPUMEM_OK;
+  }
+  pthread_mutex_lock(&slots_lock);
+  current = atomic_load_explicit(&slots[device], memory_order_acquire);
+  if (!current) {
+    status = create_default(device, &current);
+    if (status == GPUMEM_OK)
+      atomic_store_explicit(&slots[device], current, memory_order_release);
+  }
+  pthread_mutex_unlock(&slots_lock);
+  if (status == GPUMEM_OK)
+    *mr = current;
+  return status;
+}
+
+gpumem_status gpumem_get_current_device_resource(gpumem_resource **mr) {
+  return gpumem_get_per_device_resource(GPUMEM_CURRENT_DEVICE, mr);
+}
+
+gpumem_status gpumem_set_per_device_resource(int device, gpumem_resource *mr) {
+  gpumem_status status = resolve("gpumem_set_per_device_resource", device, &device);
+  if (status != GPUMEM_OK)
+    return status;
+  if (mr && mr->device != device)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_set_per_device_resource: resource '%s' is for device %d, not "
+                        "device %d",
+                        mr->ops->kind, mr->device, device);
+  gpumem_resource_retain(mr);
+  pthread_mutex_lock(&slots_lock);
+  gpumem_resource *previous = atomic_exchange_explicit(&slots[device], mr, memory_order_acq_rel);
+  pthread_mutex_unlock(&slots_lock);
+  /* A previous resource with live allocations refuses to die and stays alive, which keeps
+   * that memory valid; that is the right outcome here, not an error of this call. */
+  gpumem_resource_release(previous);
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_set_current_device_resource(gpumem_resource *mr) {
+  if (!mr)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_set_current_device_resource: mr is NULL (to restore the default, "
+                        "use gpumem_set_per_device_resource with NULL)");
+  return gpumem_set_per_device_resource(mr->device, mr);
+}

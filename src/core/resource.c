@@ -1,0 +1,103 @@
+/* resource.c: the life of a resource (reference counting, refusal to destroy one whose
+ * memory is still in use) and the public calls that read its facts.
+ *
+ * Adaptors and suballocators retain their upstream, so a user may release a handle right
+ * after composing: the chain stays alive as long as its top does. */
+#include "core/internal.h"
+#include "device/device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops, int device,
+                           const gpumem__device_ops *dev, gpumem_resource *upstream) {
+  mr->ops = ops;
+  mr->upstream = gpumem_resource_retain(upstream);
+  mr->device = device;
+  mr->dev = dev;
+  atomic_init(&mr->refcount, 1);
+}
+
+gpumem_resource *gpumem_resource_retain(gpumem_resource *mr) {
+  if (mr)
+    atomic_fetch_add_explicit(&mr->refcount, 1, memory_order_relaxed);
+  return mr;
+}
+
+gpumem_status gpumem_resource_release(gpumem_resource *mr) {
+  if (!mr)
+    return GPUMEM_OK;
+  if (atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_acq_rel) != 1)
+    return GPUMEM_OK;
+  uint64_t live_count = 0, live_bytes = 0;
+  if (gpumem_resource_query(mr, GPUMEM_QUERY_LIVE_COUNT, &live_count) == GPUMEM_OK &&
+      live_count > 0) {
+    /* Destroying now would free memory the program still uses. Keep the caller's
+     * reference alive instead, so it can free the allocations and release again. */
+    atomic_fetch_add_explicit(&mr->refcount, 1, memory_order_relaxed);
+    char spec[256], bytes[48] = "unknown size";
+    gpumem__describe(mr, spec, sizeof spec);
+    if (gpumem_resource_query(mr, GPUMEM_QUERY_LIVE_BYTES, &live_bytes) == GPUMEM_OK)
+      gpumem__format_bytes(live_bytes, bytes, sizeof bytes);
+    return gpumem__fail(GPUMEM_ERR_MISUSE,
+                        "last release of resource %s with %llu live allocation%s (%s): not "
+                        "destroyed, so that memory in use stays valid; the handle is still "
+                        "yours: free the allocations, then release it again",
+                        spec, (unsigned long long)live_count, live_count == 1 ? "" : "s",
+                        bytes);
+  }
+  gpumem_resource *upstream = mr->upstream;
+  mr->ops->destroy(mr);
+  gpumem_resource_release(upstream);
+  return GPUMEM_OK;
+}
+
+const char *gpumem_resource_name(const gpumem_resource *mr) {
+  return mr ? mr->ops->kind : "(null)";
+}
+
+int gpumem_resource_device(const gpumem_resource *mr) { return mr ? mr->device : -1; }
+
+void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size) {
+  if (size == 0)
+    return;
+  if (mr->ops->describe)
+    mr->ops->describe(mr, buf, size);
+  else
+    snprintf(buf, size, "%s", mr->ops->kind);
+}
+
+gpumem_status gpumem_resource_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  if (!mr || !buf || size == 0)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_resource_describe: resource and buffer must not be NULL and "
+                        "size must be positive");
+  gpumem__describe(mr, buf, size);
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
+  if (!mr || !out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_resource_query: resource and out must not be NULL");
+  uint64_t value;
+  gpumem_status status = mr->ops->query ? mr->ops->query(mr, what, &value) : GPUMEM_ERR_UNSUPPORTED;
+  if (status == GPUMEM_OK)
+    *out = value;
+  else if (status == GPUMEM_ERR_UNSUPPORTED)
+    gpumem__fail(status, "resource '%s' does not know the fact %d asked of it", mr->ops->kind,
+                 (int)what);
+  return status;
+}
+
+gpumem_status gpumem_resource_upstream(const gpumem_resource *mr, gpumem_resource **upstream) {
+  if (!mr || !upstream)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_resource_upstream: resource and out must not be NULL");
+  if (!mr->upstream)
+    return gpumem__fail(GPUMEM_ERR_UNSUPPORTED, "resource '%s' is a base resource: it has no "
+                                                "upstream",
+                        mr->ops->kind);
+  *upstream = mr->upstream;
+  return GPUMEM_OK;
+}

@@ -1,0 +1,122 @@
+/* async.c: the CUDA driver's own stream-ordered pool, as a resource of its own.
+ *
+ * Each async resource creates its own driver pool (cuMemPoolCreate) rather than using the
+ * device's default pool, so its memory figures are its own and its release threshold does
+ * not change anyone else's. The default threshold keeps all freed memory in the pool
+ * (UINT64_MAX), the setting under which the driver pool is fastest. */
+#include "upstream/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct async_resource {
+  gpumem__base_resource base;
+  gpumem_async_options options;
+  gpumem__mempool pool;
+} async_resource;
+
+static gpumem_status async_raw_allocate(gpumem__base_resource *base_self, size_t bytes,
+                                        gpumem_stream stream, void **base) {
+  async_resource *self = (async_resource *)base_self;
+  return base_self->header.dev->pool_alloc_async(self->pool, bytes, stream, base);
+}
+
+static gpumem_status async_raw_free(gpumem__base_resource *self, void *base, size_t bytes,
+                                    gpumem_stream stream) {
+  return self->header.dev->free_async(base, stream);
+}
+
+static gpumem_status async_reserved(const gpumem__base_resource *base_self, uint64_t *bytes) {
+  const async_resource *self = (const async_resource *)base_self;
+  return base_self->header.dev->pool_reserved(self->pool, bytes);
+}
+
+static const gpumem__base_impl async_impl = {
+    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
+    .raw_allocate = async_raw_allocate,
+    .raw_free = async_raw_free,
+    .reserved = async_reserved,
+};
+
+static const char *ipc_name(gpumem_ipc_handle ipc) {
+  return ipc == GPUMEM_IPC_POSIX_FD ? "posix_fd" : ipc == GPUMEM_IPC_FABRIC ? "fabric" : "none";
+}
+
+static void async_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  const gpumem_async_options *o = &((const async_resource *)mr)->options;
+  snprintf(buf, size, "async(release_threshold=%llu, initial=%zu, ipc=%s)",
+           (unsigned long long)o->release_threshold, o->initial_size, ipc_name(o->ipc_handle));
+}
+
+static void async_destroy(gpumem_resource *mr) {
+  async_resource *self = (async_resource *)mr;
+  mr->dev->pool_destroy(self->pool);
+  gpumem__base_fini(&self->base);
+  free(self);
+}
+
+static const gpumem__resource_ops async_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "async",
+    .allocate = gpumem__base_allocate,
+    .deallocate = gpumem__base_deallocate,
+    .query = gpumem__base_query,
+    .describe = async_describe,
+    .destroy = async_destroy,
+};
+
+/* Grows the pool to `bytes` once, so the first allocations find memory ready: allocate,
+ * free, and wait for the free, with the release threshold keeping the memory. */
+static gpumem_status warm_pool(const gpumem__device_ops *dev, gpumem__mempool pool, size_t bytes) {
+  void *ptr;
+  gpumem_status status = dev->pool_alloc_async(pool, bytes, NULL, &ptr);
+  if (status != GPUMEM_OK)
+    return status;
+  status = dev->free_async(ptr, NULL);
+  if (status == GPUMEM_OK)
+    status = dev->stream_synchronize(NULL);
+  return status;
+}
+
+gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
+                                  gpumem_resource **out) {
+  if (!out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_async_create: out is NULL");
+  gpumem_async_options options = opts ? *opts : (gpumem_async_options){0};
+  if (options.ipc_handle != GPUMEM_IPC_NONE && options.ipc_handle != GPUMEM_IPC_POSIX_FD &&
+      options.ipc_handle != GPUMEM_IPC_FABRIC)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_async_create: unknown IPC handle "
+                                                     "type %d",
+                        (int)options.ipc_handle);
+  if (options.release_threshold == 0)
+    options.release_threshold = UINT64_MAX;
+  const gpumem__device_ops *dev;
+  gpumem_status status = gpumem__base_prepare("gpumem_async_create", device, &dev, &device);
+  if (status != GPUMEM_OK)
+    return status;
+  int64_t supported = 0;
+  status = dev->device_attribute(device, GPUMEM__ATTR_MEMPOOL_SUPPORTED, &supported);
+  if (status == GPUMEM_OK && !supported)
+    status = gpumem__fail(GPUMEM_ERR_UNSUPPORTED, "device %d has no stream-ordered memory pools",
+                          device);
+  gpumem__mempool pool = NULL;
+  if (status == GPUMEM_OK)
+    status = dev->pool_create(device, options.ipc_handle, &pool);
+  if (status == GPUMEM_OK)
+    status = dev->pool_set_release_threshold(pool, options.release_threshold);
+  if (status == GPUMEM_OK && options.initial_size > 0)
+    status = warm_pool(dev, pool, options.initial_size);
+  async_resource *self = NULL;
+  if (status == GPUMEM_OK && !(self = calloc(1, sizeof *self)))
+    status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (status != GPUMEM_OK) {
+    if (pool)
+      dev->pool_destroy(pool);
+    return gpumem__fail_context(status, "gpumem_async_create on device %d", device);
+  }
+  gpumem__base_init(&self->base, &async_ops, &async_impl, device, dev);
+  self->options = options;
+  self->pool = pool;
+  *out = &self->base.header;
+  return GPUMEM_OK;
+}

@@ -1,0 +1,53 @@
+/* base.h: what the base resources (cuda, managed, async, pinned_host, system) share.
+ *
+ * Each calls the device for every allocation. The shared part here does the rest once:
+ * the stream check, alignment beyond what the device call guarantees (by asking for more
+ * and aligning inside), the table of live pointers that catches double and foreign frees,
+ * and the live and reserved byte counts. A base resource supplies only its raw allocate
+ * and free. */
+#ifndef GPUMEM_UPSTREAM_BASE_H
+#define GPUMEM_UPSTREAM_BASE_H
+
+#include "core/ptrmap.h"
+#include "device/device.h"
+
+typedef struct gpumem__base_resource gpumem__base_resource;
+
+typedef struct gpumem__base_impl {
+  /* Alignment every raw allocation has; larger requests are over-allocated. */
+  size_t natural_alignment;
+  /* Allocates `bytes` on `stream`; on failure sets the thread's error. */
+  gpumem_status (*raw_allocate)(gpumem__base_resource *self, size_t bytes, gpumem_stream stream,
+                                void **base);
+  /* Frees a raw allocation of `bytes`, stream-ordered where the resource can be. */
+  gpumem_status (*raw_free)(gpumem__base_resource *self, void *base, size_t bytes,
+                            gpumem_stream stream);
+  /* Bytes held from the device, when it differs from the sum of raw allocations (a driver
+   * pool keeps freed memory); NULL otherwise. */
+  gpumem_status (*reserved)(const gpumem__base_resource *self, uint64_t *bytes);
+} gpumem__base_impl;
+
+struct gpumem__base_resource {
+  gpumem_resource header;
+  const gpumem__base_impl *impl;
+  gpumem__ptrmap live;
+  atomic_uint_fast64_t reserved_bytes, peak_reserved_bytes;
+};
+
+/* Initializes the shared part; the resource's own fields are the caller's. */
+void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *ops,
+                       const gpumem__base_impl *impl, int device, const gpumem__device_ops *dev);
+void gpumem__base_fini(gpumem__base_resource *self);
+
+/* The ops every base resource uses for allocate, deallocate and query. */
+gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                    gpumem_stream stream, void **ptr);
+gpumem_status gpumem__base_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                      size_t alignment, gpumem_stream stream);
+gpumem_status gpumem__base_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out);
+
+/* Looks up the backend and resolves the device for a creation function. */
+gpumem_status gpumem__base_prepare(const char *creator, int device,
+                                   const gpumem__device_ops **dev, int *resolved);
+
+#endif /* GPUMEM_UPSTREAM_BASE_H */

@@ -1,0 +1,53 @@
+/* cuda.c (upstream): the plain device-memory resource, cuMemAlloc and cuMemFree.
+ *
+ * The reference every faster resource is measured against: each call goes to the driver,
+ * takes tens of microseconds, and cuMemFree synchronizes the device, so the stream is
+ * irrelevant to ordering. */
+#include "upstream/base.h"
+
+#include <stdlib.h>
+
+static gpumem_status cuda_raw_allocate(gpumem__base_resource *self, size_t bytes,
+                                       gpumem_stream stream, void **base) {
+  return self->header.dev->mem_alloc(self->header.device, bytes, base);
+}
+
+static gpumem_status cuda_raw_free(gpumem__base_resource *self, void *base, size_t bytes,
+                                   gpumem_stream stream) {
+  return self->header.dev->mem_free(self->header.device, base);
+}
+
+static const gpumem__base_impl cuda_impl = {
+    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
+    .raw_allocate = cuda_raw_allocate,
+    .raw_free = cuda_raw_free,
+};
+
+static void cuda_destroy(gpumem_resource *mr) {
+  gpumem__base_fini((gpumem__base_resource *)mr);
+  free(mr);
+}
+
+static const gpumem__resource_ops cuda_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "cuda",
+    .allocate = gpumem__base_allocate,
+    .deallocate = gpumem__base_deallocate,
+    .query = gpumem__base_query,
+    .destroy = cuda_destroy,
+};
+
+gpumem_status gpumem_cuda_create(int device, gpumem_resource **out) {
+  if (!out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_cuda_create: out is NULL");
+  const gpumem__device_ops *dev;
+  gpumem_status status = gpumem__base_prepare("gpumem_cuda_create", device, &dev, &device);
+  if (status != GPUMEM_OK)
+    return status;
+  gpumem__base_resource *self = calloc(1, sizeof *self);
+  if (!self)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_cuda_create: out of host memory");
+  gpumem__base_init(self, &cuda_ops, &cuda_impl, device, dev);
+  *out = &self->header;
+  return GPUMEM_OK;
+}

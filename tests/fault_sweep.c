@@ -1,0 +1,146 @@
+/* fault_sweep.c: every failure of every device call a workload makes is handled cleanly.
+ *
+ * A workload (create a resource from a spec, a stream, allocations of several sizes, a
+ * device buffer that is filled, grown, shrunk and read back, then everything freed) is
+ * first run clean to count its device calls of each kind. Then, for each kind and each of
+ * its calls in turn, the simulated device is told to fail exactly that call, and the
+ * workload runs again. Each step that fails must return a failure status with a message,
+ * leave the resource as it was (same live count), and succeed when retried (the injected
+ * failure happens once). At the end nothing leaks (device memory in use is back where it
+ * started) and no cross-stream hazard was seen. The same sweep runs through the faulty
+ * adaptor, failing each allocation in turn. Simulated device only. */
+#include "check.h"
+#include "gpumem/sim.h"
+
+#include <string.h>
+
+static gpumem_resource *sweep_resource; /* the workload's resource, for live-count checks */
+static int failures_seen;
+
+static uint64_t live_count_or_zero(void) {
+  uint64_t count = 0;
+  if (sweep_resource)
+    CHECK_OK(gpumem_resource_query(sweep_resource, GPUMEM_QUERY_LIVE_COUNT, &count));
+  return count;
+}
+
+/* Runs `call`; if it fails, checks the failure and that nothing changed, then runs it again,
+ * which must succeed. */
+#define STEP(call)                                                                           \
+  do {                                                                                       \
+    uint64_t live_before_ = live_count_or_zero();                                            \
+    gpumem_status step_status_ = (call);                                                     \
+    if (step_status_ != GPUMEM_OK) {                                                         \
+      failures_seen++;                                                                       \
+      CHECK(strlen(gpumem_last_error_message()) > 0);                                        \
+      CHECK_U64_EQ(live_count_or_zero(), live_before_);                                      \
+      CHECK_OK(call);                                                                        \
+    }                                                                                        \
+  } while (0)
+
+enum { buffer_bytes = 3000 };
+
+static void workload(const char *spec) {
+  gpumem_resource *mr = NULL;
+  STEP(gpumem_resource_from_spec(spec, &mr));
+  sweep_resource = mr;
+  gpumem_stream stream = NULL;
+  STEP(gpumem_stream_create(0, &stream));
+
+  static const size_t sizes[] = {1, 256, 5000, 1 << 20, 3 << 20};
+  void *ptrs[sizeof sizes / sizeof sizes[0]];
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    STEP(gpumem_allocate(mr, sizes[i], stream, &ptrs[i]));
+    STEP(gpumem_memset_async(ptrs[i], (int)i, sizes[i], stream));
+  }
+
+  unsigned char host[buffer_bytes], back[buffer_bytes];
+  for (int i = 0; i < buffer_bytes; i++)
+    host[i] = (unsigned char)(i * 7);
+  gpumem_buffer *buf = NULL;
+  STEP(gpumem_buffer_create_from_host(host, buffer_bytes, stream, mr, &buf));
+  STEP(gpumem_buffer_resize(buf, 4 * buffer_bytes, stream));
+  STEP(gpumem_buffer_shrink_to_fit(buf, stream));
+  STEP(gpumem_buffer_resize(buf, buffer_bytes, stream));
+  STEP(gpumem_buffer_shrink_to_fit(buf, stream));
+  memset(back, 0, sizeof back);
+  STEP(gpumem_buffer_copy_to_host(buf, back, buffer_bytes));
+  CHECK(memcmp(back, host, buffer_bytes) == 0);
+  STEP(gpumem_buffer_destroy(buf));
+
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    STEP(gpumem_deallocate(mr, ptrs[i], sizes[i], stream));
+  STEP(gpumem_stream_synchronize(stream));
+  STEP(gpumem_stream_destroy(stream));
+  sweep_resource = NULL;
+  CHECK_OK(gpumem_resource_release(mr));
+}
+
+static uint64_t device_used(void) {
+  uint64_t used = 0;
+  CHECK_OK(gpumem_sim_device_used(0, &used));
+  return used;
+}
+
+static void sweep_device_calls(const char *spec) {
+  uint64_t before[GPUMEM_SIM_CALL_KIND_COUNT], calls[GPUMEM_SIM_CALL_KIND_COUNT];
+  for (int k = 0; k < GPUMEM_SIM_CALL_KIND_COUNT; k++)
+    before[k] = gpumem_sim_call_count((gpumem_sim_call)k);
+  workload(spec);
+  for (int k = 0; k < GPUMEM_SIM_CALL_KIND_COUNT; k++)
+    calls[k] = gpumem_sim_call_count((gpumem_sim_call)k) - before[k];
+
+  int runs = 0;
+  for (int k = 0; k < GPUMEM_SIM_CALL_KIND_COUNT; k++) {
+    for (uint64_t nth = 1; nth <= calls[k]; nth++) {
+      uint64_t used_before = device_used();
+      int failures_before = failures_seen;
+      CHECK_OK(gpumem_sim_fail_call((gpumem_sim_call)k, nth));
+      workload(spec);
+      /* The planned failure happened: the workload makes the same calls every time. */
+      CHECK_EQ(failures_seen, failures_before + 1);
+      CHECK_U64_EQ(device_used(), used_before);
+      CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+      runs++;
+    }
+  }
+  printf("%-28s %d device calls failed in turn, each handled\n", spec, runs);
+}
+
+/* The faulty adaptor fails each allocation of the workload in turn. */
+static void sweep_faulty_allocations(const char *upstream) {
+  char spec[128];
+  snprintf(spec, sizeof spec, "faulty(%s)", upstream);
+  gpumem_resource *probe;
+  CHECK_OK(gpumem_resource_from_spec(spec, &probe));
+  CHECK_OK(gpumem_resource_release(probe));
+  int runs = 0;
+  for (uint64_t nth = 1; nth <= 16; nth++) {
+    snprintf(spec, sizeof spec, "faulty(%s, fail_at=%llu)", upstream, (unsigned long long)nth);
+    uint64_t used_before = device_used();
+    int failures_before = failures_seen;
+    workload(spec);
+    if (failures_seen == failures_before)
+      break; /* nth is past the workload's last allocation */
+    CHECK_EQ(failures_seen, failures_before + 1);
+    CHECK_U64_EQ(device_used(), used_before);
+    runs++;
+  }
+  CHECK(runs >= 8);
+  printf("%-28s %d allocations failed in turn, each handled\n", spec, runs);
+}
+
+int main(void) {
+  check_init_backend();
+  if (strcmp(gpumem_backend_name(), "sim") != 0) {
+    printf("skipped: fault injection needs the simulated device\n");
+    return CHECK_SKIP_CODE;
+  }
+  static const char *const specs[] = {"cuda", "managed(prefetch=true)", "async(initial=1MiB)",
+                                      "pinned_host", "faulty(cuda)"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    sweep_device_calls(specs[i]);
+  sweep_faulty_allocations("cuda");
+  sweep_faulty_allocations("async");
+  return 0;
+}
