@@ -7,7 +7,8 @@
  * enqueued: it runs when the simulation lets it, at a synchronization (stream, event, a
  * blocking copy, cuMemFree-like frees) or when a test calls gpumem_sim_complete. So a test
  * decides exactly which stream has finished what, and cross-stream ordering is
- * deterministic.
+ * deterministic. A copy whose source is pageable host memory first runs the stream's pending
+ * work, then reads the source (the synchronization CUDA documents for pageable copies).
  *
  * Hazard detection: each time a resource hands out memory on stream B (gpumem_allocate),
  * the simulation checks whether work on another stream A that touches those bytes is still
@@ -54,7 +55,9 @@ GPUMEM_API gpumem_status gpumem_sim_complete_all(void);
 GPUMEM_API gpumem_status gpumem_sim_pending(gpumem_stream stream, uint64_t *count);
 
 /* Enqueues a simulated kernel on `stream` that reads and writes `bytes` bytes at `ptr`
- * (it fills them with `value` when it runs). This is the "use" hazard detection watches. */
+ * (it fills them with `value` when it runs). This is the "use" hazard detection watches.
+ * `ptr` may be device, managed or pinned host memory, or pageable host memory where the
+ * device has pageable memory access. */
 GPUMEM_API gpumem_status gpumem_sim_launch(gpumem_stream stream, void *ptr, size_t bytes,
                                            int value);
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# gpu-run.sh: the whole GPU job, made for one call of the device machine: build with the
+# GPU tests, run the full test suite (GPU and simulated device), then the benchmarks beside
+# the references. Logs go to $OUT (the device tool's folder) or ./gpu-out; the last lines
+# printed are a short summary. Usage: scripts/gpu-run.sh [quick]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+summary() { echo "$*" | tee -a "$out/summary.txt"; }
+
+nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader \
+  >"$out/gpu.txt" 2>&1
+summary "gpu: $(cat "$out/gpu.txt")"
+summary "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+
+jobs=$(nproc)
+if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_GPU_TESTS=ON \
+         -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build -j "$jobs"; } >"$out/build.log" 2>&1; then
+  summary "build FAILED (see build.log)"
+  tail -30 "$out/build.log"
+  exit 1
+fi
+
+# GPU tests one at a time (they time kernels and share the card); sim tests in parallel.
+ctest --test-dir build --output-on-failure -L gpu >"$out/ctest.log" 2>&1
+gpu_rc=$?
+ctest --test-dir build --output-on-failure -L sim -j "$jobs" >>"$out/ctest.log" 2>&1
+sim_rc=$?
+summary "tests: $(grep -E '^[0-9]+% tests passed' "$out/ctest.log" | tr '\n' ';') (gpu rc=$gpu_rc, sim rc=$sim_rc)"
+grep -E 'Failed|Not Run|\*\*\*' "$out/ctest.log" | head -20
+
+bench=build/bin/gpumem-bench
+resources=(--resource cuda --resource async)
+[ -n "${GPUMEM_BENCH_RESOURCES:-}" ] && read -r -a resources <<<"$GPUMEM_BENCH_RESOURCES"
+{
+  for workload in small mixed large; do
+    "$bench" random --workload "$workload" --compare "${resources[@]}" --table
+  done
+  if [ "${1:-}" != quick ]; then
+    "$bench" threads --threads 1,4,16 --compare "${resources[@]}" --table
+  fi
+  "$bench" replay --compare "${resources[@]}" --table data/*.csv
+} >"$out/bench.txt" 2>&1
+summary "bench rc=$?"
+grep -v '^{' "$out/bench.txt" | tail -60

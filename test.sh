@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test.sh: builds gpumem and runs every test that can run on this machine: the whole suite
+# (on the simulated device, and on the GPU where there is one), then the simulated-device
+# suite again under AddressSanitizer+UndefinedBehaviorSanitizer and under ThreadSanitizer.
+# Needs gcc, cmake and the CUDA headers (cuda.h); installs cmake from Debian if missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if ! command -v cmake >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq cmake
+fi
+
+jobs=$(nproc)
+gpu_options=()
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && command -v nvcc >/dev/null; then
+  echo "A GPU is present: building and running the GPU tests too."
+  gpu_options=(-DGPUMEM_BUILD_GPU_TESTS=ON)
+else
+  echo "No GPU here: the tests run on gpumem's simulated device; GPU-only tests are skipped."
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${gpu_options[@]}" >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+for sanitizer in address,undefined thread; do
+  dir="build-${sanitizer//,/-}"
+  echo "== simulated-device suite under -fsanitize=$sanitizer =="
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DGPUMEM_SANITIZE="$sanitizer" \
+    -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  # The consumer test installs and rebuilds the library; it proves packaging, not memory
+  # safety, and runs in the main build above.
+  # The out-of-memory tests ask host malloc for a petabyte: the sanitizers must answer NULL
+  # as malloc does, not abort.
+  ASAN_OPTIONS="allocator_may_return_null=1" TSAN_OPTIONS="halt_on_error=1 allocator_may_return_null=1" ctest --test-dir "$dir" --output-on-failure -j "$jobs" \
+    -L sim -E consumer
+done
+echo "All tests passed."
