@@ -252,7 +252,8 @@ typedef enum gpumem_ipc_handle {
 } gpumem_ipc_handle;
 
 typedef struct gpumem_async_options {
-  /* bytes the pool keeps at a synchronization; 0 means UINT64_MAX (keep everything) */
+  /* bytes the pool keeps at a synchronization; 0 means UINT64_MAX (keep everything); 1
+   * releases (nearly) all free memory at each synchronization */
   uint64_t release_threshold;
   size_t initial_size;          /* bytes to reserve at creation; 0: none */
   gpumem_ipc_handle ipc_handle; /* exportable handle type of the pool's memory */
@@ -299,6 +300,50 @@ GPUMEM_API gpumem_status gpumem_faulty_create(gpumem_resource *upstream,
 /* Replaces the options and restarts the count of allocations. */
 GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
                                              const gpumem_faulty_options *opts);
+
+/* ---------------------------------------------------------------------------------------
+ * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
+ * of nanoseconds instead of the driver's microseconds and never synchronize. Free blocks
+ * are kept per stream: a block freed on stream A is reused at once by A; another stream B
+ * gets A's free blocks only after B has been made to wait for A's work (one event recorded
+ * on A and waited on by B, which moves all of A's free blocks to B at once).
+ *
+ * Growth: when no free block fits, the pool takes the request (rounded up to 2 MiB, or to
+ * the granularity over vmm) from its upstream, up to maximum_size. Over a vmm upstream the
+ * new memory is mapped right after the old, so growth steps coalesce into one range and
+ * the pool never needs a large initial size.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_pool_options {
+  /* bytes taken from the upstream at creation; 0: half of the device's free memory, or
+   * nothing over vmm (which grows in place) and over host-memory upstreams */
+  size_t initial_size;
+  size_t maximum_size; /* most bytes held from the upstream; 0: no limit */
+} gpumem_pool_options;
+
+GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
+                                            const gpumem_pool_options *opts,
+                                            gpumem_resource **out);
+
+/* Gives every whole free upstream chunk back to the upstream (over vmm: unmaps free
+ * memory). *released (may be NULL) receives the bytes given back. */
+GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
+
+/* ---------------------------------------------------------------------------------------
+ * Virtual memory upstream: one virtual address range reserved per resource
+ * (cuMemAddressReserve), physical memory mapped into it on demand (cuMemCreate, cuMemMap,
+ * cuMemSetAccess) and unmapped when freed. Its reserved bytes are the mapped physical
+ * bytes. Successive allocations are placed at the lowest free address, so a pool over vmm
+ * grows in place. Devices without virtual memory management: GPUMEM_ERR_UNSUPPORTED.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_vmm_options {
+  /* bytes of address space to reserve; 0: four times the device's memory */
+  size_t reserve_size;
+} gpumem_vmm_options;
+
+GPUMEM_API gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts,
+                                           gpumem_resource **out);
 
 /* ---------------------------------------------------------------------------------------
  * Resources from a spec string: one grammar for C, the environment, the tools and Python.

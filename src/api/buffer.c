@@ -70,7 +70,7 @@ gpumem_status gpumem_buffer_create(size_t size, gpumem_stream stream, gpumem_res
                                    gpumem_buffer **out) {
   if (!out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_buffer_create: out is NULL");
-  gpumem_buffer *buf;
+  gpumem_buffer *buf = NULL;
   gpumem_status status = new_buffer(stream, mr, &buf);
   if (status != GPUMEM_OK)
     return status;

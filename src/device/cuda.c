@@ -36,6 +36,7 @@
   X(cuCtxGetDevice)                                                                          \
   X(cuCtxPushCurrent)                                                                        \
   X(cuCtxPopCurrent)                                                                         \
+  X(cuCtxSynchronize)                                                                        \
   X(cuMemGetInfo)                                                                            \
   X(cuMemAlloc)                                                                              \
   X(cuMemFree)                                                                               \
@@ -184,7 +185,7 @@ static gpumem_status enter_device(int device, context_scope *scope) {
     if (cu.cuCtxGetDevice(&handle) == CUDA_SUCCESS && handle == device_handles[device])
       return GPUMEM_OK;
   }
-  CUcontext primary;
+  CUcontext primary = NULL;
   gpumem_status status = primary_context(device, &primary);
   if (status != GPUMEM_OK)
     return status;
@@ -387,7 +388,7 @@ static gpumem_status cuda_get_device(int *device) {
 }
 
 static gpumem_status cuda_set_device(int device) {
-  CUcontext primary;
+  CUcontext primary = NULL;
   gpumem_status status = primary_context(device, &primary);
   if (status != GPUMEM_OK)
     return status;
@@ -599,6 +600,10 @@ static gpumem_status cuda_stream_synchronize(gpumem_stream stream) {
   ON_STREAM(stream, cu.cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize");
 }
 
+static gpumem_status cuda_device_synchronize(int device) {
+  IN_DEVICE(device, cu.cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
 static gpumem_status cuda_stream_query(gpumem_stream stream) {
   gpumem_status status = ensure_context(stream);
   if (status != GPUMEM_OK)
@@ -728,6 +733,7 @@ const gpumem__device_ops gpumem__cuda_device_ops = {
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .stream_synchronize = cuda_stream_synchronize,
+    .device_synchronize = cuda_device_synchronize,
     .stream_query = cuda_stream_query,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,

@@ -80,6 +80,8 @@ typedef struct gpumem__device_ops {
   gpumem_status (*stream_create)(int device, gpumem_stream *stream);
   gpumem_status (*stream_destroy)(gpumem_stream stream);
   gpumem_status (*stream_synchronize)(gpumem_stream stream);
+  /* Waits for all work on every stream of the device (cuCtxSynchronize). */
+  gpumem_status (*device_synchronize)(int device);
   /* GPUMEM_OK when all work on the stream is done, GPUMEM_ERR_NOT_READY when not (no
    * message is set for NOT_READY). */
   gpumem_status (*stream_query)(gpumem_stream stream);

@@ -497,6 +497,7 @@ const gpumem__device_ops gpumem__sim_device_ops = {
     .stream_create = gpumem__sim_stream_create,
     .stream_destroy = gpumem__sim_stream_destroy,
     .stream_synchronize = gpumem__sim_stream_synchronize,
+    .device_synchronize = gpumem__sim_device_synchronize,
     .stream_query = gpumem__sim_stream_query,
     .event_create = gpumem__sim_event_create,
     .event_destroy = gpumem__sim_event_destroy,

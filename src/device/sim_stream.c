@@ -308,6 +308,19 @@ gpumem_status gpumem__sim_stream_synchronize(gpumem_stream handle) {
   return status;
 }
 
+gpumem_status gpumem__sim_device_synchronize(int device) {
+  pthread_mutex_lock(&gpumem__sim.lock);
+  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_SYNCHRONIZE);
+  if (status == GPUMEM_OK)
+    status = gpumem__sim_check_device("device_synchronize", device);
+  if (status == GPUMEM_OK) {
+    gpumem__sim_run_device(device);
+    gpumem__sim_apply_release_thresholds(device);
+  }
+  pthread_mutex_unlock(&gpumem__sim.lock);
+  return status;
+}
+
 gpumem_status gpumem__sim_stream_query(gpumem_stream handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_stream *stream = NULL;

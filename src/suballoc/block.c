@@ -1,0 +1,264 @@
+/* block.c: block structs, their slab, the segregated-fit free index and the address map
+ * (see block.h). */
+#include "suballoc/block.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------
+ * Slab
+ * ------------------------------------------------------------------------------------- */
+
+#define SLAB_PAGE_BLOCKS 256
+
+void gpumem__block_slab_init(gpumem__block_slab *slab) { memset(slab, 0, sizeof *slab); }
+
+void gpumem__block_slab_destroy(gpumem__block_slab *slab) {
+  for (size_t i = 0; i < slab->page_count; i++)
+    free(slab->pages[i]);
+  free(slab->pages);
+  memset(slab, 0, sizeof *slab);
+}
+
+static bool add_page(gpumem__block_slab *slab) {
+  if (slab->page_count == slab->page_capacity) {
+    size_t capacity = slab->page_capacity ? slab->page_capacity * 2 : 16;
+    void **pages = realloc(slab->pages, capacity * sizeof *pages);
+    if (!pages)
+      return false;
+    slab->pages = pages;
+    slab->page_capacity = capacity;
+  }
+  gpumem__block *page = malloc(SLAB_PAGE_BLOCKS * sizeof *page);
+  if (!page)
+    return false;
+  slab->pages[slab->page_count++] = page;
+  for (size_t i = 0; i < SLAB_PAGE_BLOCKS; i++) {
+    page[i].next_free = slab->spare;
+    slab->spare = &page[i];
+  }
+  return true;
+}
+
+gpumem__block *gpumem__block_new(gpumem__block_slab *slab) {
+  if (GPUMEM_UNLIKELY(!slab->spare) && !add_page(slab))
+    return NULL;
+  gpumem__block *block = slab->spare;
+  slab->spare = block->next_free;
+  memset(block, 0, sizeof *block);
+  return block;
+}
+
+void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
+  block->next_free = slab->spare;
+  slab->spare = block;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Free index
+ * ------------------------------------------------------------------------------------- */
+
+static inline int msb64(uint64_t x) { return 63 - __builtin_clzll(x); }
+
+/* The class a block of `size` bytes is filed under: the largest class whose lower bound
+ * is at most size. */
+static inline void class_of(size_t size, int *fl, int *sl) {
+  uint64_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  if (units < GPUMEM__SL_COUNT) {
+    *fl = 0;
+    *sl = (int)units;
+    return;
+  }
+  int msb = msb64(units);
+  *fl = msb - GPUMEM__SL_SHIFT + 1;
+  *sl = (int)(units >> (msb - GPUMEM__SL_SHIFT)) - GPUMEM__SL_COUNT;
+}
+
+/* The smallest class in which every block holds at least `size` bytes. */
+static inline void class_at_least(size_t size, int *fl, int *sl) {
+  uint64_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  if (units >= GPUMEM__SL_COUNT)
+    units += ((uint64_t)1 << (msb64(units) - GPUMEM__SL_SHIFT)) - 1;
+  class_of(units << GPUMEM__BLOCK_UNIT_SHIFT, fl, sl);
+}
+
+void gpumem__free_index_init(gpumem__free_index *index) { memset(index, 0, sizeof *index); }
+
+void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
+  int fl, sl;
+  class_of(block->size, &fl, &sl);
+  gpumem__block *head = index->heads[fl][sl];
+  block->prev_free = NULL;
+  block->next_free = head;
+  if (head)
+    head->prev_free = block;
+  index->heads[fl][sl] = block;
+  index->fl_bitmap |= (uint64_t)1 << fl;
+  index->sl_bitmap[fl] |= 1u << sl;
+  index->block_count++;
+  index->total_bytes += block->size;
+}
+
+void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
+  int fl, sl;
+  class_of(block->size, &fl, &sl);
+  if (block->prev_free)
+    block->prev_free->next_free = block->next_free;
+  else
+    index->heads[fl][sl] = block->next_free;
+  if (block->next_free)
+    block->next_free->prev_free = block->prev_free;
+  if (!index->heads[fl][sl]) {
+    index->sl_bitmap[fl] &= ~(1u << sl);
+    if (!index->sl_bitmap[fl])
+      index->fl_bitmap &= ~((uint64_t)1 << fl);
+  }
+  block->prev_free = block->next_free = NULL;
+  index->block_count--;
+  index->total_bytes -= block->size;
+}
+
+/* How many blocks of the request's own class are looked at for the best fit: enough to
+ * find an exact size among repeats, few enough to keep allocation constant-time. */
+#define BEST_FIT_PROBES 8
+
+gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size) {
+  int fl, sl;
+  class_of(size, &fl, &sl);
+  if (fl >= GPUMEM__FL_COUNT)
+    return NULL;
+  gpumem__block *best = NULL;
+  int probes = 0;
+  for (gpumem__block *b = index->heads[fl][sl]; b && probes < BEST_FIT_PROBES;
+       b = b->next_free, probes++) {
+    if (b->size >= size && (!best || b->size < best->size ||
+                            (b->size == best->size && b->addr < best->addr)))
+      best = b;
+    if (best && best->size == size)
+      break;
+  }
+  if (best)
+    return best;
+  class_at_least(size, &fl, &sl);
+  if (fl >= GPUMEM__FL_COUNT)
+    return NULL;
+  uint32_t sl_map = index->sl_bitmap[fl] & (~0u << sl);
+  if (!sl_map) {
+    uint64_t fl_map = fl + 1 < 64 ? index->fl_bitmap & (~(uint64_t)0 << (fl + 1)) : 0;
+    if (!fl_map)
+      return NULL;
+    fl = __builtin_ctzll(fl_map);
+    sl_map = index->sl_bitmap[fl];
+  }
+  sl = __builtin_ctz(sl_map);
+  return index->heads[fl][sl];
+}
+
+size_t gpumem__free_index_largest(const gpumem__free_index *index) {
+  if (!index->fl_bitmap)
+    return 0;
+  int fl = msb64(index->fl_bitmap);
+  int sl = 31 - __builtin_clz(index->sl_bitmap[fl]);
+  size_t largest = 0;
+  for (const gpumem__block *b = index->heads[fl][sl]; b; b = b->next_free)
+    if (b->size > largest)
+      largest = b->size;
+  return largest;
+}
+
+void gpumem__free_index_each(const gpumem__free_index *index,
+                             void (*fn)(gpumem__block *block, void *user), void *user) {
+  for (int fl = 0; fl < GPUMEM__FL_COUNT; fl++) {
+    if (!(index->fl_bitmap & ((uint64_t)1 << fl)))
+      continue;
+    for (int sl = 0; sl < GPUMEM__SL_COUNT; sl++) {
+      gpumem__block *b = index->heads[fl][sl];
+      while (b) {
+        gpumem__block *next = b->next_free;
+        fn(b, user);
+        b = next;
+      }
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Address map
+ * ------------------------------------------------------------------------------------- */
+
+static inline size_t hash_address(uintptr_t addr) {
+  uint64_t x = (uint64_t)addr >> GPUMEM__BLOCK_UNIT_SHIFT;
+  x *= 0x9E3779B97F4A7C15ull;
+  return (size_t)(x ^ (x >> 29));
+}
+
+bool gpumem__block_map_init(gpumem__block_map *map) {
+  map->capacity = 1024;
+  map->count = 0;
+  map->slots = calloc(map->capacity, sizeof *map->slots);
+  return map->slots != NULL;
+}
+
+void gpumem__block_map_destroy(gpumem__block_map *map) {
+  free(map->slots);
+  map->slots = NULL;
+  map->capacity = map->count = 0;
+}
+
+static size_t slot_of(const gpumem__block_map *map, uintptr_t addr) {
+  size_t mask = map->capacity - 1;
+  size_t i = hash_address(addr) & mask;
+  while (map->slots[i] && map->slots[i]->addr != addr)
+    i = (i + 1) & mask;
+  return i;
+}
+
+static bool grow_map(gpumem__block_map *map) {
+  gpumem__block_map bigger = {.capacity = map->capacity * 2, .count = map->count};
+  bigger.slots = calloc(bigger.capacity, sizeof *bigger.slots);
+  if (!bigger.slots)
+    return false;
+  for (size_t i = 0; i < map->capacity; i++)
+    if (map->slots[i])
+      bigger.slots[slot_of(&bigger, map->slots[i]->addr)] = map->slots[i];
+  free(map->slots);
+  *map = bigger;
+  return true;
+}
+
+bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
+  if ((map->count + 1) * 2 > map->capacity && !grow_map(map))
+    return false;
+  map->slots[slot_of(map, block->addr)] = block;
+  map->count++;
+  return true;
+}
+
+gpumem__block *gpumem__block_map_find(const gpumem__block_map *map, uintptr_t addr) {
+  return map->slots[slot_of(map, addr)];
+}
+
+gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
+  size_t mask = map->capacity - 1;
+  size_t hole = slot_of(map, addr);
+  gpumem__block *found = map->slots[hole];
+  if (!found)
+    return NULL;
+  /* Backward-shift deletion keeps probe runs unbroken without tombstones. */
+  size_t i = hole;
+  for (;;) {
+    i = (i + 1) & mask;
+    gpumem__block *next = map->slots[i];
+    if (!next)
+      break;
+    size_t home = hash_address(next->addr) & mask;
+    bool home_in_gap = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+    if (!home_in_gap) {
+      map->slots[hole] = next;
+      hole = i;
+    }
+  }
+  map->slots[hole] = NULL;
+  map->count--;
+  return found;
+}

@@ -1,0 +1,93 @@
+/* block.h: the host-side bookkeeping every suballocator shares: blocks of device memory
+ * described by structs in host memory, a slab that recycles those structs, an index of
+ * free blocks by size (two-level segregated fit) and a map from address to block.
+ *
+ * Nothing is ever written into device memory: the host cannot touch it, and a kernel that
+ * overruns its buffer must not be able to corrupt the allocator.
+ *
+ * None of these structures locks; the suballocator that owns them does. */
+#ifndef GPUMEM_SUBALLOC_BLOCK_H
+#define GPUMEM_SUBALLOC_BLOCK_H
+
+#include "core/internal.h"
+
+/* Sizes are kept in units of the minimum alignment. */
+#define GPUMEM__BLOCK_UNIT_SHIFT 8
+#define GPUMEM__BLOCK_UNIT ((size_t)1 << GPUMEM__BLOCK_UNIT_SHIFT)
+
+typedef struct gpumem__block gpumem__block;
+
+struct gpumem__block {
+  uintptr_t addr;
+  size_t size;
+  /* Neighbours in address order inside one contiguous region (NULL at its ends), so that
+   * a freed block can merge with free neighbours in O(1). */
+  gpumem__block *prev_addr, *next_addr;
+  /* Links in a free list while free. */
+  gpumem__block *prev_free, *next_free;
+  void *owner;       /* the suballocator part that holds the block (free set, arena) */
+  size_t requested;  /* while allocated: the size the user asked for */
+  uint32_t is_free;
+};
+
+/* ---- slab of block structs ---- */
+
+typedef struct gpumem__block_slab {
+  gpumem__block *spare;  /* recycled structs, linked through next_free */
+  void **pages;          /* every page of structs, freed at destroy */
+  size_t page_count, page_capacity;
+} gpumem__block_slab;
+
+void gpumem__block_slab_init(gpumem__block_slab *slab);
+void gpumem__block_slab_destroy(gpumem__block_slab *slab);
+/* A zeroed struct, or NULL when host memory is exhausted. */
+gpumem__block *gpumem__block_new(gpumem__block_slab *slab);
+void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block);
+
+/* ---- free index: two-level segregated fit ----
+ * First level: the power of two of the size (in units); second level: 16 equal slices of
+ * it. A bitmap per level finds the smallest non-empty class at or above a size in a few
+ * instructions, so allocation never scans lists of blocks. */
+
+#define GPUMEM__FL_COUNT 48
+#define GPUMEM__SL_SHIFT 4
+#define GPUMEM__SL_COUNT (1 << GPUMEM__SL_SHIFT)
+
+typedef struct gpumem__free_index {
+  uint64_t fl_bitmap;
+  uint32_t sl_bitmap[GPUMEM__FL_COUNT];
+  gpumem__block *heads[GPUMEM__FL_COUNT][GPUMEM__SL_COUNT];
+  size_t block_count;
+  size_t total_bytes;
+} gpumem__free_index;
+
+void gpumem__free_index_init(gpumem__free_index *index);
+void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block);
+void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block);
+/* A free block of at least `size` bytes (a multiple of the unit), the best fitting of the
+ * few in the request's own class, else one from the smallest larger non-empty class; NULL
+ * when none fits. The block stays in the index. */
+gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size);
+/* The largest free block (walks one class). */
+size_t gpumem__free_index_largest(const gpumem__free_index *index);
+/* Calls fn on every block (fn must not change the index). */
+void gpumem__free_index_each(const gpumem__free_index *index,
+                             void (*fn)(gpumem__block *block, void *user), void *user);
+
+/* ---- map from address to allocated block (open addressing, linear probing) ---- */
+
+typedef struct gpumem__block_map {
+  gpumem__block **slots;
+  size_t capacity; /* a power of two */
+  size_t count;
+} gpumem__block_map;
+
+bool gpumem__block_map_init(gpumem__block_map *map);
+void gpumem__block_map_destroy(gpumem__block_map *map);
+/* False when the map had to grow and host memory is exhausted (nothing changed then). */
+bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block);
+/* The block at addr, removed from the map; NULL when absent. */
+gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr);
+gpumem__block *gpumem__block_map_find(const gpumem__block_map *map, uintptr_t addr);
+
+#endif /* GPUMEM_SUBALLOC_BLOCK_H */
