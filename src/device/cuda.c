@@ -21,6 +21,13 @@
  * cuMemPrefetchAsync with CUmemLocation arrived in 12.2). */
 #define GPUMEM__MIN_DRIVER_VERSION 12020
 
+/* The ABI every entry point is asked for. cuGetProcAddress returns the variant of a
+ * function for the version asked, and cuda.h's plain prototypes (which type the pointers
+ * below) are the 12.x ones: CUDA 13.0 remapped some names to new signatures (cuCtxGetDevice
+ * and cuCtxSynchronize take a context there), so asking at the header's own version would
+ * return functions of another shape. */
+#define GPUMEM__DRIVER_ABI_VERSION 12080
+
 /* Every driver function used, typed from cuda.h's prototypes. */
 #define GPUMEM__CUDA_FUNCTIONS(X)                                                            \
   X(cuInit)                                                                                  \
@@ -257,7 +264,8 @@ static gpumem_status load_functions(void *library, int driver_version) {
   if (!get_proc)
     return gpumem__fail(GPUMEM_ERR_NO_DRIVER, "the CUDA driver has no cuGetProcAddress_v2%s",
                         no_gpu_hint);
-  int version = driver_version < CUDA_VERSION ? driver_version : CUDA_VERSION;
+  int version =
+      driver_version < GPUMEM__DRIVER_ABI_VERSION ? driver_version : GPUMEM__DRIVER_ABI_VERSION;
   CUdriverProcAddressQueryResult found;
 #define GPUMEM__LOAD_FN_(name)                                                               \
   if (get_proc(#name, (void **)&cu.name, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=    \

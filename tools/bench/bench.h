@@ -1,0 +1,158 @@
+/* bench.h: what the parts of gpumem-bench share.
+ *
+ * The benchmark measures gpumem's resources and two raw driver references (cuMemAlloc and a
+ * driver pool) through one small allocator interface, so that each workload is written once
+ * and every figure can be read as a ratio to the references measured in the same run.
+ *
+ * Every workload is turned into an array of operations before any timing starts (sizes,
+ * and the slot of a pointer table each operation fills or empties), so that a timed loop
+ * is an array walk that does nothing but allocate and free. */
+#ifndef GPUMEM_BENCH_H
+#define GPUMEM_BENCH_H
+
+#include "gpumem.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The labels of the references, accepted by --resource and added by --compare. */
+#define BENCH_REF_CUMEMALLOC "driver:cuMemAlloc"
+#define BENCH_REF_ASYNC "driver:async"
+
+/* ---------------------------------------------------------------------------------------
+ * Allocators: a gpumem resource or a driver reference
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct bench_allocator bench_allocator;
+
+struct bench_allocator {
+  /* The --resource spec, or one of the BENCH_REF_ labels. */
+  const char *label;
+  /* As gpumem_allocate: 0 bytes gives NULL. On failure the thread's gpumem error message
+   * says why. */
+  gpumem_status (*allocate)(bench_allocator *self, size_t bytes, gpumem_stream stream, void **ptr);
+  /* As gpumem_deallocate: NULL is a no-op. */
+  gpumem_status (*deallocate)(bench_allocator *self, void *ptr, size_t bytes, gpumem_stream stream);
+  /* Bytes held from the device now. NULL where the allocator holds exactly what is live
+   * (cuMemAlloc): the caller counts live bytes itself. */
+  gpumem_status (*reserved)(bench_allocator *self, uint64_t *bytes);
+  /* The most bytes held from the device so far; GPUMEM_ERR_UNSUPPORTED where unknown. */
+  gpumem_status (*peak_reserved)(bench_allocator *self, uint64_t *bytes);
+  /* Destroys the allocator; everything it gave must have been freed and synchronized. */
+  gpumem_status (*close)(bench_allocator *self);
+};
+
+/* A fresh allocator for `label` on `device`: a gpumem resource built from the spec, or a
+ * driver reference. On failure the thread's gpumem error message says why. */
+gpumem_status bench_allocator_open(const char *label, int device, bench_allocator **out);
+
+/* As bench_allocator_open and close, exiting the program with a message on failure. */
+bench_allocator *bench_open_or_die(const char *label, int device);
+void bench_close_or_die(bench_allocator *alloc);
+
+/* ---------------------------------------------------------------------------------------
+ * Operation sequences
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct bench_op {
+  size_t bytes;  /* requested size; a free passes the size its allocation asked for */
+  uint32_t slot; /* the pointer-table entry an allocation fills or a free empties */
+  uint32_t is_free;
+} bench_op;
+
+typedef struct bench_sequence {
+  bench_op *ops;
+  size_t count;
+  size_t slot_count;   /* entries the pointer table needs */
+  bench_op *leftovers; /* frees of what is still live after the last op */
+  size_t leftover_count;
+  uint64_t peak_live_bytes; /* high-water mark of requested bytes along the sequence */
+} bench_sequence;
+
+void bench_sequence_free(bench_sequence *seq);
+
+/* Where a run stopped when an operation failed. */
+typedef struct bench_failure {
+  const char *phase; /* "warm-up pass", "timed pass", "freeing leftovers", ... */
+  size_t step;       /* index of the failed operation within its phase */
+  size_t bytes;
+  bool is_free;
+  gpumem_status status;
+  char message[1024]; /* gpumem_last_error_message() of the failing thread */
+} bench_failure;
+
+/* Runs `count` ops in order with `slots` as the pointer table. Returns GPUMEM_OK, or the
+ * status of the first failed op (described in *failure, whose phase the caller sets;
+ * nothing after it runs). */
+gpumem_status bench_run_ops(bench_allocator *alloc, gpumem_stream stream, const bench_op *ops,
+                            size_t count, void **slots, bench_failure *failure);
+
+/* As bench_run_ops, untimed: reads the allocator's reserved bytes after every allocation
+ * (or counts live bytes where it has no reserved figure) and raises *peak to the highest. */
+gpumem_status bench_run_ops_tracking_reserved(bench_allocator *alloc, gpumem_stream stream,
+                                              const bench_op *ops, size_t count, void **slots,
+                                              uint64_t *peak, bench_failure *failure);
+
+/* Frees what the sequence leaves live, then synchronizes the stream (untimed). A failed
+ * synchronization exits the program (bench_die). */
+gpumem_status bench_finish_pass(bench_allocator *alloc, gpumem_stream stream,
+                                const bench_sequence *seq, void **slots, bench_failure *failure);
+
+/* Runs the whole sequence, then frees its leftovers and synchronizes the stream. Only the
+ * sequence itself is timed: *elapsed_ns receives its duration. `phase` names the pass in
+ * a failure report. A failed synchronization exits the program (bench_die). */
+gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
+                             const bench_sequence *seq, void **slots, const char *phase,
+                             uint64_t *elapsed_ns, bench_failure *failure);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t bench_now_ns(void);
+
+/* ---------------------------------------------------------------------------------------
+ * The run: options, results, errors
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct bench_context {
+  int device;
+  const char **labels; /* allocators to measure, references first */
+  size_t label_count;
+  const char *backend; /* gpumem_backend_name(): "cuda" or "sim" */
+  const char *gpu;     /* the device's name on a GPU, NULL on the simulated device */
+} bench_context;
+
+typedef enum bench_kind { BENCH_RANDOM, BENCH_THREADS, BENCH_REPLAY } bench_kind;
+
+typedef struct bench_result {
+  bench_kind kind;
+  const char *resource;
+  const char *workload; /* random and threads: the workload's name; replay: the trace's */
+  int threads;
+  uint64_t ops;   /* operations (random, threads) or events (replay) */
+  double ns;      /* per operation; replay: per event of the cold pass */
+  double ns_warm; /* replay: per event of the warm pass */
+  uint64_t peak_live_bytes;
+  uint64_t peak_reserved_bytes;
+  const char *peak_reserved_from; /* "query" or "replay" */
+} bench_result;
+
+/* Prints the result as one JSON line on stdout (with its speedups over references already
+ * reported in the same group) and keeps it for bench_print_table. */
+void bench_report(const bench_context *ctx, const bench_result *result);
+
+/* Prints every reported result as a human-readable table on stdout. */
+void bench_print_table(void);
+
+/* Prints "gpumem-bench: <what>: <status name>: <message>" to stderr and exits with 1. */
+_Noreturn void bench_die(gpumem_status status, const char *what);
+
+/* Reports a failed operation (resource, step, size, message) and exits with 1. */
+_Noreturn void bench_die_failure(const char *bench, const char *resource, const char *workload,
+                                 const bench_failure *failure);
+
+/* The workloads. Each measures every allocator of ctx; they exit on failure. */
+void bench_random(const bench_context *ctx, const char *workloads);
+void bench_threads(const bench_context *ctx, const char *thread_counts);
+void bench_replay(const bench_context *ctx, char **traces, size_t trace_count);
+
+#endif /* GPUMEM_BENCH_H */

@@ -1,0 +1,345 @@
+/* random.c: the random allocate/free workloads of BENCHMARKS.md, on one thread and on many.
+ *
+ * The generator and the rules are BENCHMARKS.md's, read as follows (the order of the draws
+ * decides the sequence, so it is spelled out):
+ *
+ *   x = seed of the workload (xorshift64 state)
+ *   next():  x ^= x << 13; x ^= x >> 7; x ^= x << 17; return x
+ *   urand(): (next() >> 11) * 2^-53, in [0, 1)
+ *   for each of n steps:
+ *     live == 0                          -> allocate (no draw)
+ *     live < cap and urand() < 0.5       -> allocate (one draw; none when live == cap)
+ *     otherwise                          -> free the live slot at next() % live, and move
+ *                                           the last live slot into its place (swap-remove)
+ *     an allocation then draws its size: (size_t)exp(log(lo) + (log(hi) - log(lo)) * urand())
+ *
+ * A free passes the size its allocation asked for. The whole sequence is built before any
+ * timing; the timed loop only replays it (see run.c). */
+#include "bench/bench.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct random_workload {
+  const char *name;
+  size_t steps;
+  size_t cap;
+  size_t lo, hi; /* bytes */
+  uint64_t seed;
+} random_workload;
+
+static const random_workload random_workloads[] = {
+    {"small", 200000, 1000, 8, 4096, 42},
+    {"mixed", 200000, 1000, 256, (size_t)4 << 20, 43},
+    {"large", 20000, 64, (size_t)1 << 20, (size_t)256 << 20, 44},
+};
+
+#define RANDOM_WORKLOAD_COUNT (sizeof random_workloads / sizeof random_workloads[0])
+
+/* The per-thread sequence of the threads benchmark: its seed is 100 + the thread's index. */
+static const random_workload thread_workload = {"threads", 100000, 500, 8, 65536, 100};
+
+/* ---- the generator ---- */
+
+static uint64_t xorshift_next(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+static double xorshift_urand(uint64_t *x) {
+  return (double)(xorshift_next(x) >> 11) * 0x1.0p-53;
+}
+
+static size_t log_uniform_size(uint64_t *x, size_t lo, size_t hi) {
+  double log_lo = log((double)lo), log_hi = log((double)hi);
+  return (size_t)exp(log_lo + (log_hi - log_lo) * xorshift_urand(x));
+}
+
+/* ---- building a sequence ---- */
+
+/* The live set while a sequence is built: live[] holds table slots in the workload's order
+ * (the order swap-remove acts on); spare[] is a stack of unused table slots. */
+typedef struct live_set {
+  uint32_t *live;
+  size_t live_count;
+  uint32_t *spare;
+  size_t spare_count;
+  size_t *slot_bytes;
+  uint64_t live_bytes;
+} live_set;
+
+static bool live_set_init(live_set *set, size_t cap) {
+  set->live = malloc(cap * sizeof *set->live);
+  set->spare = malloc(cap * sizeof *set->spare);
+  set->slot_bytes = malloc(cap * sizeof *set->slot_bytes);
+  set->live_count = 0;
+  set->live_bytes = 0;
+  set->spare_count = cap;
+  for (size_t i = 0; i < cap; i++)
+    set->spare[i] = (uint32_t)(cap - 1 - i);
+  return set->live && set->spare && set->slot_bytes;
+}
+
+static void live_set_fini(live_set *set) {
+  free(set->live);
+  free(set->spare);
+  free(set->slot_bytes);
+}
+
+static bench_op live_set_add(live_set *set, size_t bytes) {
+  uint32_t slot = set->spare[--set->spare_count];
+  set->live[set->live_count++] = slot;
+  set->slot_bytes[slot] = bytes;
+  set->live_bytes += bytes;
+  return (bench_op){.bytes = bytes, .slot = slot, .is_free = 0};
+}
+
+static bench_op live_set_remove_at(live_set *set, size_t index) {
+  uint32_t slot = set->live[index];
+  set->live[index] = set->live[--set->live_count];
+  set->spare[set->spare_count++] = slot;
+  set->live_bytes -= set->slot_bytes[slot];
+  return (bench_op){.bytes = set->slot_bytes[slot], .slot = slot, .is_free = 1};
+}
+
+static bench_op next_op(const random_workload *w, uint64_t *x, live_set *set) {
+  bool allocate = set->live_count == 0 || (set->live_count < w->cap && xorshift_urand(x) < 0.5);
+  if (allocate)
+    return live_set_add(set, log_uniform_size(x, w->lo, w->hi));
+  return live_set_remove_at(set, xorshift_next(x) % set->live_count);
+}
+
+static void out_of_host_memory(void) {
+  fprintf(stderr, "gpumem-bench: out of host memory building a workload\n");
+  exit(EXIT_FAILURE);
+}
+
+static void build_random_sequence(const random_workload *w, uint64_t seed, bench_sequence *seq) {
+  live_set set;
+  *seq = (bench_sequence){.count = w->steps, .slot_count = w->cap};
+  seq->ops = malloc(w->steps * sizeof *seq->ops);
+  seq->leftovers = malloc(w->cap * sizeof *seq->leftovers);
+  if (!live_set_init(&set, w->cap) || !seq->ops || !seq->leftovers)
+    out_of_host_memory();
+  uint64_t x = seed;
+  for (size_t i = 0; i < w->steps; i++) {
+    seq->ops[i] = next_op(w, &x, &set);
+    if (set.live_bytes > seq->peak_live_bytes)
+      seq->peak_live_bytes = set.live_bytes;
+  }
+  while (set.live_count > 0)
+    seq->leftovers[seq->leftover_count++] = live_set_remove_at(&set, set.live_count - 1);
+  live_set_fini(&set);
+}
+
+static void **new_slot_table(size_t count) {
+  void **slots = calloc(count, sizeof *slots);
+  if (!slots)
+    out_of_host_memory();
+  return slots;
+}
+
+static gpumem_stream new_stream(int device) {
+  gpumem_stream stream;
+  gpumem_status status = gpumem_stream_create(device, &stream);
+  if (status != GPUMEM_OK)
+    bench_die(status, "creating a stream");
+  return stream;
+}
+
+/* ---- random: one thread, one stream ---- */
+
+static void run_random_workload(const bench_context *ctx, const random_workload *w,
+                                gpumem_stream stream) {
+  bench_sequence seq;
+  build_random_sequence(w, w->seed, &seq);
+  void **slots = new_slot_table(seq.slot_count);
+  for (size_t i = 0; i < ctx->label_count; i++) {
+    bench_allocator *alloc = bench_open_or_die(ctx->labels[i], ctx->device);
+    bench_failure failure;
+    uint64_t elapsed_ns;
+    if (bench_run_pass(alloc, stream, &seq, slots, "warm-up pass", &elapsed_ns, &failure) ||
+        bench_run_pass(alloc, stream, &seq, slots, "timed pass", &elapsed_ns, &failure))
+      bench_die_failure("random", alloc->label, w->name, &failure);
+    bench_close_or_die(alloc);
+    bench_result result = {.kind = BENCH_RANDOM,
+                           .resource = ctx->labels[i],
+                           .workload = w->name,
+                           .threads = 1,
+                           .ops = seq.count,
+                           .ns = (double)elapsed_ns / (double)seq.count};
+    bench_report(ctx, &result);
+  }
+  free(slots);
+  bench_sequence_free(&seq);
+}
+
+static const random_workload *find_workload(const char *name, size_t length) {
+  for (size_t i = 0; i < RANDOM_WORKLOAD_COUNT; i++)
+    if (strlen(random_workloads[i].name) == length &&
+        strncmp(random_workloads[i].name, name, length) == 0)
+      return &random_workloads[i];
+  fprintf(stderr, "gpumem-bench: unknown workload '%.*s' (small, mixed or large)\n", (int)length,
+          name);
+  exit(EXIT_FAILURE);
+}
+
+void bench_random(const bench_context *ctx, const char *workloads) {
+  const random_workload *chosen[RANDOM_WORKLOAD_COUNT * 4];
+  size_t count = 0;
+  if (!workloads) {
+    for (; count < RANDOM_WORKLOAD_COUNT; count++)
+      chosen[count] = &random_workloads[count];
+  }
+  for (const char *p = workloads; p && *p;) {
+    size_t length = strcspn(p, ",");
+    if (count == sizeof chosen / sizeof chosen[0]) {
+      fprintf(stderr, "gpumem-bench: at most %zu workloads\n", count);
+      exit(EXIT_FAILURE);
+    }
+    chosen[count++] = find_workload(p, length);
+    p += length + (p[length] == ',');
+  }
+  gpumem_stream stream = new_stream(ctx->device);
+  for (size_t i = 0; i < count; i++)
+    run_random_workload(ctx, chosen[i], stream);
+  gpumem_stream_destroy(stream);
+}
+
+/* ---- threads: each thread its own stream and sequence, one shared allocator ---- */
+
+typedef struct thread_run {
+  pthread_t thread;
+  int device;
+  bench_allocator *alloc;
+  pthread_barrier_t *barrier;
+  bench_sequence seq;
+  void **slots;
+  gpumem_stream stream;
+  uint64_t start_ns, end_ns;
+  gpumem_status status;
+  bench_failure failure;
+} thread_run;
+
+/* Warm-up, then the barrier, then the timed pass. A thread whose warm-up failed still
+ * waits at the barrier, so that the others are not left waiting forever. */
+static void *thread_main(void *arg) {
+  thread_run *t = arg;
+  uint64_t unused_ns;
+  gpumem_status status = gpumem_set_device(t->device);
+  if (status != GPUMEM_OK)
+    bench_die(status, "setting the device of a worker thread");
+  t->status = bench_run_pass(t->alloc, t->stream, &t->seq, t->slots, "warm-up pass", &unused_ns,
+                             &t->failure);
+  pthread_barrier_wait(t->barrier);
+  if (t->status != GPUMEM_OK)
+    return NULL;
+  t->failure.phase = "timed pass";
+  t->start_ns = bench_now_ns();
+  t->status = bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
+  t->end_ns = bench_now_ns();
+  if (t->status == GPUMEM_OK)
+    t->status = bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
+  return NULL;
+}
+
+static void prepare_threads(thread_run *runs, int count, int device, pthread_barrier_t *barrier) {
+  for (int i = 0; i < count; i++) {
+    thread_run *t = &runs[i];
+    *t = (thread_run){.device = device, .barrier = barrier};
+    build_random_sequence(&thread_workload, thread_workload.seed + (uint64_t)i, &t->seq);
+    t->slots = new_slot_table(t->seq.slot_count);
+    t->stream = new_stream(device);
+  }
+}
+
+static void release_threads(thread_run *runs, int count) {
+  for (int i = 0; i < count; i++) {
+    gpumem_stream_destroy(runs[i].stream);
+    free(runs[i].slots);
+    bench_sequence_free(&runs[i].seq);
+  }
+}
+
+/* Starts the threads on one allocator and returns the time from the first thread's start
+ * after the barrier to the last thread's end. Exits on any failure. */
+static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *alloc) {
+  for (int i = 0; i < count; i++) {
+    runs[i].alloc = alloc;
+    if (pthread_create(&runs[i].thread, NULL, thread_main, &runs[i]) != 0) {
+      fprintf(stderr, "gpumem-bench: cannot start thread %d of %d\n", i + 1, count);
+      exit(EXIT_FAILURE);
+    }
+  }
+  for (int i = 0; i < count; i++)
+    pthread_join(runs[i].thread, NULL);
+  uint64_t first_start = UINT64_MAX, last_end = 0;
+  for (int i = 0; i < count; i++) {
+    if (runs[i].status != GPUMEM_OK) {
+      char workload[64];
+      snprintf(workload, sizeof workload, "threads (thread %d of %d)", i + 1, count);
+      bench_die_failure("threads", alloc->label, workload, &runs[i].failure);
+    }
+    if (runs[i].start_ns < first_start)
+      first_start = runs[i].start_ns;
+    if (runs[i].end_ns > last_end)
+      last_end = runs[i].end_ns;
+  }
+  return last_end - first_start;
+}
+
+static void run_thread_count(const bench_context *ctx, int count) {
+  thread_run *runs = calloc((size_t)count, sizeof *runs);
+  pthread_barrier_t barrier;
+  if (!runs || pthread_barrier_init(&barrier, NULL, (unsigned)count) != 0)
+    out_of_host_memory();
+  prepare_threads(runs, count, ctx->device, &barrier);
+  for (size_t i = 0; i < ctx->label_count; i++) {
+    bench_allocator *alloc = bench_open_or_die(ctx->labels[i], ctx->device);
+    uint64_t elapsed_ns = run_threads_once(runs, count, alloc);
+    bench_close_or_die(alloc);
+    uint64_t ops = (uint64_t)count * thread_workload.steps;
+    bench_result result = {.kind = BENCH_THREADS,
+                           .resource = ctx->labels[i],
+                           .workload = thread_workload.name,
+                           .threads = count,
+                           .ops = ops,
+                           .ns = (double)elapsed_ns / (double)ops};
+    bench_report(ctx, &result);
+  }
+  release_threads(runs, count);
+  pthread_barrier_destroy(&barrier);
+  free(runs);
+}
+
+static int parse_thread_count(const char *text, size_t length) {
+  char *end;
+  long value = strtol(text, &end, 10);
+  if ((size_t)(end - text) != length || value < 1 || value > 4096) {
+    fprintf(stderr, "gpumem-bench: bad thread count '%.*s' (1 to 4096)\n", (int)length, text);
+    exit(EXIT_FAILURE);
+  }
+  return (int)value;
+}
+
+void bench_threads(const bench_context *ctx, const char *thread_counts) {
+  int counts[64];
+  size_t count = 0;
+  /* The whole list is read first, so that a typo stops the program before anything runs. */
+  for (const char *p = thread_counts ? thread_counts : "1,4,16"; *p;) {
+    size_t length = strcspn(p, ",");
+    if (count == sizeof counts / sizeof counts[0]) {
+      fprintf(stderr, "gpumem-bench: at most 64 thread counts\n");
+      exit(EXIT_FAILURE);
+    }
+    counts[count++] = parse_thread_count(p, length);
+    p += length + (p[length] == ',');
+  }
+  for (size_t i = 0; i < count; i++)
+    run_thread_count(ctx, counts[i]);
+}

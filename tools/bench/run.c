@@ -1,0 +1,122 @@
+/* run.c: the loops that drive an allocator through a precomputed operation sequence.
+ *
+ * The timed loop is kept to what is being measured: it reads one operation, calls the
+ * allocator, and checks the status. Everything else (drawing sizes, choosing what to free,
+ * mapping trace pointers, counting bytes) happened when the sequence was built. */
+#include "bench/bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define BENCH_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+uint64_t bench_now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+void bench_sequence_free(bench_sequence *seq) {
+  free(seq->ops);
+  free(seq->leftovers);
+  *seq = (bench_sequence){0};
+}
+
+/* Kept out of line so that the loops stay small. */
+static __attribute__((noinline)) gpumem_status
+note_failure(gpumem_status status, size_t step, const bench_op *op, bench_failure *failure) {
+  failure->step = step;
+  failure->bytes = op->bytes;
+  failure->is_free = op->is_free != 0;
+  failure->status = status;
+  snprintf(failure->message, sizeof failure->message, "%s", gpumem_last_error_message());
+  return status;
+}
+
+gpumem_status bench_run_ops(bench_allocator *alloc, gpumem_stream stream, const bench_op *ops,
+                            size_t count, void **slots, bench_failure *failure) {
+  /* Loaded once: the calls could change any memory, so the compiler would reload them. */
+  gpumem_status (*const allocate)(bench_allocator *, size_t, gpumem_stream, void **) =
+      alloc->allocate;
+  gpumem_status (*const deallocate)(bench_allocator *, void *, size_t, gpumem_stream) =
+      alloc->deallocate;
+  for (size_t i = 0; i < count; i++) {
+    const bench_op *op = &ops[i];
+    gpumem_status status = op->is_free ? deallocate(alloc, slots[op->slot], op->bytes, stream)
+                                       : allocate(alloc, op->bytes, stream, &slots[op->slot]);
+    if (BENCH_UNLIKELY(status != GPUMEM_OK))
+      return note_failure(status, i, op, failure);
+  }
+  return GPUMEM_OK;
+}
+
+/* The allocator's reserved bytes now, or, where it holds exactly what is live, the live
+ * bytes the caller counted. */
+static gpumem_status current_reserved(bench_allocator *alloc, uint64_t live_bytes,
+                                      uint64_t *reserved) {
+  if (!alloc->reserved) {
+    *reserved = live_bytes;
+    return GPUMEM_OK;
+  }
+  return alloc->reserved(alloc, reserved);
+}
+
+gpumem_status bench_run_ops_tracking_reserved(bench_allocator *alloc, gpumem_stream stream,
+                                              const bench_op *ops, size_t count, void **slots,
+                                              uint64_t *peak, bench_failure *failure) {
+  uint64_t live_bytes = 0;
+  for (size_t i = 0; i < count; i++) {
+    const bench_op *op = &ops[i];
+    if (op->is_free) {
+      gpumem_status status = alloc->deallocate(alloc, slots[op->slot], op->bytes, stream);
+      if (status != GPUMEM_OK)
+        return note_failure(status, i, op, failure);
+      live_bytes -= op->bytes;
+      continue;
+    }
+    gpumem_status status = alloc->allocate(alloc, op->bytes, stream, &slots[op->slot]);
+    uint64_t reserved = 0;
+    live_bytes += op->bytes;
+    if (status == GPUMEM_OK)
+      status = current_reserved(alloc, live_bytes, &reserved);
+    if (status != GPUMEM_OK)
+      return note_failure(status, i, op, failure);
+    if (reserved > *peak)
+      *peak = reserved;
+  }
+  return GPUMEM_OK;
+}
+
+static void synchronize(bench_allocator *alloc, gpumem_stream stream) {
+  gpumem_status status = gpumem_stream_synchronize(stream);
+  if (status != GPUMEM_OK) {
+    char what[512];
+    snprintf(what, sizeof what, "synchronizing the stream after a pass of '%s'", alloc->label);
+    bench_die(status, what);
+  }
+}
+
+gpumem_status bench_finish_pass(bench_allocator *alloc, gpumem_stream stream,
+                                const bench_sequence *seq, void **slots, bench_failure *failure) {
+  failure->phase = "freeing what the pass left live";
+  gpumem_status status =
+      bench_run_ops(alloc, stream, seq->leftovers, seq->leftover_count, slots, failure);
+  if (status == GPUMEM_OK)
+    synchronize(alloc, stream);
+  return status;
+}
+
+gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
+                             const bench_sequence *seq, void **slots, const char *phase,
+                             uint64_t *elapsed_ns, bench_failure *failure) {
+  failure->phase = phase;
+  uint64_t start = bench_now_ns();
+  gpumem_status status = bench_run_ops(alloc, stream, seq->ops, seq->count, slots, failure);
+  uint64_t end = bench_now_ns();
+  if (status == GPUMEM_OK)
+    status = bench_finish_pass(alloc, stream, seq, slots, failure);
+  if (status == GPUMEM_OK)
+    *elapsed_ns = end - start;
+  return status;
+}
