@@ -205,7 +205,8 @@ typedef enum gpumem_query {
   GPUMEM_QUERY_PEAK_LIVE_BYTES = 4,
   GPUMEM_QUERY_PEAK_RESERVED_BYTES = 5,
   GPUMEM_QUERY_LARGEST_FREE_BLOCK = 6, /* suballocators */
-  GPUMEM_QUERY_FREE_BLOCKS = 7         /* suballocators */
+  GPUMEM_QUERY_FREE_BLOCKS = 7,        /* suballocators */
+  GPUMEM_QUERY_FREE_BYTES = 8          /* suballocators: reserved bytes not in live blocks */
 } gpumem_query;
 
 /* Reads a numeric fact. Returns GPUMEM_ERR_UNSUPPORTED when the resource does not know it

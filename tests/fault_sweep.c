@@ -73,7 +73,7 @@ static void workload(const char *spec) {
   STEP(gpumem_stream_synchronize(stream));
   STEP(gpumem_stream_destroy(stream));
   sweep_resource = NULL;
-  CHECK_OK(gpumem_resource_release(mr));
+  STEP(gpumem_resource_release(mr));
 }
 
 static uint64_t device_used(void) {
@@ -136,11 +136,14 @@ int main(void) {
     printf("skipped: fault injection needs the simulated device\n");
     return CHECK_SKIP_CODE;
   }
-  static const char *const specs[] = {"cuda", "managed(prefetch=true)", "async(initial=1MiB)",
-                                      "pinned_host", "faulty(cuda)"};
+  static const char *const specs[] = {"cuda",         "managed(prefetch=true)",
+                                      "async(initial=1MiB)", "pinned_host",
+                                      "faulty(cuda)", "pool(cuda, initial=1)",
+                                      "pool(vmm)",    "pool(faulty(async))"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
     sweep_device_calls(specs[i]);
   sweep_faulty_allocations("cuda");
   sweep_faulty_allocations("async");
+  sweep_faulty_allocations("pool(cuda, initial=1)");
   return 0;
 }

@@ -50,12 +50,13 @@ static gpumem_status cache_deallocate(gpumem_resource *mr, void *ptr, size_t byt
   return mr->dev->event_record(self->freed_event, stream);
 }
 
-static void cache_destroy(gpumem_resource *mr) {
+static gpumem_status cache_destroy(gpumem_resource *mr) {
   cache_resource *self = (cache_resource *)mr;
   if (self->cached)
     mr->dev->mem_free(mr->device, self->cached);
   mr->dev->event_destroy(self->freed_event);
   free(self);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops cache_ops = {

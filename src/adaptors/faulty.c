@@ -96,10 +96,11 @@ static void faulty_describe(const gpumem_resource *mr, char *buf, size_t size) {
            status_word(o.status));
 }
 
-static void faulty_destroy(gpumem_resource *mr) {
+static gpumem_status faulty_destroy(gpumem_resource *mr) {
   faulty_resource *self = (faulty_resource *)mr;
   pthread_mutex_destroy(&self->lock);
   free(self);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops faulty_ops = {

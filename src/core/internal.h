@@ -41,9 +41,10 @@ typedef struct gpumem__resource_ops {
   gpumem_status (*query)(const gpumem_resource *self, gpumem_query what, uint64_t *out);
   /* Writes the spec of this resource (with its upstream's) into buf. */
   void (*describe)(const gpumem_resource *self, char *buf, size_t size);
-  /* Frees the resource; its upstream reference is released by the caller's helper
-   * gpumem__resource_destroy afterwards. Called only with no live allocations. */
-  void (*destroy)(gpumem_resource *self);
+  /* Frees the resource (its upstream reference is released afterwards by the caller).
+   * Called only with no live allocations. If giving memory back fails, returns the failure
+   * and leaves the resource valid and usable, so that its release can be tried again. */
+  gpumem_status (*destroy)(gpumem_resource *self);
 } gpumem__resource_ops;
 
 #define GPUMEM__RESOURCE_OPS_VERSION 1u

@@ -47,7 +47,13 @@ gpumem_status gpumem_resource_release(gpumem_resource *mr) {
                         bytes);
   }
   gpumem_resource *upstream = mr->upstream;
-  mr->ops->destroy(mr);
+  gpumem_status status = mr->ops->destroy(mr);
+  if (status != GPUMEM_OK) {
+    atomic_fetch_add_explicit(&mr->refcount, 1, memory_order_relaxed);
+    return gpumem__fail_context(status, "last release of resource '%s': not destroyed, the "
+                                        "handle is still yours; release it again",
+                                mr->ops->kind);
+  }
   gpumem_resource_release(upstream);
   return GPUMEM_OK;
 }

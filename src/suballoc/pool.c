@@ -477,8 +477,10 @@ static gpumem_status trim_block(pool_resource *pool, free_set *set, gpumem__bloc
       after->is_free = 1;
       after->owner = set;
     }
+    /* The device was synchronized before the trim: no work uses the chunk any more, and
+     * the default stream, unlike the set's, cannot have been destroyed. */
     gpumem_status status =
-        up->ops->deallocate(up, (void *)c.addr, c.size, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
+        up->ops->deallocate(up, (void *)c.addr, c.size, GPUMEM_DEFAULT_ALIGNMENT, NULL);
     if (status != GPUMEM_OK) {
       release_block(pool, set, piece);
       if (after)
@@ -497,24 +499,38 @@ static gpumem_status trim_block(pool_resource *pool, free_set *set, gpumem__bloc
   return GPUMEM_OK;
 }
 
+/* Gives back every whole free chunk; called with the lock held. Waits for the device first:
+ * freed blocks may still be used by work on streams that the program may have destroyed
+ * since, so their streams cannot order the return. After that wait no free block has
+ * pending work, so all of them join the fresh set, where neighbours from different streams
+ * finally merge into whole chunks. */
+static gpumem_status trim_all(pool_resource *pool, size_t *released) {
+  gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "pool trim: waiting for the device");
+  while (pool->set_count > 1) {
+    move_context move = {pool, pool->sets[1], &pool->fresh};
+    gpumem__free_index_each(&move.from->index, move_block, &move);
+    drop_set(pool, 1);
+  }
+  block_list list = {0};
+  gpumem__free_index_each(&pool->fresh.index, collect_block, &list);
+  if (list.failed)
+    status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool trim: out of host memory");
+  for (size_t j = 0; j < list.count && status == GPUMEM_OK; j++)
+    status = trim_block(pool, &pool->fresh, list.items[j], released);
+  free(list.items);
+  return status;
+}
+
 gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
   if (!gpumem__is_pool(mr))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_pool_trim: %s is not a pool",
                         mr ? gpumem_resource_name(mr) : "NULL");
   pool_resource *pool = (pool_resource *)mr;
   size_t total = 0;
-  gpumem_status status = GPUMEM_OK;
   gpumem__spin_lock(&pool->lock);
-  for (size_t i = 0; i < pool->set_count && status == GPUMEM_OK; i++) {
-    free_set *set = pool->sets[i];
-    block_list list = {0};
-    gpumem__free_index_each(&set->index, collect_block, &list);
-    if (list.failed)
-      status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_trim: out of host memory");
-    for (size_t j = 0; j < list.count && status == GPUMEM_OK; j++)
-      status = trim_block(pool, set, list.items[j], &total);
-    free(list.items);
-  }
+  gpumem_status status = trim_all(pool, &total);
   gpumem__spin_unlock(&pool->lock);
   if (released)
     *released = total;
@@ -527,7 +543,8 @@ gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
 
 static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
   pool_resource *pool = (pool_resource *)mr;
-  if (what != GPUMEM_QUERY_LARGEST_FREE_BLOCK && what != GPUMEM_QUERY_FREE_BLOCKS)
+  if (what != GPUMEM_QUERY_LARGEST_FREE_BLOCK && what != GPUMEM_QUERY_FREE_BLOCKS &&
+      what != GPUMEM_QUERY_FREE_BYTES)
     return gpumem__stats_query(&pool->stats, what, out);
   uint64_t value = 0;
   gpumem__spin_lock(&pool->lock);
@@ -535,6 +552,8 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
     const gpumem__free_index *index = &pool->sets[i]->index;
     if (what == GPUMEM_QUERY_FREE_BLOCKS) {
       value += index->block_count;
+    } else if (what == GPUMEM_QUERY_FREE_BYTES) {
+      value += index->total_bytes;
     } else {
       size_t largest = gpumem__free_index_largest(index);
       value = largest > value ? largest : value;
@@ -553,22 +572,10 @@ static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
            pool->options.maximum_size);
 }
 
-static void free_chunks(pool_resource *pool) {
-  gpumem_resource *up = pool->header.upstream;
-  for (size_t i = 0; i < pool->chunk_count; i++)
-    up->ops->deallocate(up, (void *)pool->chunks[i].addr, pool->chunks[i].size,
-                        GPUMEM_DEFAULT_ALIGNMENT, NULL);
-}
-
-static void pool_destroy(gpumem_resource *mr) {
-  pool_resource *pool = (pool_resource *)mr;
-  /* Freed blocks may still be in use by work on their streams, and those streams may be
-   * gone: wait for the whole device rather than each stream. */
-  mr->dev->device_synchronize(mr->device);
-  free_chunks(pool);
+static void free_structures(pool_resource *pool) {
   for (size_t i = 0; i < pool->set_count; i++) {
     if (pool->sets[i]->event)
-      mr->dev->event_destroy(pool->sets[i]->event);
+      pool->header.dev->event_destroy(pool->sets[i]->event);
     if (pool->sets[i] != &pool->fresh)
       free(pool->sets[i]);
   }
@@ -577,6 +584,20 @@ static void pool_destroy(gpumem_resource *mr) {
   gpumem__block_map_destroy(&pool->live);
   gpumem__block_slab_destroy(&pool->slab);
   free(pool);
+}
+
+static gpumem_status pool_destroy(gpumem_resource *mr) {
+  pool_resource *pool = (pool_resource *)mr;
+  size_t released = 0;
+  gpumem_status status = trim_all(pool, &released);
+  if (status == GPUMEM_OK && pool->chunk_count > 0)
+    status = gpumem__fail(GPUMEM_ERR_INTERNAL, "pool: %zu chunks still held after giving back "
+                                               "every free one",
+                          pool->chunk_count);
+  if (status != GPUMEM_OK)
+    return status;
+  free_structures(pool);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops pool_ops = {
@@ -656,13 +677,9 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
   gpumem_status status = init_pool(pool, upstream, &options);
   if (status != GPUMEM_OK) {
-    free_chunks(pool);
+    /* Only a failed initial growth can leave anything to give back: nothing was taken. */
     gpumem_resource_release(pool->header.upstream);
-    free(pool->sets);
-    free(pool->chunks);
-    gpumem__block_map_destroy(&pool->live);
-    gpumem__block_slab_destroy(&pool->slab);
-    free(pool);
+    free_structures(pool);
     return status;
   }
   *out = &pool->header;

@@ -48,11 +48,14 @@ static void async_describe(const gpumem_resource *mr, char *buf, size_t size) {
            (unsigned long long)o->release_threshold, o->initial_size, ipc_name(o->ipc_handle));
 }
 
-static void async_destroy(gpumem_resource *mr) {
+static gpumem_status async_destroy(gpumem_resource *mr) {
   async_resource *self = (async_resource *)mr;
-  mr->dev->pool_destroy(self->pool);
+  gpumem_status status = mr->dev->pool_destroy(self->pool);
+  if (status != GPUMEM_OK)
+    return status;
   gpumem__base_fini(&self->base);
   free(self);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops async_ops = {

@@ -23,9 +23,10 @@ static const gpumem__base_impl cuda_impl = {
     .raw_free = cuda_raw_free,
 };
 
-static void cuda_destroy(gpumem_resource *mr) {
+static gpumem_status cuda_destroy(gpumem_resource *mr) {
   gpumem__base_fini((gpumem__base_resource *)mr);
   free(mr);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops cuda_ops = {

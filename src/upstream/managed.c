@@ -61,9 +61,10 @@ static void managed_describe(const gpumem_resource *mr, char *buf, size_t size) 
                       (a & GPUMEM_ADVISE_ACCESSED_BY_DEVICE) ? ", accessed_by_device=true" : "");
 }
 
-static void managed_destroy(gpumem_resource *mr) {
+static gpumem_status managed_destroy(gpumem_resource *mr) {
   gpumem__base_fini((gpumem__base_resource *)mr);
   free(mr);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops managed_ops = {

@@ -37,9 +37,10 @@ static void pinned_describe(const gpumem_resource *mr, char *buf, size_t size) {
            (flags & GPUMEM_PINNED_WRITE_COMBINED) ? "true" : "false");
 }
 
-static void pinned_destroy(gpumem_resource *mr) {
+static gpumem_status pinned_destroy(gpumem_resource *mr) {
   gpumem__base_fini((gpumem__base_resource *)mr);
   free(mr);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops pinned_ops = {

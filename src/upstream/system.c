@@ -32,9 +32,10 @@ static const gpumem__base_impl system_impl = {
     .raw_free = system_raw_free,
 };
 
-static void system_destroy(gpumem_resource *mr) {
+static gpumem_status system_destroy(gpumem_resource *mr) {
   gpumem__base_fini((gpumem__base_resource *)mr);
   free(mr);
+  return GPUMEM_OK;
 }
 
 static const gpumem__resource_ops system_ops = {

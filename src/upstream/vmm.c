@@ -248,7 +248,10 @@ static void release_everything(vmm_resource *self) {
   free(self);
 }
 
-static void vmm_destroy(gpumem_resource *mr) { release_everything((vmm_resource *)mr); }
+static gpumem_status vmm_destroy(gpumem_resource *mr) {
+  release_everything((vmm_resource *)mr);
+  return GPUMEM_OK;
+}
 
 static const gpumem__resource_ops vmm_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,

@@ -1,0 +1,326 @@
+/* pool.c: the pool against a simple model and its own promises.
+ *
+ * - A randomized run checked against a model: no two live blocks overlap, every reserved
+ *   byte is either in a live block (rounded to 256) or free, and freeing everything
+ *   coalesces back to the initial state.
+ * - Growth in place over vmm: growth steps merge into one free block.
+ * - The maximum size is honoured; out of memory leaves the pool usable.
+ * - Trim gives whole free chunks back.
+ * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
+ *   event record for a whole batch of frees, not one per free.
+ * - Many threads on one pool, freeing each other's blocks. */
+#include "check.h"
+#include "gpumem/sim.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }
+
+static uint64_t query(gpumem_resource *mr, gpumem_query what) {
+  uint64_t value = 0;
+  CHECK_OK(gpumem_resource_query(mr, what, &value));
+  return value;
+}
+
+static size_t rounded(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* ---- the model ---- */
+
+enum { model_slots = 400, model_steps = 20000 };
+
+typedef struct model {
+  void *ptr[model_slots];
+  size_t bytes[model_slots];
+  uint64_t live_rounded;
+} model;
+
+static int compare_addresses(const void *a, const void *b) {
+  uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Live blocks do not overlap, and reserved = live (rounded) + free. */
+static void check_model(gpumem_resource *mr, const model *m) {
+  static uintptr_t spans[model_slots][2];
+  size_t count = 0;
+  for (int i = 0; i < model_slots; i++) {
+    if (m->ptr[i]) {
+      spans[count][0] = (uintptr_t)m->ptr[i];
+      spans[count][1] = (uintptr_t)m->ptr[i] + m->bytes[i];
+      count++;
+    }
+  }
+  qsort(spans, count, sizeof spans[0], compare_addresses);
+  for (size_t i = 1; i < count; i++)
+    if (spans[i][0] < spans[i - 1][1])
+      CHECK_FAIL_("live blocks overlap: %#lx-%#lx and %#lx-%#lx", (unsigned long)spans[i - 1][0],
+                  (unsigned long)spans[i - 1][1], (unsigned long)spans[i][0],
+                  (unsigned long)spans[i][1]);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), count);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES),
+               m->live_rounded + query(mr, GPUMEM_QUERY_FREE_BYTES));
+}
+
+static void test_model(const char *spec) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  uint64_t initial_reserved = query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  uint64_t initial_blocks = query(mr, GPUMEM_QUERY_FREE_BLOCKS);
+  gpumem_stream stream;
+  CHECK_OK(gpumem_stream_create(0, &stream));
+  static model m;
+  memset(&m, 0, sizeof m);
+  uint64_t x = 12345;
+  for (int step = 0; step < model_steps; step++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    int slot = (int)(x % model_slots);
+    if (m.ptr[slot]) {
+      CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], stream));
+      m.live_rounded -= rounded(m.bytes[slot]);
+      m.ptr[slot] = NULL;
+    } else {
+      /* Mostly small, sometimes megabytes, now and then over-aligned. */
+      size_t bytes = (x >> 40) % 8 == 0 ? 1 + (x >> 20) % (6u << 20) : 1 + (x >> 20) % 20000;
+      size_t alignment = (x >> 50) % 16 == 0 ? (size_t)4096 << ((x >> 54) % 8) : 256;
+      CHECK_OK(gpumem_allocate_aligned(mr, bytes, alignment, stream, &m.ptr[slot]));
+      CHECK_EQ((uintptr_t)m.ptr[slot] % alignment, 0);
+      m.bytes[slot] = bytes;
+      m.live_rounded += rounded(bytes);
+    }
+    if (step % 997 == 0)
+      check_model(mr, &m);
+  }
+  check_model(mr, &m);
+  for (int slot = 0; slot < model_slots; slot++)
+    if (m.ptr[slot])
+      CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], stream));
+  /* Everything free again: each chunk is one free block again (one in all over vmm, whose
+   * growth steps merged), nothing live. */
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BYTES), query(mr, GPUMEM_QUERY_RESERVED_BYTES));
+  if (strstr(spec, "vmm"))
+    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  else if (initial_reserved == query(mr, GPUMEM_QUERY_RESERVED_BYTES))
+    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), initial_blocks);
+  CHECK_OK(gpumem_stream_synchronize(stream));
+  CHECK_OK(gpumem_stream_destroy(stream));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("%-34s model run passed\n", spec);
+}
+
+/* ---- growth in place ---- */
+
+static void test_growth_in_place(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  enum { step = 2 << 20, count = 6 };
+  void *blocks[count];
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_allocate(mr, step, NULL, &blocks[i]));
+  for (int i = 1; i < count; i++)
+    CHECK_PTR_EQ(blocks[i], (char *)blocks[i - 1] + step); /* each growth step follows */
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), count * step);
+  for (int i = 0; i < count; i += 2)
+    CHECK_OK(gpumem_deallocate(mr, blocks[i], step, NULL));
+  for (int i = 1; i < count; i += 2)
+    CHECK_OK(gpumem_deallocate(mr, blocks[i], step, NULL));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), count * step);
+  /* One block spanning every growth step. */
+  void *all;
+  CHECK_OK(gpumem_allocate(mr, count * step, NULL, &all));
+  CHECK_PTR_EQ(all, blocks[0]);
+  CHECK_OK(gpumem_deallocate(mr, all, count * step, NULL));
+  size_t released = 0;
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, count * step);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("growth in place over vmm passed\n");
+}
+
+/* ---- maximum size and out of memory ---- */
+
+static void test_maximum(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB, max=16MiB)", &mr));
+  enum { block = 1 << 20 };
+  void *blocks[32];
+  int count = 0;
+  gpumem_status status;
+  while ((status = gpumem_allocate(mr, block, NULL, &blocks[count])) == GPUMEM_OK)
+    count++;
+  CHECK_STATUS(status, GPUMEM_ERR_OUT_OF_MEMORY);
+  CHECK_CONTAINS(gpumem_last_error_message(), "maximum size");
+  CHECK_CONTAINS(gpumem_last_error_message(), "pool(cuda");
+  CHECK_EQ(count, 16);
+  CHECK(query(mr, GPUMEM_QUERY_RESERVED_BYTES) <= (16u << 20));
+  /* Still usable: a freed block is handed out again. */
+  CHECK_OK(gpumem_deallocate(mr, blocks[5], block, NULL));
+  void *again;
+  CHECK_OK(gpumem_allocate(mr, block, NULL, &again));
+  CHECK_PTR_EQ(again, blocks[5]);
+  blocks[5] = again;
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(mr, blocks[i], block, NULL));
+  void *ptr = (void *)0x1;
+  CHECK_STATUS(gpumem_allocate(mr, 17u << 20, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY);
+  CHECK_PTR_EQ(ptr, (void *)0x1);
+  CHECK_OK(gpumem_resource_release(mr));
+
+  gpumem_resource *bad = NULL;
+  CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(cuda, initial=8MiB, max=4MiB)", &bad),
+                   GPUMEM_ERR_INVALID_ARGUMENT, "exceeds the maximum");
+  CHECK_PTR_EQ(bad, NULL);
+  printf("maximum size passed\n");
+}
+
+/* ---- trim ---- */
+
+static void test_trim(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=2MiB)", &mr));
+  void *small, *big[4];
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &small));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(mr, 3 << 20, NULL, &big[i]));
+  uint64_t reserved = query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK(reserved >= (2u << 20) + 4 * (3u << 20));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(mr, big[i], 3 << 20, NULL));
+  size_t released = 0;
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  /* The growth chunks went back; the initial chunk holds a live block and stays. */
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2u << 20);
+  CHECK_U64_EQ(released, reserved - (2u << 20));
+  CHECK_OK(gpumem_deallocate(mr, small, 1000, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_FAILS_WITH(gpumem_pool_trim(NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "not a pool");
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("trim passed\n");
+}
+
+/* ---- cross-stream reuse ---- */
+
+static void test_cross_stream(void) {
+  if (!on_sim()) {
+    printf("cross-stream event counting: simulated device only\n");
+    return;
+  }
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=64MiB)", &mr));
+  gpumem_stream a, b;
+  CHECK_OK(gpumem_stream_create(0, &a));
+  CHECK_OK(gpumem_stream_create(0, &b));
+  enum { count = 100, bytes = 100000 };
+  void *blocks[count];
+  for (int i = 0; i < count; i++) {
+    CHECK_OK(gpumem_allocate(mr, bytes, a, &blocks[i]));
+    CHECK_OK(gpumem_sim_launch(a, blocks[i], bytes, i));
+  }
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(mr, blocks[i], bytes, a));
+  /* Stream a's kernels are pending; b takes a's freed memory only after waiting for them. */
+  gpumem_sim_reset_hazards();
+  uint64_t records = gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD);
+  uint64_t reserved = query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  for (int i = 0; i < count; i++) {
+    CHECK_OK(gpumem_allocate(mr, bytes, b, &blocks[i]));
+    CHECK_OK(gpumem_sim_launch(b, blocks[i], bytes, i));
+  }
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved); /* reused, no growth */
+  CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD) - records, 1);
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(mr, blocks[i], bytes, b));
+  CHECK_OK(gpumem_sim_complete_all());
+  CHECK_OK(gpumem_stream_destroy(a));
+  CHECK_OK(gpumem_stream_destroy(b));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("cross-stream reuse: no hazard, one event record for %d frees\n", count);
+}
+
+/* ---- many threads, freeing each other's blocks ---- */
+
+enum { thread_count = 16, thread_steps = 4000, mailbox_size = 64 };
+
+typedef struct mailbox {
+  pthread_mutex_t lock;
+  void *ptr[mailbox_size];
+  size_t bytes[mailbox_size];
+  int count;
+} mailbox;
+
+static mailbox mailboxes[thread_count];
+static gpumem_resource *shared_pool;
+
+static void *thread_worker(void *arg) {
+  int me = (int)(intptr_t)arg;
+  gpumem_stream stream;
+  CHECK_OK(gpumem_stream_create(0, &stream));
+  uint64_t x = 0x1234567ull * (uint64_t)(me + 1);
+  for (int step = 0; step < thread_steps; step++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    mailbox *box = &mailboxes[x % thread_count];
+    pthread_mutex_lock(&box->lock);
+    if (box->count == mailbox_size || (box->count > 0 && (x >> 32) % 2)) {
+      /* Free a block some thread allocated, on this thread's stream. */
+      box->count--;
+      CHECK_OK(gpumem_deallocate(shared_pool, box->ptr[box->count], box->bytes[box->count],
+                                 stream));
+    } else {
+      size_t bytes = 1 + (x >> 40) % 70000;
+      CHECK_OK(gpumem_allocate(shared_pool, bytes, stream, &box->ptr[box->count]));
+      box->bytes[box->count++] = bytes;
+    }
+    pthread_mutex_unlock(&box->lock);
+  }
+  CHECK_OK(gpumem_stream_synchronize(stream));
+  CHECK_OK(gpumem_stream_destroy(stream));
+  return NULL;
+}
+
+static void test_threads(const char *spec) {
+  CHECK_OK(gpumem_resource_from_spec(spec, &shared_pool));
+  pthread_t threads[thread_count];
+  for (int i = 0; i < thread_count; i++) {
+    pthread_mutex_init(&mailboxes[i].lock, NULL);
+    mailboxes[i].count = 0;
+  }
+  for (int i = 0; i < thread_count; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, thread_worker, (void *)(intptr_t)i), 0);
+  for (int i = 0; i < thread_count; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  for (int i = 0; i < thread_count; i++)
+    for (int j = 0; j < mailboxes[i].count; j++)
+      CHECK_OK(gpumem_deallocate(shared_pool, mailboxes[i].ptr[j], mailboxes[i].bytes[j], NULL));
+  CHECK_U64_EQ(query(shared_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(query(shared_pool, GPUMEM_QUERY_FREE_BYTES),
+               query(shared_pool, GPUMEM_QUERY_RESERVED_BYTES));
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_OK(gpumem_resource_release(shared_pool));
+  printf("%-34s %d threads freeing each other's blocks passed\n", spec, thread_count);
+}
+
+int main(void) {
+  check_init_backend();
+  test_model("pool(cuda, initial=32MiB)");
+  test_model("pool(cuda, initial=1)");
+  test_model("pool(vmm)");
+  test_model("pool(async)");
+  test_growth_in_place();
+  test_maximum();
+  test_trim();
+  test_cross_stream();
+  test_threads("pool(cuda, initial=64MiB)");
+  test_threads("pool(vmm)");
+  return 0;
+}
