@@ -27,63 +27,65 @@
  * and cuCtxSynchronize take a context there), so asking at the header's own version would
  * return functions of another shape. */
 #define GPUMEM__DRIVER_ABI_VERSION 12080
+/* cuStreamGetCtx gained a third parameter in 12.5; the plain prototype is the older one. */
+#define GPUMEM__CUDA_ABI_12000 12000
 
 /* Every driver function used, typed from cuda.h's prototypes. */
 #define GPUMEM__CUDA_FUNCTIONS(X)                                                            \
-  X(cuInit)                                                                                  \
-  X(cuGetErrorName)                                                                          \
-  X(cuGetErrorString)                                                                        \
-  X(cuDeviceGet)                                                                             \
-  X(cuDeviceGetCount)                                                                        \
-  X(cuDeviceGetName)                                                                         \
-  X(cuDeviceGetAttribute)                                                                    \
-  X(cuDevicePrimaryCtxRetain)                                                                \
-  X(cuCtxGetCurrent)                                                                         \
-  X(cuCtxSetCurrent)                                                                         \
-  X(cuCtxGetDevice)                                                                          \
-  X(cuCtxPushCurrent)                                                                        \
-  X(cuCtxPopCurrent)                                                                         \
-  X(cuCtxSynchronize)                                                                        \
-  X(cuMemGetInfo)                                                                            \
-  X(cuMemAlloc)                                                                              \
-  X(cuMemFree)                                                                               \
-  X(cuMemAllocManaged)                                                                       \
-  X(cuMemAdvise)                                                                             \
-  X(cuMemPrefetchAsync)                                                                      \
-  X(cuMemHostAlloc)                                                                          \
-  X(cuMemFreeHost)                                                                           \
-  X(cuPointerGetAttribute)                                                                   \
-  X(cuMemPoolCreate)                                                                         \
-  X(cuMemPoolDestroy)                                                                        \
-  X(cuMemPoolSetAttribute)                                                                   \
-  X(cuMemPoolGetAttribute)                                                                   \
-  X(cuMemPoolTrimTo)                                                                         \
-  X(cuMemAllocFromPoolAsync)                                                                 \
-  X(cuMemFreeAsync)                                                                          \
-  X(cuStreamCreate)                                                                          \
-  X(cuStreamDestroy)                                                                         \
-  X(cuStreamSynchronize)                                                                     \
-  X(cuStreamQuery)                                                                           \
-  X(cuStreamGetCtx)                                                                          \
-  X(cuEventCreate)                                                                           \
-  X(cuEventDestroy)                                                                          \
-  X(cuEventRecord)                                                                           \
-  X(cuEventQuery)                                                                            \
-  X(cuEventSynchronize)                                                                      \
-  X(cuStreamWaitEvent)                                                                       \
-  X(cuMemcpyAsync)                                                                           \
-  X(cuMemsetD8Async)                                                                         \
-  X(cuMemAddressReserve)                                                                     \
-  X(cuMemAddressFree)                                                                        \
-  X(cuMemCreate)                                                                             \
-  X(cuMemRelease)                                                                            \
-  X(cuMemMap)                                                                                \
-  X(cuMemUnmap)                                                                              \
-  X(cuMemSetAccess)                                                                          \
-  X(cuMemGetAllocationGranularity)
+  X(cuInit, GPUMEM__DRIVER_ABI_VERSION)                                                      \
+  X(cuGetErrorName, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuGetErrorString, GPUMEM__DRIVER_ABI_VERSION)                                            \
+  X(cuDeviceGet, GPUMEM__DRIVER_ABI_VERSION)                                                 \
+  X(cuDeviceGetCount, GPUMEM__DRIVER_ABI_VERSION)                                            \
+  X(cuDeviceGetName, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuDeviceGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                        \
+  X(cuDevicePrimaryCtxRetain, GPUMEM__DRIVER_ABI_VERSION)                                    \
+  X(cuCtxGetCurrent, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuCtxSetCurrent, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuCtxGetDevice, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuCtxPushCurrent, GPUMEM__DRIVER_ABI_VERSION)                                            \
+  X(cuCtxPopCurrent, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuCtxSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                            \
+  X(cuMemGetInfo, GPUMEM__DRIVER_ABI_VERSION)                                                \
+  X(cuMemAlloc, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuMemFree, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuMemAllocManaged, GPUMEM__DRIVER_ABI_VERSION)                                           \
+  X(cuMemAdvise, GPUMEM__DRIVER_ABI_VERSION)                                                 \
+  X(cuMemPrefetchAsync, GPUMEM__DRIVER_ABI_VERSION)                                          \
+  X(cuMemHostAlloc, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuMemFreeHost, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuPointerGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                       \
+  X(cuMemPoolCreate, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuMemPoolDestroy, GPUMEM__DRIVER_ABI_VERSION)                                            \
+  X(cuMemPoolSetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                       \
+  X(cuMemPoolGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                       \
+  X(cuMemPoolTrimTo, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuMemAllocFromPoolAsync, GPUMEM__DRIVER_ABI_VERSION)                                     \
+  X(cuMemFreeAsync, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuStreamCreate, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuStreamDestroy, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuStreamSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                         \
+  X(cuStreamQuery, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuStreamGetCtx, GPUMEM__CUDA_ABI_12000)                                                  \
+  X(cuEventCreate, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuEventDestroy, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuEventRecord, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuEventQuery, GPUMEM__DRIVER_ABI_VERSION)                                                \
+  X(cuEventSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                          \
+  X(cuStreamWaitEvent, GPUMEM__DRIVER_ABI_VERSION)                                           \
+  X(cuMemcpyAsync, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuMemsetD8Async, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuMemAddressReserve, GPUMEM__DRIVER_ABI_VERSION)                                         \
+  X(cuMemAddressFree, GPUMEM__DRIVER_ABI_VERSION)                                            \
+  X(cuMemCreate, GPUMEM__DRIVER_ABI_VERSION)                                                 \
+  X(cuMemRelease, GPUMEM__DRIVER_ABI_VERSION)                                                \
+  X(cuMemMap, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuMemUnmap, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuMemSetAccess, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuMemGetAllocationGranularity, GPUMEM__DRIVER_ABI_VERSION)
 
 static struct {
-#define GPUMEM__DECLARE_FN_(name) __typeof__(name) *name;
+#define GPUMEM__DECLARE_FN_(name, abi) __typeof__(name) *name;
   GPUMEM__CUDA_FUNCTIONS(GPUMEM__DECLARE_FN_)
 #undef GPUMEM__DECLARE_FN_
   /* Optional (driver 12.8+): cheaper than going through the stream's context. */
@@ -264,18 +266,16 @@ static gpumem_status load_functions(void *library, int driver_version) {
   if (!get_proc)
     return gpumem__fail(GPUMEM_ERR_NO_DRIVER, "the CUDA driver has no cuGetProcAddress_v2%s",
                         no_gpu_hint);
-  int version =
-      driver_version < GPUMEM__DRIVER_ABI_VERSION ? driver_version : GPUMEM__DRIVER_ABI_VERSION;
   CUdriverProcAddressQueryResult found;
-#define GPUMEM__LOAD_FN_(name)                                                               \
-  if (get_proc(#name, (void **)&cu.name, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) !=    \
-          CUDA_SUCCESS ||                                                                    \
+#define GPUMEM__LOAD_FN_(name, abi)                                                          \
+  if (get_proc(#name, (void **)&cu.name, driver_version < (abi) ? driver_version : (abi),    \
+               CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||                       \
       !cu.name)                                                                              \
     return gpumem__fail(GPUMEM_ERR_NO_DRIVER, "the CUDA driver (version %d) lacks %s%s",     \
                         driver_version, #name, no_gpu_hint);
   GPUMEM__CUDA_FUNCTIONS(GPUMEM__LOAD_FN_)
 #undef GPUMEM__LOAD_FN_
-  if (get_proc("cuStreamGetDevice", (void **)&cu.cuStreamGetDevice, version,
+  if (get_proc("cuStreamGetDevice", (void **)&cu.cuStreamGetDevice, driver_version,
                CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS)
     cu.cuStreamGetDevice = NULL;
   return GPUMEM_OK;
