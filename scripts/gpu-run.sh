@@ -31,16 +31,19 @@ summary "tests: $(grep -E '^[0-9]+% tests passed' "$out/ctest.log" | tr '\n' ';'
 grep -E 'Failed|Not Run|\*\*\*' "$out/ctest.log" | head -20
 
 bench=build/bin/gpumem-bench
-resources=(--resource cuda --resource async)
-[ -n "${GPUMEM_BENCH_RESOURCES:-}" ] && read -r -a resources <<<"$GPUMEM_BENCH_RESOURCES"
+# gpumem's resources beside the references; GPUMEM_BENCH_RESOURCES overrides the list.
+resources=(--resource cuda --resource async --resource "pool(vmm)" --resource "pool(cuda)")
+if [ -n "${GPUMEM_BENCH_RESOURCES:-}" ]; then
+  eval "resources=($GPUMEM_BENCH_RESOURCES)"
+fi
 {
-  for workload in small mixed large; do
-    "$bench" random --workload "$workload" --compare "${resources[@]}" --table
-  done
+  "$bench" random --workload small,mixed,large --compare "${resources[@]}" --table
   if [ "${1:-}" != quick ]; then
-    "$bench" threads --threads 1,4,16 --compare "${resources[@]}" --table
+    # The driver pool is the threads reference; cuMemAlloc from 16 threads takes minutes.
+    "$bench" threads --threads 1,4,16 --resource driver:async \
+      --resource "pool(vmm)" --resource "pool(cuda)" --table
   fi
   "$bench" replay --compare "${resources[@]}" --table data/*.csv
 } >"$out/bench.txt" 2>&1
 summary "bench rc=$?"
-grep -v '^{' "$out/bench.txt" | tail -60
+grep -v '^{' "$out/bench.txt" | tail -70
