@@ -81,6 +81,8 @@
 /* Initializes the backend chosen by GPUMEM_DEVICE; where it is cuda and no GPU can be used,
  * ends the program as skipped. Prints which backend runs the test. */
 static inline void check_init_backend(void) {
+  /* Unbuffered, so that a crash still shows how far the test got. */
+  setvbuf(stdout, NULL, _IONBF, 0);
   gpumem_status status = gpumem_init();
   if (status == GPUMEM_ERR_NO_DRIVER || status == GPUMEM_ERR_NO_DEVICE) {
     printf("skipped: %s\n", gpumem_last_error_message());

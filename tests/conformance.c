@@ -14,8 +14,10 @@
 #include <string.h>
 
 static const char *const default_specs[] = {
-    "cuda", "managed", "managed(prefetch=true)", "async", "pinned_host", "system",
-    "faulty(cuda)", "faulty(async)",
+    "cuda",         "managed",       "managed(prefetch=true)",    "async",     "pinned_host",
+    "system",       "faulty(cuda)",  "faulty(async)",             "vmm",       "pool(vmm)",
+    "pool(cuda, initial=64MiB)",     "pool(cuda, initial=1)",     "pool(async)",
+    "pool(managed)",                 "pool(pinned_host)",
 };
 
 static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }

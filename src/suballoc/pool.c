@@ -1,17 +1,24 @@
 /* pool.c: the coalescing pool, gpumem's general-purpose suballocator.
  *
  * Memory comes from the upstream in chunks and is cut into blocks described on the host
- * (block.h). Free blocks live in one free set per stream: the stream that freed them. An
- * allocation on stream T looks in T's set first (safe at once: stream order); if nothing
- * fits it steals: T is made to wait for another stream S (one event recorded on S, waited on
- * by T) and all of S's free blocks move to T, so one event pays for many blocks. Only then
- * does the pool grow. A freed block merges with free neighbours of the same set.
+ * (block.h). Free blocks live in one free set per stream: the stream that freed them, which
+ * may reuse them at once (stream order). Once a second stream uses the pool, sets are
+ * sealed in batches: every SEAL_EVERY-th free on a stream records one event on it, during
+ * that free (when the stream is alive by contract), and the blocks freed so far become
+ * "sealed". Another stream takes sealed blocks after waiting on that event; it never
+ * touches the freeing stream's handle, which the program may have destroyed since. So
+ * cross-stream reuse costs one event record per batch of frees and one wait per batch of
+ * blocks taken, and a single-stream program never records an event. Free blocks merge only
+ * with neighbours of the same set and state, so sealed memory stays sealed.
  *
- * Memory fresh from the upstream has no pending work, so it sits in a set of its own that
- * any stream takes from without waiting.
+ * When nothing fits anywhere and the upstream cannot grow, the pool waits for the whole
+ * device, after which every free block is safe for every stream, and tries again.
  *
- * One spinlock guards the pool; everything under it is constant time except steals, growth
- * and trims, which call the device anyway. */
+ * Memory fresh from the upstream has no pending work: it sits in a set of its own that any
+ * stream takes from without waiting.
+ *
+ * One spinlock guards the pool; everything under it is constant time except steals, growth,
+ * seals and trims, which call the device anyway. */
 #include "suballoc/pool.h"
 
 #include "core/spinlock.h"
@@ -24,11 +31,21 @@
 
 #define GROWTH_ROUNDING ((size_t)2 << 20)
 
+/* How many frees on a stream between two seals: one event record pays for this many. */
+#define SEAL_EVERY 16
+
+/* States of a block: allocated, or free in its set's open or sealed index. */
+enum { BLOCK_ALLOCATED = 0, BLOCK_OPEN = 1, BLOCK_SEALED = 2 };
+
 typedef struct free_set {
   gpumem_stream stream;
   bool fresh; /* memory no stream has used yet: taking it needs no wait */
-  gpumem__free_index index;
-  gpumem__event event; /* recorded on this stream when another steals its blocks */
+  /* Freed on this stream since its last seal: only this stream may reuse them. */
+  gpumem__free_index open;
+  /* Covered by `event`: another stream may take them after waiting on it. */
+  gpumem__free_index sealed;
+  unsigned open_frees;
+  gpumem__event event; /* recorded on this stream at its last seal */
 } free_set;
 
 typedef struct chunk {
@@ -46,6 +63,7 @@ typedef struct pool_resource {
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;
   free_set *last_set;
+  bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
   gpumem__block *tail; /* the highest block, which in-place growth extends */
   gpumem__block_map live;
   gpumem__block_slab slab;
@@ -88,21 +106,36 @@ static void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block 
   gpumem__block_delete(&pool->slab, next);
 }
 
-/* Files a free block in `set`, merging it with free neighbours of the same set. */
-static void release_block(pool_resource *pool, free_set *set, gpumem__block *block) {
+static gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
+  return block->is_free == BLOCK_SEALED ? &set->sealed : &set->open;
+}
+
+/* Files a free block in `set` as `state`, merging it with free neighbours of the same set
+ * and state (an open block merged into a sealed one would unseal it). */
+static void release_block(pool_resource *pool, free_set *set, gpumem__block *block,
+                          uint32_t state) {
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
-  if (prev && prev->is_free && prev->owner == set) {
-    gpumem__free_index_remove(&set->index, prev);
+  if (prev && prev->is_free == state && prev->owner == set) {
+    gpumem__free_index_remove(index_of(set, prev), prev);
     merge_next(pool, prev, block);
     block = prev;
   }
-  if (next && next->is_free && next->owner == set) {
-    gpumem__free_index_remove(&set->index, next);
+  if (next && next->is_free == state && next->owner == set) {
+    gpumem__free_index_remove(index_of(set, next), next);
     merge_next(pool, block, next);
   }
-  block->is_free = 1;
+  block->is_free = state;
   block->owner = set;
-  gpumem__free_index_insert(&set->index, block);
+  gpumem__free_index_insert(index_of(set, block), block);
+}
+
+/* The best fitting free block of `set` for `size` bytes, open or sealed. */
+static gpumem__block *find_in_set(const free_set *set, size_t size) {
+  gpumem__block *open = gpumem__free_index_find(&set->open, size);
+  gpumem__block *sealed = gpumem__free_index_find(&set->sealed, size);
+  if (!open || (sealed && sealed->size < open->size))
+    return sealed;
+  return open;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -144,7 +177,15 @@ static gpumem_status set_for(pool_resource *pool, gpumem_stream stream, free_set
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool: out of host memory for stream state");
   }
   set->stream = stream;
-  gpumem__free_index_init(&set->index);
+  gpumem__free_index_init(&set->open);
+  gpumem__free_index_init(&set->sealed);
+  if (!pool->multi_stream && pool->set_count > 2) {
+    /* The second stream: from now on every stream's frees get sealed, the others' first at
+     * their next free. */
+    pool->multi_stream = true;
+    for (size_t i = 1; i < pool->set_count; i++)
+      pool->sets[i]->open_frees = SEAL_EVERY - 1;
+  }
   *out = pool->last_set = set;
   return GPUMEM_OK;
 }
@@ -152,32 +193,37 @@ static gpumem_status set_for(pool_resource *pool, gpumem_stream stream, free_set
 typedef struct move_context {
   pool_resource *pool;
   free_set *from, *to;
+  gpumem__free_index *from_index;
+  uint32_t state;
 } move_context;
 
 static void move_block(gpumem__block *block, void *user) {
   move_context *move = user;
-  gpumem__free_index_remove(&move->from->index, block);
-  release_block(move->pool, move->to, block);
+  gpumem__free_index_remove(move->from_index, block);
+  release_block(move->pool, move->to, block, move->state);
 }
 
-/* Makes `to`'s stream wait for everything enqueued on `from`'s stream so far. If the event
- * cannot be recorded there (the program destroyed that stream, whose work still runs to
- * its end), waiting for the whole device is correct too, only slower. */
-static gpumem_status wait_for(pool_resource *pool, free_set *from, free_set *to) {
-  if (from->fresh)
-    return GPUMEM_OK;
+/* Moves every block of one index of `from` into `to` as `state`. */
+static void move_index(pool_resource *pool, free_set *from, gpumem__free_index *index,
+                       free_set *to, uint32_t state) {
+  move_context move = {pool, from, to, index, state};
+  gpumem__free_index_each(index, move_block, &move);
+}
+
+/* Records the set's event on its stream, covering everything enqueued there so far, and
+ * seals its open blocks. Called during a call on that stream. */
+static gpumem_status seal(pool_resource *pool, free_set *set) {
   const gpumem__device_ops *dev = pool->header.dev;
   gpumem_status status = GPUMEM_OK;
-  if (!from->event)
-    status = dev->event_create(pool->header.device, &from->event);
+  if (!set->event)
+    status = dev->event_create(pool->header.device, &set->event);
+  if (status == GPUMEM_OK)
+    status = dev->event_record(set->event, set->stream);
   if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "pool: creating the event of a stream");
-  if (dev->event_record(from->event, from->stream) == GPUMEM_OK)
-    status = dev->stream_wait_event(to->stream, from->event);
-  else
-    status = dev->device_synchronize(pool->header.device);
-  if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
+    return gpumem__fail_context(status, "pool: recording the event that lets other streams "
+                                        "reuse this stream's frees");
+  move_index(pool, set, &set->open, set, BLOCK_SEALED);
+  set->open_frees = 0;
   return GPUMEM_OK;
 }
 
@@ -193,24 +239,44 @@ static void drop_set(pool_resource *pool, size_t at) {
   free(set);
 }
 
-/* Gives `to` the free blocks of the first set holding one of `size` bytes, after making
- * `to` wait for that set's stream. *out: the fitting block, or NULL when no set has one. */
+/* Gives `to` the sealed blocks of the first other set holding one of `size` bytes, after
+ * making `to`'s stream wait on that set's event (fresh memory needs no wait). *out: the
+ * fitting block, or NULL when no set has one. */
 static gpumem_status steal(pool_resource *pool, free_set *to, size_t size, gpumem__block **out) {
   *out = NULL;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
-    if (from == to || from->index.total_bytes < size ||
-        !gpumem__free_index_find(&from->index, size))
+    if (from == to || from->sealed.total_bytes < size ||
+        !gpumem__free_index_find(&from->sealed, size))
       continue;
-    gpumem_status status = wait_for(pool, from, to);
-    if (status != GPUMEM_OK)
-      return status;
-    move_context move = {pool, from, to};
-    gpumem__free_index_each(&from->index, move_block, &move);
-    if (!from->fresh)
+    if (!from->fresh) {
+      gpumem_status status = pool->header.dev->stream_wait_event(to->stream, from->event);
+      if (status != GPUMEM_OK)
+        return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
+    }
+    /* Taken blocks are open in `to`: their last use is on another stream, which only
+     * `to`'s own next seal covers for third streams. */
+    move_index(pool, from, &from->sealed, to, BLOCK_OPEN);
+    if (!from->fresh && from->open.block_count == 0)
       drop_set(pool, i);
-    *out = gpumem__free_index_find(&to->index, size);
+    *out = find_in_set(to, size);
     return GPUMEM_OK;
+  }
+  return GPUMEM_OK;
+}
+
+/* Waits for the whole device; then no free block has pending work, so every set's blocks
+ * join the fresh set (where neighbours from different streams merge) and the other sets
+ * are dropped. */
+static gpumem_status fold_into_fresh(pool_resource *pool) {
+  gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "pool: waiting for the device");
+  while (pool->set_count > 1) {
+    free_set *set = pool->sets[1];
+    move_index(pool, set, &set->open, &pool->fresh, BLOCK_SEALED);
+    move_index(pool, set, &set->sealed, &pool->fresh, BLOCK_SEALED);
+    drop_set(pool, 1);
   }
   return GPUMEM_OK;
 }
@@ -302,7 +368,9 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
   if (!tail || block->addr > tail->addr)
     pool->tail = block;
   gpumem__stats_add_reserved(&pool->stats, step);
-  release_block(pool, set, block);
+  /* New memory has no pending work: sealed (free for all) in the fresh set, open in a
+   * stream's set like anything that stream will use. */
+  release_block(pool, set, block, set->fresh ? BLOCK_SEALED : BLOCK_OPEN);
   return GPUMEM_OK;
 }
 
@@ -310,15 +378,18 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
  * Allocate and free
  * ------------------------------------------------------------------------------------- */
 
-/* Cuts an allocation of `size` bytes at `alignment` out of free block `block` of `set`.
- * NULL when host memory for the split is exhausted (the block is filed back then). */
+/* Cuts an allocation of `size` bytes at `alignment` out of free block `block` of `set`;
+ * the pieces left over stay free in the block's index. NULL when host memory for the split
+ * is exhausted (the block is filed back then). */
 static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
                             size_t size, size_t alignment) {
-  gpumem__free_index_remove(&set->index, block);
+  gpumem__free_index *index = index_of(set, block);
+  uint32_t state = block->is_free;
+  gpumem__free_index_remove(index, block);
   uintptr_t aligned = gpumem__align_up(block->addr, alignment);
   if (aligned != block->addr) {
     gpumem__block *rest = split(pool, block, aligned - block->addr);
-    gpumem__free_index_insert(&set->index, block);
+    gpumem__free_index_insert(index, block);
     if (!rest)
       return NULL;
     block = rest;
@@ -327,26 +398,35 @@ static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *b
     /* Without host memory for the split the caller simply gets the whole block. */
     gpumem__block *rest = split(pool, block, size);
     if (rest) {
-      rest->is_free = 1;
+      rest->is_free = state;
       rest->owner = set;
-      gpumem__free_index_insert(&set->index, rest);
+      gpumem__free_index_insert(index, rest);
     }
   }
-  block->is_free = 0;
+  block->is_free = BLOCK_ALLOCATED;
   return block;
 }
 
-/* Finds or makes a free block for the request in `set`. */
+/* Finds or makes a free block for the request: the stream's own blocks, then sealed blocks
+ * of other streams, then growth, and last a wait for the whole device. */
 static gpumem_status find_block(pool_resource *pool, free_set *set, size_t search,
                                 gpumem__block **out, const char **why) {
-  gpumem__block *block = gpumem__free_index_find(&set->index, search);
+  gpumem__block *block = find_in_set(set, search);
   gpumem_status status = GPUMEM_OK;
   if (!block)
     status = steal(pool, set, search, &block);
   if (status == GPUMEM_OK && !block) {
     status = grow(pool, set, search, why);
     if (status == GPUMEM_OK)
-      block = gpumem__free_index_find(&set->index, search);
+      block = find_in_set(set, search);
+  }
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY && pool->set_count > 1) {
+    /* Other streams' unsealed blocks, or blocks of streams gone since, may fit. */
+    status = fold_into_fresh(pool);
+    if (status == GPUMEM_OK)
+      status = steal(pool, set, search, &block);
+    if (status == GPUMEM_OK && !block)
+      status = GPUMEM_ERR_OUT_OF_MEMORY;
   }
   *out = block;
   return status;
@@ -373,7 +453,7 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
       *ptr = (void *)block->addr;
       return GPUMEM_OK;
     }
-    release_block(pool, set, block);
+    release_block(pool, set, block, BLOCK_OPEN);
   }
   gpumem__spin_unlock(&pool->lock);
   if (status == GPUMEM_OK || status == GPUMEM_ERR_OUT_OF_MEMORY)
@@ -391,9 +471,19 @@ static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t byte
   gpumem_status status = GPUMEM_OK;
   if (block && requested == bytes)
     status = set_for(pool, stream, &set);
+  /* A seal is due: record the event first, so that if it fails nothing has changed. */
+  bool sealing = status == GPUMEM_OK && set && pool->multi_stream &&
+                 set->open_frees + 1 >= SEAL_EVERY;
+  if (sealing) {
+    status = seal(pool, set);
+  }
   if (GPUMEM_LIKELY(block && requested == bytes && status == GPUMEM_OK)) {
     gpumem__stats_freed(&pool->stats, bytes);
-    release_block(pool, set, block);
+    /* Just after a seal this block is covered by the event too: the record captured all
+     * work enqueued before this free. */
+    release_block(pool, set, block, sealing ? BLOCK_SEALED : BLOCK_OPEN);
+    if (!sealing)
+      set->open_frees++;
     gpumem__spin_unlock(&pool->lock);
     return GPUMEM_OK;
   }
@@ -448,12 +538,12 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
     pool->tail = block->prev_addr;
 }
 
-/* Gives back to the upstream every chunk lying wholly inside free block `block` of `set`.
- * Pieces of the block outside those chunks stay free in `set`. */
-static gpumem_status trim_block(pool_resource *pool, free_set *set, gpumem__block *block,
-                                size_t *released) {
+/* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh
+ * set. Pieces of the block outside those chunks stay free. */
+static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
   gpumem_resource *up = pool->header.upstream;
-  gpumem__free_index_remove(&set->index, block);
+  free_set *set = &pool->fresh;
+  gpumem__free_index_remove(&set->sealed, block);
   size_t at = chunk_position(pool, block->addr);
   while (at < pool->chunk_count && block) {
     chunk c = pool->chunks[at];
@@ -464,27 +554,27 @@ static gpumem_status trim_block(pool_resource *pool, free_set *set, gpumem__bloc
       piece = split(pool, block, c.addr - block->addr);
       if (!piece)
         break;
-      piece->is_free = 1;
+      piece->is_free = BLOCK_SEALED;
       piece->owner = set;
-      gpumem__free_index_insert(&set->index, block);
+      gpumem__free_index_insert(&set->sealed, block);
     }
     if (piece->size > c.size && !(after = split(pool, piece, c.size))) {
-      release_block(pool, set, piece);
+      release_block(pool, set, piece, BLOCK_SEALED);
       block = NULL;
       break;
     }
     if (after) {
-      after->is_free = 1;
+      after->is_free = BLOCK_SEALED;
       after->owner = set;
     }
     /* The device was synchronized before the trim: no work uses the chunk any more, and
-     * the default stream, unlike the set's, cannot have been destroyed. */
+     * the default stream, unlike a freeing stream, cannot have been destroyed. */
     gpumem_status status =
         up->ops->deallocate(up, (void *)c.addr, c.size, GPUMEM_DEFAULT_ALIGNMENT, NULL);
     if (status != GPUMEM_OK) {
-      release_block(pool, set, piece);
+      release_block(pool, set, piece, BLOCK_SEALED);
       if (after)
-        release_block(pool, set, after);
+        release_block(pool, set, after, BLOCK_SEALED);
       return status;
     }
     unlink_block(pool, piece);
@@ -495,30 +585,23 @@ static gpumem_status trim_block(pool_resource *pool, free_set *set, gpumem__bloc
     block = after;
   }
   if (block)
-    gpumem__free_index_insert(&set->index, block);
+    gpumem__free_index_insert(&set->sealed, block);
   return GPUMEM_OK;
 }
 
-/* Gives back every whole free chunk; called with the lock held. Waits for the device first:
- * freed blocks may still be used by work on streams that the program may have destroyed
- * since, so their streams cannot order the return. After that wait no free block has
- * pending work, so all of them join the fresh set, where neighbours from different streams
- * finally merge into whole chunks. */
+/* Gives back every whole free chunk; called with the lock held. Freed blocks may still be
+ * used by work on their streams, so this waits for the device and folds every free block
+ * into the fresh set first, where neighbours from different streams merge into whole
+ * chunks. */
 static gpumem_status trim_all(pool_resource *pool, size_t *released) {
-  gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
-  if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "pool trim: waiting for the device");
-  while (pool->set_count > 1) {
-    move_context move = {pool, pool->sets[1], &pool->fresh};
-    gpumem__free_index_each(&move.from->index, move_block, &move);
-    drop_set(pool, 1);
-  }
+  gpumem_status status = fold_into_fresh(pool);
   block_list list = {0};
-  gpumem__free_index_each(&pool->fresh.index, collect_block, &list);
+  if (status == GPUMEM_OK)
+    gpumem__free_index_each(&pool->fresh.sealed, collect_block, &list);
   if (list.failed)
     status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool trim: out of host memory");
   for (size_t j = 0; j < list.count && status == GPUMEM_OK; j++)
-    status = trim_block(pool, &pool->fresh, list.items[j], released);
+    status = trim_block(pool, list.items[j], released);
   free(list.items);
   return status;
 }
@@ -548,8 +631,9 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
     return gpumem__stats_query(&pool->stats, what, out);
   uint64_t value = 0;
   gpumem__spin_lock(&pool->lock);
-  for (size_t i = 0; i < pool->set_count; i++) {
-    const gpumem__free_index *index = &pool->sets[i]->index;
+  for (size_t i = 0; i < 2 * pool->set_count; i++) {
+    const free_set *set = pool->sets[i / 2];
+    const gpumem__free_index *index = i % 2 ? &set->sealed : &set->open;
     if (what == GPUMEM_QUERY_FREE_BLOCKS) {
       value += index->block_count;
     } else if (what == GPUMEM_QUERY_FREE_BYTES) {
@@ -639,7 +723,8 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   if (pool->grows_in_place)
     pool->growth_rounding = gpumem__vmm_granularity(upstream);
   pool->fresh.fresh = true;
-  gpumem__free_index_init(&pool->fresh.index);
+  gpumem__free_index_init(&pool->fresh.open);
+  gpumem__free_index_init(&pool->fresh.sealed);
   gpumem__block_slab_init(&pool->slab);
   gpumem__stats_init(&pool->stats);
   if (!gpumem__block_map_init(&pool->live) || !add_set(pool, &pool->fresh))
