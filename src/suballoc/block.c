@@ -99,9 +99,8 @@ void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) 
   index->total_bytes += block->size;
 }
 
-void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
-  int fl, sl;
-  class_of(block->size, &fl, &sl);
+static void remove_from_class(gpumem__free_index *index, gpumem__block *block, int fl, int sl,
+                              size_t size) {
   if (block->prev_free)
     block->prev_free->next_free = block->next_free;
   else
@@ -115,14 +114,35 @@ void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) 
   }
   block->prev_free = block->next_free = NULL;
   index->block_count--;
-  index->total_bytes -= block->size;
+  index->total_bytes -= size;
+}
+
+void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
+  int fl, sl;
+  class_of(block->size, &fl, &sl);
+  remove_from_class(index, block, fl, sl, block->size);
+}
+
+void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
+                                size_t old_size) {
+  int old_fl, old_sl, fl, sl;
+  class_of(old_size, &old_fl, &old_sl);
+  class_of(block->size, &fl, &sl);
+  if (fl == old_fl && sl == old_sl) {
+    index->total_bytes += block->size - old_size;
+    return;
+  }
+  remove_from_class(index, block, old_fl, old_sl, old_size);
+  gpumem__free_index_insert(index, block);
 }
 
 /* How many blocks of the request's own class are looked at for the best fit: enough to
  * find an exact size among repeats, few enough to keep allocation constant-time. */
-#define BEST_FIT_PROBES 8
+#define BEST_FIT_PROBES 4
 
 gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size) {
+  if (index->block_count == 0)
+    return NULL;
   int fl, sl;
   class_of(size, &fl, &sl);
   if (fl >= GPUMEM__FL_COUNT)

@@ -17,17 +17,21 @@
 
 typedef struct gpumem__block gpumem__block;
 
+/* One cache line: the hot paths touch a block and its neighbours, nothing else. */
 struct gpumem__block {
   uintptr_t addr;
   size_t size;
   /* Neighbours in address order inside one contiguous region (NULL at its ends), so that
    * a freed block can merge with free neighbours in O(1). */
   gpumem__block *prev_addr, *next_addr;
-  /* Links in a free list while free. */
-  gpumem__block *prev_free, *next_free;
-  void *owner;       /* the suballocator part that holds the block (free set, arena) */
-  size_t requested;  /* while allocated: the size the user asked for */
-  uint32_t is_free;
+  union {
+    struct { /* while free: links in a free list */
+      gpumem__block *prev_free, *next_free;
+    };
+    size_t requested; /* while allocated: the size the user asked for */
+  };
+  void *owner; /* the suballocator part that holds the block (free set, arena) */
+  uint32_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
 };
 
 /* ---- slab of block structs ---- */
@@ -64,6 +68,10 @@ typedef struct gpumem__free_index {
 void gpumem__free_index_init(gpumem__free_index *index);
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block);
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block);
+/* Refiles a block whose size changed from `old_size` while in the index: nothing moves when
+ * its class stays the same, the common case when a large block grows or shrinks a little. */
+void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
+                                size_t old_size);
 /* A free block of at least `size` bytes (a multiple of the unit), the best fitting of the
  * few in the request's own class, else one from the smallest larger non-empty class; NULL
  * when none fits. The block stays in the index. */

@@ -111,18 +111,34 @@ static gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
 }
 
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
- * and state (an open block merged into a sealed one would unseal it). */
+ * and state (an open block merged into a sealed one would unseal it). A neighbour that
+ * absorbs the block grows in place in the index. */
 static void release_block(pool_resource *pool, free_set *set, gpumem__block *block,
                           uint32_t state) {
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
-  if (prev && prev->is_free == state && prev->owner == set) {
-    gpumem__free_index_remove(index_of(set, prev), prev);
+  bool merge_prev = prev && prev->is_free == state && prev->owner == set;
+  bool merge_following = next && next->is_free == state && next->owner == set;
+  if (merge_prev) {
+    size_t old_size = prev->size;
     merge_next(pool, prev, block);
-    block = prev;
+    if (merge_following) {
+      gpumem__free_index_remove(index_of(set, next), next);
+      merge_next(pool, prev, next);
+    }
+    gpumem__free_index_resized(index_of(set, prev), prev, old_size);
+    return;
   }
-  if (next && next->is_free == state && next->owner == set) {
-    gpumem__free_index_remove(index_of(set, next), next);
-    merge_next(pool, block, next);
+  if (merge_following) {
+    /* `next` takes the block's place: it starts earlier and keeps its index entry. */
+    size_t old_size = next->size;
+    next->addr = block->addr;
+    next->size += block->size;
+    next->prev_addr = prev;
+    if (prev)
+      prev->next_addr = next;
+    gpumem__block_delete(&pool->slab, block);
+    gpumem__free_index_resized(index_of(set, next), next, old_size);
+    return;
   }
   block->is_free = state;
   block->owner = set;
@@ -155,13 +171,20 @@ static bool add_set(pool_resource *pool, free_set *set) {
   return true;
 }
 
+static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, free_set **out);
+
 /* The free set of `stream`, created on first use (the stream is checked then, once). */
-static gpumem_status set_for(pool_resource *pool, gpumem_stream stream, free_set **out) {
+static inline gpumem_status set_for(pool_resource *pool, gpumem_stream stream, free_set **out) {
   free_set *set = pool->last_set;
   if (GPUMEM_LIKELY(set && set->stream == stream)) {
     *out = set;
     return GPUMEM_OK;
   }
+  return find_or_add_set(pool, stream, out);
+}
+
+static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, free_set **out) {
+  free_set *set;
   for (size_t i = 1; i < pool->set_count; i++) {
     if (pool->sets[i]->stream == stream) {
       *out = pool->last_set = pool->sets[i];
@@ -378,33 +401,37 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
  * Allocate and free
  * ------------------------------------------------------------------------------------- */
 
-/* Cuts an allocation of `size` bytes at `alignment` out of free block `block` of `set`;
- * the pieces left over stay free in the block's index. NULL when host memory for the split
- * is exhausted (the block is filed back then). */
+/* Cuts an allocation of `size` bytes at `alignment` out of the end of free block `block` of
+ * `set`. The free block shrinks in place (usually without moving in the index); a piece
+ * left after an over-aligned allocation stays free too. NULL when host memory for a split
+ * is exhausted (nothing changed then). */
 static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
                             size_t size, size_t alignment) {
   gpumem__free_index *index = index_of(set, block);
   uint32_t state = block->is_free;
-  gpumem__free_index_remove(index, block);
-  uintptr_t aligned = gpumem__align_up(block->addr, alignment);
-  if (aligned != block->addr) {
-    gpumem__block *rest = split(pool, block, aligned - block->addr);
-    gpumem__free_index_insert(index, block);
-    if (!rest)
+  uintptr_t start = (block->addr + block->size - size) & ~(uintptr_t)(alignment - 1);
+  gpumem__block *taken;
+  if (start == block->addr) {
+    gpumem__free_index_remove(index, block);
+    taken = block;
+  } else {
+    size_t old_size = block->size;
+    taken = split(pool, block, start - block->addr);
+    if (!taken)
       return NULL;
-    block = rest;
+    gpumem__free_index_resized(index, block, old_size);
   }
-  if (block->size - size >= GPUMEM__BLOCK_UNIT) {
-    /* Without host memory for the split the caller simply gets the whole block. */
-    gpumem__block *rest = split(pool, block, size);
+  if (taken->size > size) {
+    /* Without host memory for this split the caller simply gets the larger block. */
+    gpumem__block *rest = split(pool, taken, size);
     if (rest) {
       rest->is_free = state;
       rest->owner = set;
       gpumem__free_index_insert(index, rest);
     }
   }
-  block->is_free = BLOCK_ALLOCATED;
-  return block;
+  taken->is_free = BLOCK_ALLOCATED;
+  return taken;
 }
 
 /* Finds or makes a free block for the request: the stream's own blocks, then sealed blocks

@@ -1,7 +1,9 @@
 /* suballoc.h: what the suballocators share beyond blocks: their cheap statistics.
  *
  * Counters are updated under each suballocator's own lock but read without it by queries,
- * so they are relaxed atomics: a query costs a load, never a lock. */
+ * so they are relaxed atomics: a query costs a load, never a lock. Writers hold the lock,
+ * so an update is a relaxed load and store (plain moves), not a locked read-modify-write,
+ * which would cost more than the rest of an allocation. */
 #ifndef GPUMEM_SUBALLOC_H
 #define GPUMEM_SUBALLOC_H
 
@@ -24,32 +26,34 @@ static inline uint64_t gpumem__stats_reserved(const gpumem__suballoc_stats *s) {
   return atomic_load_explicit(&s->reserved, memory_order_relaxed);
 }
 
+/* Adds `delta` (may wrap for subtraction) to a counter only its lock holder writes. */
+static inline uint64_t gpumem__stats_bump(atomic_uint_fast64_t *counter, uint64_t delta) {
+  uint64_t value = atomic_load_explicit(counter, memory_order_relaxed) + delta;
+  atomic_store_explicit(counter, value, memory_order_relaxed);
+  return value;
+}
+
 static inline void gpumem__stats_raise_peak(atomic_uint_fast64_t *peak, uint64_t value) {
-  uint64_t old = atomic_load_explicit(peak, memory_order_relaxed);
-  while (value > old && !atomic_compare_exchange_weak_explicit(peak, &old, value,
-                                                               memory_order_relaxed,
-                                                               memory_order_relaxed)) {
-  }
+  if (value > atomic_load_explicit(peak, memory_order_relaxed))
+    atomic_store_explicit(peak, value, memory_order_relaxed);
 }
 
 static inline void gpumem__stats_add_reserved(gpumem__suballoc_stats *s, uint64_t bytes) {
-  uint64_t now = atomic_fetch_add_explicit(&s->reserved, bytes, memory_order_relaxed) + bytes;
-  gpumem__stats_raise_peak(&s->peak_reserved, now);
+  gpumem__stats_raise_peak(&s->peak_reserved, gpumem__stats_bump(&s->reserved, bytes));
 }
 
 static inline void gpumem__stats_sub_reserved(gpumem__suballoc_stats *s, uint64_t bytes) {
-  atomic_fetch_sub_explicit(&s->reserved, bytes, memory_order_relaxed);
+  gpumem__stats_bump(&s->reserved, -bytes);
 }
 
 static inline void gpumem__stats_allocated(gpumem__suballoc_stats *s, uint64_t bytes) {
-  uint64_t now = atomic_fetch_add_explicit(&s->live_bytes, bytes, memory_order_relaxed) + bytes;
-  atomic_fetch_add_explicit(&s->live_count, 1, memory_order_relaxed);
-  gpumem__stats_raise_peak(&s->peak_live_bytes, now);
+  gpumem__stats_raise_peak(&s->peak_live_bytes, gpumem__stats_bump(&s->live_bytes, bytes));
+  gpumem__stats_bump(&s->live_count, 1);
 }
 
 static inline void gpumem__stats_freed(gpumem__suballoc_stats *s, uint64_t bytes) {
-  atomic_fetch_sub_explicit(&s->live_bytes, bytes, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&s->live_count, 1, memory_order_relaxed);
+  gpumem__stats_bump(&s->live_bytes, -bytes);
+  gpumem__stats_bump(&s->live_count, (uint64_t)-1);
 }
 
 /* Answers the counter queries; GPUMEM_ERR_UNSUPPORTED for the others. */
