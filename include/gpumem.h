@@ -331,6 +331,24 @@ GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
 GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
 
 /* ---------------------------------------------------------------------------------------
+ * Arena: a pool per stream over one global pool, for many threads and streams at once.
+ * Each stream gets its own pool (found through a per-thread cache, so threads on their own
+ * streams share no lock), which takes superblocks from the global pool; allocations of a
+ * quarter superblock or more go to the global pool directly. A block freed on another
+ * stream goes back to the pool that owns it, with the same cross-stream rules as the pool.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_arena_options {
+  size_t size;            /* the global pool's initial size; 0: as gpumem_pool_options */
+  size_t maximum_size;    /* the global pool's maximum; 0: no limit */
+  size_t superblock_size; /* what a stream's pool takes at a time; 0: 4 MiB */
+} gpumem_arena_options;
+
+GPUMEM_API gpumem_status gpumem_arena_create(gpumem_resource *upstream,
+                                             const gpumem_arena_options *opts,
+                                             gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
  * Virtual memory upstream: one virtual address range reserved per resource
  * (cuMemAddressReserve), physical memory mapped into it on demand (cuMemCreate, cuMemMap,
  * cuMemSetAccess) and unmapped when freed. Its reserved bytes are the mapped physical

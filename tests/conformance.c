@@ -17,7 +17,8 @@ static const char *const default_specs[] = {
     "cuda",         "managed",       "managed(prefetch=true)",    "async",     "pinned_host",
     "system",       "faulty(cuda)",  "faulty(async)",             "vmm",       "pool(vmm)",
     "pool(cuda, initial=64MiB)",     "pool(cuda, initial=1)",     "pool(async)",
-    "pool(managed)",                 "pool(pinned_host)",
+    "pool(managed)",                 "pool(pinned_host)",         "arena(cuda, size=64MiB)",
+    "arena(vmm)",
 };
 
 static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }

@@ -96,6 +96,8 @@ static void sweep_device_calls(const char *spec) {
       uint64_t used_before = device_used();
       int failures_before = failures_seen;
       CHECK_OK(gpumem_sim_fail_call((gpumem_sim_call)k, nth));
+      if (getenv("FAULT_SWEEP_TRACE"))
+        fprintf(stderr, "failing call %llu of kind %d\n", (unsigned long long)nth, k);
       workload(spec);
       /* The planned failure happened: the workload makes the same calls every time. */
       CHECK_EQ(failures_seen, failures_before + 1);
@@ -130,7 +132,7 @@ static void sweep_faulty_allocations(const char *upstream) {
   printf("%-28s %d allocations failed in turn, each handled\n", spec, runs);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   check_init_backend();
   if (strcmp(gpumem_backend_name(), "sim") != 0) {
     printf("skipped: fault injection needs the simulated device\n");
@@ -139,7 +141,13 @@ int main(void) {
   static const char *const specs[] = {"cuda",         "managed(prefetch=true)",
                                       "async(initial=1MiB)", "pinned_host",
                                       "faulty(cuda)", "pool(cuda, initial=1)",
-                                      "pool(vmm)",    "pool(faulty(async))"};
+                                      "pool(vmm)",    "pool(faulty(async))",
+                                      "arena(cuda, size=1, superblock=1MiB)"};
+  if (argc > 1) { /* the specs given, for looking at one resource */
+    for (int i = 1; i < argc; i++)
+      sweep_device_calls(argv[i]);
+    return 0;
+  }
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
     sweep_device_calls(specs[i]);
   sweep_faulty_allocations("cuda");

@@ -124,7 +124,8 @@ int main(void) {
   printf("the same cache waiting on an event: no hazard\n");
 
   static const char *const specs[] = {"cuda",          "async",    "managed",
-                                      "faulty(async)", "pool(vmm)", "pool(cuda, initial=1)"};
+                                      "faulty(async)", "pool(vmm)", "pool(cuda, initial=1)",
+                                      "arena(vmm)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));

@@ -191,6 +191,19 @@ static gpumem_status build_pool(int device, gpumem_resource *upstream, const spe
   return gpumem_pool_create(upstream, &opts, out);
 }
 
+/* ---- arena ---- */
+
+enum { ARENA_SIZE, ARENA_MAX, ARENA_SUPERBLOCK };
+
+static gpumem_status build_arena(int device, gpumem_resource *upstream, const spec_values *values,
+                                 gpumem_resource **out) {
+  gpumem_arena_options opts = {0};
+  opts.size = (size_t)value_or(values, ARENA_SIZE, 0);
+  opts.maximum_size = (size_t)value_or(values, ARENA_MAX, 0);
+  opts.superblock_size = (size_t)value_or(values, ARENA_SUPERBLOCK, 0);
+  return gpumem_arena_create(upstream, &opts, out);
+}
+
 /* ---- vmm ---- */
 
 enum { VMM_RESERVE };
@@ -253,6 +266,15 @@ static const spec_kind spec_kinds[] = {
      },
      "coalescing pool with per-stream free lists over the resource it wraps",
      build_pool},
+    {"arena",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [ARENA_SIZE] = {"size", SPEC_SIZE},
+         [ARENA_MAX] = {"max", SPEC_SIZE},
+         [ARENA_SUPERBLOCK] = {"superblock", SPEC_SIZE},
+     },
+     "a pool per stream over one global pool, for many threads at once",
+     build_arena},
     {"vmm",
      SPEC_NO_UPSTREAM,
      {

@@ -488,46 +488,69 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
   return status;
 }
 
-static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                     size_t alignment, gpumem_stream stream) {
-  pool_resource *pool = (pool_resource *)mr;
+/* Frees `block` (taken from the live map, its size checked) on `stream`; on failure puts
+ * it back in the live map, so that nothing changes. Called with the lock held. */
+static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_t bytes,
+                                gpumem_stream stream) {
+  free_set *set = NULL;
+  gpumem_status status = set_for(pool, stream, &set);
+  /* A seal is due: record the event first, so that if it fails nothing has changed. */
+  bool sealing = status == GPUMEM_OK && pool->multi_stream && set->open_frees + 1 >= SEAL_EVERY;
+  if (sealing)
+    status = seal(pool, set);
+  if (GPUMEM_UNLIKELY(status != GPUMEM_OK)) {
+    gpumem__block_map_insert(&pool->live, block);
+    return status;
+  }
+  gpumem__stats_freed(&pool->stats, bytes);
+  /* Just after a seal this block is covered by the event too: the record captured all work
+   * enqueued before this free. */
+  release_block(pool, set, block, sealing ? BLOCK_SEALED : BLOCK_OPEN);
+  if (!sealing)
+    set->open_frees++;
+  return GPUMEM_OK;
+}
+
+/* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
+ * with no message (the caller will look elsewhere); without, a misuse failure. */
+static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes,
+                                gpumem_stream stream, bool *owned) {
   gpumem__spin_lock(&pool->lock);
   gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
   size_t requested = block ? block->requested : 0;
-  free_set *set = NULL;
-  gpumem_status status = GPUMEM_OK;
-  if (block && requested == bytes)
-    status = set_for(pool, stream, &set);
-  /* A seal is due: record the event first, so that if it fails nothing has changed. */
-  bool sealing = status == GPUMEM_OK && set && pool->multi_stream &&
-                 set->open_frees + 1 >= SEAL_EVERY;
-  if (sealing) {
-    status = seal(pool, set);
-  }
-  if (GPUMEM_LIKELY(block && requested == bytes && status == GPUMEM_OK)) {
-    gpumem__stats_freed(&pool->stats, bytes);
-    /* Just after a seal this block is covered by the event too: the record captured all
-     * work enqueued before this free. */
-    release_block(pool, set, block, sealing ? BLOCK_SEALED : BLOCK_OPEN);
-    if (!sealing)
-      set->open_frees++;
+  if (GPUMEM_LIKELY(block && requested == bytes)) {
+    gpumem_status status = free_block(pool, block, bytes, stream);
     gpumem__spin_unlock(&pool->lock);
-    return GPUMEM_OK;
+    if (owned)
+      *owned = true;
+    return status;
   }
   if (block) /* put back: the call changes nothing */
     gpumem__block_map_insert(&pool->live, block);
   gpumem__spin_unlock(&pool->lock);
+  if (owned)
+    *owned = block != NULL;
   if (!block)
-    return gpumem__fail(GPUMEM_ERR_MISUSE,
-                        "deallocate of %p (%zu bytes) from a pool: that pointer is not a live "
-                        "allocation of this pool (never allocated here, or already freed)",
-                        ptr, bytes);
-  if (requested != bytes)
-    return gpumem__fail(GPUMEM_ERR_MISUSE,
-                        "deallocate of %p from a pool with %zu bytes, but it was allocated "
-                        "with %zu bytes",
-                        ptr, bytes, requested);
-  return status;
+    return owned ? GPUMEM_OK
+                 : gpumem__fail(GPUMEM_ERR_MISUSE,
+                                "deallocate of %p (%zu bytes) from a pool: that pointer is not a "
+                                "live allocation of this pool (never allocated here, or already "
+                                "freed)",
+                                ptr, bytes);
+  return gpumem__fail(GPUMEM_ERR_MISUSE,
+                      "deallocate of %p from a pool with %zu bytes, but it was allocated with "
+                      "%zu bytes",
+                      ptr, bytes, requested);
+}
+
+static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                     size_t alignment, gpumem_stream stream) {
+  return deallocate((pool_resource *)mr, ptr, bytes, stream, NULL);
+}
+
+gpumem_status gpumem__pool_deallocate_if_owned(gpumem_resource *mr, void *ptr, size_t bytes,
+                                               gpumem_stream stream, bool *owned) {
+  return deallocate((pool_resource *)mr, ptr, bytes, stream, owned);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -599,9 +622,11 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
     gpumem_status status =
         up->ops->deallocate(up, (void *)c.addr, c.size, GPUMEM_DEFAULT_ALIGNMENT, NULL);
     if (status != GPUMEM_OK) {
-      release_block(pool, set, piece, BLOCK_SEALED);
+      /* Undo the cuts: `after` is in no index yet, so it rejoins `piece` directly, and the
+       * whole is filed back (merging with the front piece, which is). */
       if (after)
-        release_block(pool, set, after, BLOCK_SEALED);
+        merge_next(pool, piece, after);
+      release_block(pool, set, piece, BLOCK_SEALED);
       return status;
     }
     unlink_block(pool, piece);
@@ -742,13 +767,15 @@ static gpumem_status default_initial_size(const gpumem_resource *upstream, bool 
 }
 
 static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
-                               const gpumem_pool_options *options) {
+                               const gpumem_pool_options *options, size_t growth_rounding) {
   gpumem__resource_init(&pool->header, &pool_ops, upstream->device, upstream->dev, upstream);
   pool->options = *options;
   pool->grows_in_place = gpumem__vmm_grows_in_place(upstream);
   pool->growth_rounding = GROWTH_ROUNDING;
   if (pool->grows_in_place)
     pool->growth_rounding = gpumem__vmm_granularity(upstream);
+  if (growth_rounding)
+    pool->growth_rounding = growth_rounding;
   pool->fresh.fresh = true;
   gpumem__free_index_init(&pool->fresh.open);
   gpumem__free_index_init(&pool->fresh.sealed);
@@ -780,6 +807,13 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
     if (options.maximum_size && options.initial_size > options.maximum_size)
       options.initial_size = options.maximum_size;
   }
+  return gpumem__pool_create_rounded(upstream, &options, 0, out);
+}
+
+gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
+                                          const gpumem_pool_options *opts,
+                                          size_t growth_rounding, gpumem_resource **out) {
+  gpumem_pool_options options = *opts;
   if (options.maximum_size && options.initial_size > options.maximum_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_pool_create: initial size %zu exceeds the maximum size %zu",
@@ -787,7 +821,7 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
   pool_resource *pool = calloc(1, sizeof *pool);
   if (!pool)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
-  gpumem_status status = init_pool(pool, upstream, &options);
+  gpumem_status status = init_pool(pool, upstream, &options, growth_rounding);
   if (status != GPUMEM_OK) {
     /* Only a failed initial growth can leave anything to give back: nothing was taken. */
     gpumem_resource_release(pool->header.upstream);

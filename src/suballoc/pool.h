@@ -9,6 +9,18 @@
 
 bool gpumem__is_pool(const gpumem_resource *mr);
 
+/* gpumem_pool_create for pools inside other suballocators: the options are taken as they are
+ * (an initial size of 0 takes nothing), and growth comes in multiples of `growth_rounding`
+ * (a multiple of 256; 0: the default). */
+gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
+                                          const gpumem_pool_options *opts,
+                                          size_t growth_rounding, gpumem_resource **out);
+
+/* Frees ptr if the pool owns it (*owned true then, and the status is the free's); when it
+ * does not, returns GPUMEM_OK with *owned false and sets no message. */
+gpumem_status gpumem__pool_deallocate_if_owned(gpumem_resource *pool, void *ptr, size_t bytes,
+                                               gpumem_stream stream, bool *owned);
+
 /* True when `upstream` is a vmm resource: its successive allocations are contiguous. */
 bool gpumem__vmm_grows_in_place(const gpumem_resource *upstream);
 /* The mapping granularity of a vmm resource. */

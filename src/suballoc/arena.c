@@ -1,0 +1,445 @@
+/* arena.c: the arena, a pool per stream over one global pool, for many threads at once.
+ *
+ * A single pool serializes every thread on its lock. The arena gives each stream a pool of
+ * its own (a "local" pool) whose upstream takes superblocks from a global pool; a thread
+ * finds its stream's local pool through a small per-thread cache, so threads that each use
+ * their own stream share nothing on the hot path. Large allocations skip the local pools.
+ *
+ * A block freed on a stream whose local pool does not own it (a cross-stream free, or a
+ * large block) is found through a registry of superblocks, under the arena's mutex, and
+ * freed to its owner, whose free sets apply the pool's cross-stream rules. When the global
+ * pool has no superblock left, the arena falls back to the global pool for the request and,
+ * failing that, has every local pool give back its free superblocks and tries again. */
+#include "suballoc/pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_SUPERBLOCK ((size_t)4 << 20)
+
+typedef struct arena_resource arena_resource;
+
+/* A stream's pool, and the resource through which it takes superblocks. */
+typedef struct local_arena {
+  gpumem_resource source; /* upstream of `pool`: superblocks from the global pool */
+  arena_resource *arena;
+  gpumem_stream stream;
+  gpumem_resource *pool;
+} local_arena;
+
+typedef struct superblock {
+  uintptr_t start, end;
+  local_arena *owner;
+} superblock;
+
+struct arena_resource {
+  gpumem_resource header;
+  uint64_t id; /* unique for the process: per-thread caches match on it, not on the address */
+  gpumem_arena_options options;
+  size_t large_threshold;
+  gpumem_resource *global;
+  pthread_mutex_t lock; /* guards locals and superblocks */
+  local_arena **locals;
+  size_t local_count, local_capacity;
+  superblock *superblocks; /* sorted by start */
+  size_t superblock_count, superblock_capacity;
+};
+
+static atomic_uint_fast64_t next_arena_id = 1;
+
+/* ---------------------------------------------------------------------------------------
+ * The superblock registry
+ * ------------------------------------------------------------------------------------- */
+
+static size_t superblock_position(const arena_resource *arena, uintptr_t addr) {
+  size_t low = 0, high = arena->superblock_count;
+  while (low < high) {
+    size_t mid = low + (high - low) / 2;
+    if (arena->superblocks[mid].start <= addr)
+      low = mid + 1;
+    else
+      high = mid;
+  }
+  return low; /* the first superblock starting after addr */
+}
+
+static bool register_superblock(arena_resource *arena, uintptr_t start, size_t size,
+                                local_arena *owner) {
+  if (arena->superblock_count == arena->superblock_capacity) {
+    size_t capacity = arena->superblock_capacity ? arena->superblock_capacity * 2 : 64;
+    superblock *grown = realloc(arena->superblocks, capacity * sizeof *grown);
+    if (!grown)
+      return false;
+    arena->superblocks = grown;
+    arena->superblock_capacity = capacity;
+  }
+  size_t at = superblock_position(arena, start);
+  memmove(&arena->superblocks[at + 1], &arena->superblocks[at],
+          (arena->superblock_count - at) * sizeof(superblock));
+  arena->superblocks[at] = (superblock){start, start + size, owner};
+  arena->superblock_count++;
+  return true;
+}
+
+static void unregister_superblock(arena_resource *arena, uintptr_t start) {
+  size_t at = superblock_position(arena, start);
+  if (at == 0 || arena->superblocks[at - 1].start != start)
+    return;
+  at--;
+  memmove(&arena->superblocks[at], &arena->superblocks[at + 1],
+          (arena->superblock_count - at - 1) * sizeof(superblock));
+  arena->superblock_count--;
+}
+
+static local_arena *owner_of(arena_resource *arena, uintptr_t addr) {
+  pthread_mutex_lock(&arena->lock);
+  size_t at = superblock_position(arena, addr);
+  local_arena *owner = NULL;
+  if (at > 0 && addr < arena->superblocks[at - 1].end)
+    owner = arena->superblocks[at - 1].owner;
+  pthread_mutex_unlock(&arena->lock);
+  return owner;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The superblock source: the upstream of each local pool
+ * ------------------------------------------------------------------------------------- */
+
+static gpumem_status source_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                     gpumem_stream stream, void **ptr) {
+  local_arena *local = (local_arena *)mr;
+  arena_resource *arena = local->arena;
+  gpumem_resource *global = arena->global;
+  void *block;
+  gpumem_status status = global->ops->allocate(global, bytes, alignment, stream, &block);
+  if (status != GPUMEM_OK)
+    return status;
+  pthread_mutex_lock(&arena->lock);
+  bool registered = register_superblock(arena, (uintptr_t)block, bytes, local);
+  pthread_mutex_unlock(&arena->lock);
+  if (!registered) {
+    global->ops->deallocate(global, block, bytes, alignment, stream);
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory for superblocks");
+  }
+  *ptr = block;
+  return GPUMEM_OK;
+}
+
+static gpumem_status source_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                       size_t alignment, gpumem_stream stream) {
+  local_arena *local = (local_arena *)mr;
+  arena_resource *arena = local->arena;
+  gpumem_status status =
+      arena->global->ops->deallocate(arena->global, ptr, bytes, alignment, stream);
+  if (status == GPUMEM_OK) {
+    pthread_mutex_lock(&arena->lock);
+    unregister_superblock(arena, (uintptr_t)ptr);
+    pthread_mutex_unlock(&arena->lock);
+  }
+  return status;
+}
+
+static void source_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  snprintf(buf, size, "arena superblocks");
+}
+
+/* The arena frees local arenas itself, after their pools are gone. */
+static gpumem_status source_destroy(gpumem_resource *mr) { return GPUMEM_OK; }
+
+static const gpumem__resource_ops source_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "arena_superblocks",
+    .allocate = source_allocate,
+    .deallocate = source_deallocate,
+    .describe = source_describe,
+    .destroy = source_destroy,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Finding a stream's local pool
+ * ------------------------------------------------------------------------------------- */
+
+enum { CACHE_ENTRIES = 4 };
+
+typedef struct cache_entry {
+  uint64_t arena_id;
+  gpumem_stream stream;
+  local_arena *local;
+} cache_entry;
+
+static _Thread_local cache_entry thread_cache[CACHE_ENTRIES];
+static _Thread_local unsigned thread_cache_next;
+
+static local_arena *cached_local(const arena_resource *arena, gpumem_stream stream) {
+  for (int i = 0; i < CACHE_ENTRIES; i++)
+    if (thread_cache[i].arena_id == arena->id && thread_cache[i].stream == stream)
+      return thread_cache[i].local;
+  return NULL;
+}
+
+static void cache_local(const arena_resource *arena, local_arena *local) {
+  cache_entry *entry = &thread_cache[thread_cache_next++ % CACHE_ENTRIES];
+  *entry = (cache_entry){arena->id, local->stream, local};
+}
+
+/* Creates the local pool of `stream`; called with the arena's lock held. */
+static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, local_arena **out) {
+  if (arena->local_count == arena->local_capacity) {
+    size_t capacity = arena->local_capacity ? arena->local_capacity * 2 : 16;
+    local_arena **grown = realloc(arena->locals, capacity * sizeof *grown);
+    if (!grown)
+      return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
+    arena->locals = grown;
+    arena->local_capacity = capacity;
+  }
+  local_arena *local = calloc(1, sizeof *local);
+  if (!local)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
+  gpumem__resource_init(&local->source, &source_ops, arena->header.device, arena->header.dev,
+                        NULL);
+  local->arena = arena;
+  local->stream = stream;
+  /* Empty at first: the first superblock is taken when the stream first allocates, so no
+   * device call happens under the arena's lock here. */
+  gpumem_pool_options options = {0};
+  gpumem_status status = gpumem__pool_create_rounded(&local->source, &options,
+                                                     arena->options.superblock_size, &local->pool);
+  if (status != GPUMEM_OK) {
+    free(local);
+    return status;
+  }
+  arena->locals[arena->local_count++] = local;
+  *out = local;
+  return GPUMEM_OK;
+}
+
+static gpumem_status local_for(arena_resource *arena, gpumem_stream stream, local_arena **out) {
+  local_arena *local = cached_local(arena, stream);
+  if (GPUMEM_LIKELY(local != NULL)) {
+    *out = local;
+    return GPUMEM_OK;
+  }
+  gpumem_status status = GPUMEM_OK;
+  pthread_mutex_lock(&arena->lock);
+  for (size_t i = 0; i < arena->local_count && !local; i++)
+    if (arena->locals[i]->stream == stream)
+      local = arena->locals[i];
+  if (!local)
+    status = new_local(arena, stream, &local);
+  pthread_mutex_unlock(&arena->lock);
+  if (status != GPUMEM_OK)
+    return status;
+  cache_local(arena, local);
+  *out = local;
+  return GPUMEM_OK;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Allocate and free
+ * ------------------------------------------------------------------------------------- */
+
+/* Has every local pool give its free superblocks back to the global pool. */
+static void reclaim_superblocks(arena_resource *arena) {
+  pthread_mutex_lock(&arena->lock);
+  size_t count = arena->local_count;
+  local_arena **locals = malloc(count * sizeof *locals);
+  if (locals)
+    memcpy(locals, arena->locals, count * sizeof *locals);
+  pthread_mutex_unlock(&arena->lock);
+  if (!locals)
+    return;
+  /* Locals are never removed while the arena lives, so the copies stay valid. */
+  for (size_t i = 0; i < count; i++)
+    gpumem_pool_trim(locals[i]->pool, NULL);
+  free(locals);
+}
+
+/* A failure of the global pool, told as the arena's (the caller knows the arena). */
+static gpumem_status global_failure(const gpumem_resource *mr, gpumem_status status) {
+  char spec[512];
+  gpumem__describe(mr, spec, sizeof spec);
+  return gpumem__fail_context(status, "%s", spec);
+}
+
+static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                    gpumem_stream stream, void **ptr) {
+  arena_resource *arena = (arena_resource *)mr;
+  gpumem_resource *global = arena->global;
+  if (bytes >= arena->large_threshold || alignment >= arena->large_threshold) {
+    gpumem_status status = global->ops->allocate(global, bytes, alignment, stream, ptr);
+    return status == GPUMEM_OK ? GPUMEM_OK : global_failure(mr, status);
+  }
+  local_arena *local;
+  gpumem_status status = local_for(arena, stream, &local);
+  if (status != GPUMEM_OK)
+    return status;
+  gpumem_resource *pool = local->pool;
+  status = pool->ops->allocate(pool, bytes, alignment, stream, ptr);
+  if (GPUMEM_LIKELY(status != GPUMEM_ERR_OUT_OF_MEMORY))
+    return status;
+  /* No superblock left: the global pool may still fit the request itself, or the other
+   * streams may hold whole free superblocks. */
+  status = global->ops->allocate(global, bytes, alignment, stream, ptr);
+  if (status != GPUMEM_ERR_OUT_OF_MEMORY)
+    return status == GPUMEM_OK ? GPUMEM_OK : global_failure(mr, status);
+  reclaim_superblocks(arena);
+  status = pool->ops->allocate(pool, bytes, alignment, stream, ptr);
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+    return gpumem__fail_out_of_memory(mr, bytes, "neither the stream's pool nor the global pool "
+                                                 "has room, even after reclaiming free "
+                                                 "superblocks");
+  return status;
+}
+
+static gpumem_status arena_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                      size_t alignment, gpumem_stream stream) {
+  arena_resource *arena = (arena_resource *)mr;
+  gpumem_resource *global = arena->global;
+  if (bytes < arena->large_threshold && alignment < arena->large_threshold) {
+    bool owned = false;
+    local_arena *local = cached_local(arena, stream);
+    gpumem_status status = GPUMEM_OK;
+    if (local)
+      status = gpumem__pool_deallocate_if_owned(local->pool, ptr, bytes, stream, &owned);
+    if (owned)
+      return status;
+    /* Freed on another stream than the one that allocated it, or from a thread that has
+     * not used this stream yet: the registry knows the owner. */
+    local_arena *owner = owner_of(arena, (uintptr_t)ptr);
+    if (owner && owner != local)
+      status = gpumem__pool_deallocate_if_owned(owner->pool, ptr, bytes, stream, &owned);
+    if (owned)
+      return status;
+  }
+  gpumem_status status = global->ops->deallocate(global, ptr, bytes, alignment, stream);
+  return status == GPUMEM_OK ? GPUMEM_OK : global_failure(mr, status);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Facts, life
+ * ------------------------------------------------------------------------------------- */
+
+static uint64_t fact(const gpumem_resource *mr, gpumem_query what) {
+  uint64_t value = 0;
+  if (mr->ops->query)
+    mr->ops->query(mr, what, &value);
+  return value;
+}
+
+/* The global pool counts superblocks as live allocations; the arena counts what the local
+ * pools hand out instead. */
+static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
+  arena_resource *arena = (arena_resource *)mr;
+  const gpumem_resource *global = arena->global;
+  switch (what) {
+  case GPUMEM_QUERY_RESERVED_BYTES:
+  case GPUMEM_QUERY_PEAK_RESERVED_BYTES:
+    return global->ops->query(global, what, out);
+  case GPUMEM_QUERY_LIVE_BYTES:
+  case GPUMEM_QUERY_LIVE_COUNT:
+  case GPUMEM_QUERY_FREE_BYTES:
+  case GPUMEM_QUERY_FREE_BLOCKS:
+  case GPUMEM_QUERY_LARGEST_FREE_BLOCK:
+    break;
+  default:
+    return GPUMEM_ERR_UNSUPPORTED;
+  }
+  pthread_mutex_lock(&arena->lock);
+  uint64_t value = fact(global, what);
+  for (size_t i = 0; i < arena->local_count; i++) {
+    const gpumem_resource *pool = arena->locals[i]->pool;
+    uint64_t local = fact(pool, what);
+    if (what == GPUMEM_QUERY_LARGEST_FREE_BLOCK)
+      value = local > value ? local : value;
+    else
+      value += local;
+    if (what == GPUMEM_QUERY_LIVE_BYTES)
+      value -= fact(pool, GPUMEM_QUERY_RESERVED_BYTES);
+  }
+  if (what == GPUMEM_QUERY_LIVE_COUNT)
+    value -= arena->superblock_count;
+  pthread_mutex_unlock(&arena->lock);
+  *out = value;
+  return GPUMEM_OK;
+}
+
+static void arena_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  const arena_resource *arena = (const arena_resource *)mr;
+  char upstream[512];
+  gpumem__describe(mr->upstream, upstream, sizeof upstream);
+  snprintf(buf, size, "arena(%s, size=%zu, max=%zu, superblock=%zu)", upstream,
+           arena->options.size, arena->options.maximum_size, arena->options.superblock_size);
+}
+
+static void free_arena(arena_resource *arena) {
+  for (size_t i = 0; i < arena->local_count; i++)
+    free(arena->locals[i]);
+  free(arena->locals);
+  free(arena->superblocks);
+  pthread_mutex_destroy(&arena->lock);
+  free(arena);
+}
+
+static gpumem_status arena_destroy(gpumem_resource *mr) {
+  arena_resource *arena = (arena_resource *)mr;
+  /* Each local pool gives its superblocks back to the global pool as it goes. A local pool
+   * that cannot stays, with the arena, for another release. */
+  while (arena->local_count > 0) {
+    local_arena *local = arena->locals[arena->local_count - 1];
+    gpumem_status status = gpumem_resource_release(local->pool);
+    if (status != GPUMEM_OK)
+      return status;
+    free(local);
+    arena->local_count--;
+  }
+  gpumem_status status = gpumem_resource_release(arena->global);
+  if (status != GPUMEM_OK)
+    return status;
+  free_arena(arena);
+  return GPUMEM_OK;
+}
+
+static const gpumem__resource_ops arena_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "arena",
+    .allocate = arena_allocate,
+    .deallocate = arena_deallocate,
+    .query = arena_query,
+    .describe = arena_describe,
+    .destroy = arena_destroy,
+};
+
+gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_options *opts,
+                                  gpumem_resource **out) {
+  if (!upstream || !out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_arena_create: %s is NULL",
+                        upstream ? "out" : "the upstream resource");
+  gpumem_arena_options options = opts ? *opts : (gpumem_arena_options){0};
+  if (options.superblock_size == 0)
+    options.superblock_size = DEFAULT_SUPERBLOCK;
+  if (options.superblock_size % GPUMEM_DEFAULT_ALIGNMENT != 0 ||
+      options.superblock_size < 4 * GPUMEM_DEFAULT_ALIGNMENT)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_arena_create: superblock size %zu must be a multiple of 256 and "
+                        "at least 1 KiB",
+                        options.superblock_size);
+  arena_resource *arena = calloc(1, sizeof *arena);
+  if (!arena)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_arena_create: out of host memory");
+  gpumem_pool_options global_options = {.initial_size = options.size,
+                                        .maximum_size = options.maximum_size};
+  gpumem_status status = gpumem_pool_create(upstream, &global_options, &arena->global);
+  if (status != GPUMEM_OK) {
+    free(arena);
+    return gpumem__fail_context(status, "gpumem_arena_create: creating the global pool");
+  }
+  gpumem__resource_init(&arena->header, &arena_ops, upstream->device, upstream->dev, upstream);
+  arena->id = atomic_fetch_add(&next_arena_id, 1);
+  arena->options = options;
+  arena->large_threshold = options.superblock_size / 4;
+  pthread_mutex_init(&arena->lock, NULL);
+  *out = &arena->header;
+  return GPUMEM_OK;
+}
