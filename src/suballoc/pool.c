@@ -401,34 +401,54 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
  * Allocate and free
  * ------------------------------------------------------------------------------------- */
 
-/* Cuts an allocation of `size` bytes at `alignment` out of the end of free block `block` of
- * `set`. The free block shrinks in place (usually without moving in the index); a piece
- * left after an over-aligned allocation stays free too. NULL when host memory for a split
- * is exhausted (nothing changed then). */
+/* Cuts a new block for [block->addr, block->addr + size) off the front of `block`, which
+ * keeps the rest and its place in address order. NULL when host memory is exhausted (nothing
+ * changed then). */
+static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, size_t size) {
+  gpumem__block *front = gpumem__block_new(&pool->slab);
+  if (!front)
+    return NULL;
+  front->addr = block->addr;
+  front->size = size;
+  front->prev_addr = block->prev_addr;
+  front->next_addr = block;
+  if (block->prev_addr)
+    block->prev_addr->next_addr = front;
+  block->prev_addr = front;
+  block->addr += size;
+  block->size -= size;
+  return front;
+}
+
+/* Cuts an allocation of `size` bytes at `alignment` out of the front of free block `block`
+ * of `set` (the lowest addresses first, which keeps a pool that grows in place low). The
+ * free rest stays where it was, usually without moving in the index; the piece skipped for
+ * an over-aligned allocation stays free too. NULL when host memory for a split is exhausted
+ * (nothing changed then). */
 static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
                             size_t size, size_t alignment) {
   gpumem__free_index *index = index_of(set, block);
   uint32_t state = block->is_free;
-  uintptr_t start = (block->addr + block->size - size) & ~(uintptr_t)(alignment - 1);
+  uintptr_t start = gpumem__align_up(block->addr, alignment);
+  if (start != block->addr) {
+    /* The skipped piece keeps the block's struct and index entry; the rest is cut after it. */
+    size_t old_size = block->size;
+    gpumem__block *rest = split(pool, block, start - block->addr);
+    if (!rest)
+      return NULL;
+    gpumem__free_index_resized(index, block, old_size);
+    rest->is_free = state;
+    rest->owner = set;
+    gpumem__free_index_insert(index, rest);
+    block = rest;
+  }
   gpumem__block *taken;
-  if (start == block->addr) {
+  if (block->size - size < GPUMEM__BLOCK_UNIT || !(taken = split_front(pool, block, size))) {
+    /* An exact fit, or no host memory to split: the caller gets the whole block. */
     gpumem__free_index_remove(index, block);
     taken = block;
   } else {
-    size_t old_size = block->size;
-    taken = split(pool, block, start - block->addr);
-    if (!taken)
-      return NULL;
-    gpumem__free_index_resized(index, block, old_size);
-  }
-  if (taken->size > size) {
-    /* Without host memory for this split the caller simply gets the larger block. */
-    gpumem__block *rest = split(pool, taken, size);
-    if (rest) {
-      rest->is_free = state;
-      rest->owner = set;
-      gpumem__free_index_insert(index, rest);
-    }
+    gpumem__free_index_resized(index, block, block->size + size);
   }
   taken->is_free = BLOCK_ALLOCATED;
   return taken;
