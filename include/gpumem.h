@@ -349,6 +349,43 @@ GPUMEM_API gpumem_status gpumem_arena_create(gpumem_resource *upstream,
                                              gpumem_resource **out);
 
 /* ---------------------------------------------------------------------------------------
+ * Fixed-size blocks: every allocation gets one block of `block_size` bytes (larger requests
+ * fail with GPUMEM_ERR_OUT_OF_MEMORY, alignments above 256 with GPUMEM_ERR_UNSUPPORTED),
+ * taken from the upstream `blocks_to_preallocate` at a time, with the pool's stream rules.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_fixed_size_options {
+  size_t block_size;            /* 0: 1 MiB; rounded up to 256 */
+  size_t blocks_to_preallocate; /* blocks taken from the upstream at a time; 0: 128 */
+} gpumem_fixed_size_options;
+
+GPUMEM_API gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
+                                                  const gpumem_fixed_size_options *opts,
+                                                  gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Binning: requests go to the smallest bin whose size holds them; larger ones to the
+ * upstream. The bins of sizes 2^min_exponent .. 2^max_exponent are fixed_size resources
+ * over the upstream, created when first used; gpumem_binning_add_bin adds a bin served by
+ * any resource.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_binning_options {
+  int min_exponent; /* smallest bin 2^min_exponent bytes; 0 with max_exponent 0: no bins */
+  int max_exponent; /* largest bin 2^max_exponent bytes */
+} gpumem_binning_options;
+
+GPUMEM_API gpumem_status gpumem_binning_create(gpumem_resource *upstream,
+                                               const gpumem_binning_options *opts,
+                                               gpumem_resource **out);
+
+/* Requests of at most `size` bytes (and more than the next smaller bin's) go to `bin`
+ * (retained), or to a fixed_size bin over the upstream when `bin` is NULL. Not safe while
+ * other threads allocate from the binning resource: add bins before sharing it. */
+GPUMEM_API gpumem_status gpumem_binning_add_bin(gpumem_resource *binning, size_t size,
+                                                gpumem_resource *bin);
+
+/* ---------------------------------------------------------------------------------------
  * Virtual memory upstream: one virtual address range reserved per resource
  * (cuMemAddressReserve), physical memory mapped into it on demand (cuMemCreate, cuMemMap,
  * cuMemSetAccess) and unmapped when freed. Its reserved bytes are the mapped physical
@@ -363,6 +400,32 @@ typedef struct gpumem_vmm_options {
 
 GPUMEM_API gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts,
                                            gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Reinitialize: the C twin of rmm.reinitialize. Builds one resource per listed device and
+ * makes it that device's current resource (devices not listed keep theirs):
+ *   pool_allocator, no managed memory: pool(vmm), or pool(cuda) where the device lacks
+ *     virtual memory management (over vmm the pool grows in place: no initial size needed);
+ *   pool_allocator with managed memory: pool(managed); managed memory alone: managed;
+ *   neither: cuda.
+ * Either every listed device gets its new resource, or (on failure) none does.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_reinitialize_options {
+  int pool_allocator;
+  int managed_memory;
+  size_t initial_pool_size; /* 0: the pool's default (half of free memory; none over vmm) */
+  size_t maximum_pool_size; /* 0: no limit */
+  const int *devices;       /* NULL: device 0 only, as RMM's devices=0 */
+  size_t device_count;
+} gpumem_reinitialize_options;
+
+GPUMEM_API gpumem_status gpumem_reinitialize(const gpumem_reinitialize_options *options);
+
+/* The spec gpumem_reinitialize builds for a device with these options (e.g. "pool(vmm)"),
+ * written into `spec`. */
+GPUMEM_API gpumem_status gpumem_reinitialize_spec(const gpumem_reinitialize_options *options,
+                                                  int device, char *spec, size_t size);
 
 /* ---------------------------------------------------------------------------------------
  * Resources from a spec string: one grammar for C, the environment, the tools and Python.

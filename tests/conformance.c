@@ -18,7 +18,8 @@ static const char *const default_specs[] = {
     "system",       "faulty(cuda)",  "faulty(async)",             "vmm",       "pool(vmm)",
     "pool(cuda, initial=64MiB)",     "pool(cuda, initial=1)",     "pool(async)",
     "pool(managed)",                 "pool(pinned_host)",         "arena(cuda, size=64MiB)",
-    "arena(vmm)",
+    "arena(vmm)",                    "fixed_size(cuda, block=256KiB, prealloc=16)",
+    "binning(cuda)",                 "binning(pool(vmm), min=10, max=22)",
 };
 
 static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }
@@ -56,10 +57,20 @@ static void case_zero_size(gpumem_resource *mr) {
   CHECK_OK(gpumem_deallocate(mr, NULL, 0, NULL));
 }
 
+/* The largest request a resource serves: fixed_size's block (256 KiB in the list above). */
+static size_t largest_request(gpumem_resource *mr) {
+  return strcmp(gpumem_resource_name(mr), "fixed_size") == 0 ? (size_t)256 << 10 : SIZE_MAX;
+}
+
 static void case_sizes(gpumem_resource *mr, gpumem_stream stream) {
   uint64_t live_before = query(mr, GPUMEM_QUERY_LIVE_BYTES);
   for (size_t bytes = 4; bytes <= (1u << 30); bytes *= 4) {
     void *ptr = NULL;
+    if (bytes > largest_request(mr)) {
+      CHECK_FAILS_WITH(gpumem_allocate(mr, bytes, stream, &ptr), GPUMEM_ERR_OUT_OF_MEMORY,
+                       "larger than the resource's block size");
+      continue;
+    }
     CHECK_OK(gpumem_allocate(mr, bytes, stream, &ptr));
     CHECK(ptr != NULL);
     CHECK_EQ((uintptr_t)ptr % GPUMEM_DEFAULT_ALIGNMENT, 0);
@@ -72,9 +83,15 @@ static void case_sizes(gpumem_resource *mr, gpumem_stream stream) {
 
 static void case_alignments(gpumem_resource *mr, gpumem_stream stream) {
   for (size_t alignment = 1; alignment <= (2u << 20); alignment *= 2) {
-    size_t bytes = 1000 + alignment / 3;
+    size_t bytes = 1000 + alignment / 3 < largest_request(mr) ? 1000 + alignment / 3 : 1000;
     void *ptr = NULL;
-    CHECK_OK(gpumem_allocate_aligned(mr, bytes, alignment, stream, &ptr));
+    gpumem_status status = gpumem_allocate_aligned(mr, bytes, alignment, stream, &ptr);
+    if (status == GPUMEM_ERR_UNSUPPORTED && alignment > GPUMEM_DEFAULT_ALIGNMENT &&
+        strcmp(gpumem_resource_name(mr), "fixed_size") == 0) {
+      CHECK_CONTAINS(gpumem_last_error_message(), "does not align");
+      continue; /* documented: fixed-size blocks are 256-aligned only */
+    }
+    CHECK_OK(status);
     size_t expected = alignment < GPUMEM_DEFAULT_ALIGNMENT ? GPUMEM_DEFAULT_ALIGNMENT : alignment;
     CHECK_EQ((uintptr_t)ptr % expected, 0);
     check_usable(ptr, bytes, 7, stream);
@@ -200,8 +217,9 @@ static void case_cross_stream(gpumem_resource *mr) {
   gpumem_stream producer, consumer;
   CHECK_OK(gpumem_stream_create(device, &producer));
   CHECK_OK(gpumem_stream_create(device, &consumer));
-  enum { bytes = 1 << 20 };
-  static unsigned char host[bytes];
+  enum { most = 1 << 20 };
+  static unsigned char host[most];
+  size_t bytes = largest_request(mr) < most ? largest_request(mr) : most;
   for (int round = 0; round < 8; round++) {
     void *ptr;
     CHECK_OK(gpumem_allocate(mr, bytes, producer, &ptr));

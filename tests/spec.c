@@ -202,7 +202,7 @@ static void test_errors(void) {
   check_error("   ", "empty spec", 3);
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
-              "faulty, pool, arena, vmm)",
+              "faulty, pool, arena, binning, fixed_size, vmm)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);

@@ -204,6 +204,29 @@ static gpumem_status build_arena(int device, gpumem_resource *upstream, const sp
   return gpumem_arena_create(upstream, &opts, out);
 }
 
+/* ---- binning ---- */
+
+enum { BINNING_MIN, BINNING_MAX };
+
+static gpumem_status build_binning(int device, gpumem_resource *upstream,
+                                   const spec_values *values, gpumem_resource **out) {
+  gpumem_binning_options opts = {.min_exponent = (int)value_or(values, BINNING_MIN, 8),
+                                 .max_exponent = (int)value_or(values, BINNING_MAX, 20)};
+  return gpumem_binning_create(upstream, &opts, out);
+}
+
+/* ---- fixed_size ---- */
+
+enum { FIXED_BLOCK, FIXED_PREALLOC };
+
+static gpumem_status build_fixed_size(int device, gpumem_resource *upstream,
+                                      const spec_values *values, gpumem_resource **out) {
+  gpumem_fixed_size_options opts = {0};
+  opts.block_size = (size_t)value_or(values, FIXED_BLOCK, 0);
+  opts.blocks_to_preallocate = (size_t)value_or(values, FIXED_PREALLOC, 0);
+  return gpumem_fixed_size_create(upstream, &opts, out);
+}
+
 /* ---- vmm ---- */
 
 enum { VMM_RESERVE };
@@ -275,6 +298,22 @@ static const spec_kind spec_kinds[] = {
      },
      "a pool per stream over one global pool, for many threads at once",
      build_arena},
+    {"binning",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [BINNING_MIN] = {"min", SPEC_COUNT},
+         [BINNING_MAX] = {"max", SPEC_COUNT},
+     },
+     "fixed-size bins of 2^min to 2^max bytes (default 8 to 20), the rest to the upstream",
+     build_binning},
+    {"fixed_size",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [FIXED_BLOCK] = {"block", SPEC_SIZE},
+         [FIXED_PREALLOC] = {"prealloc", SPEC_COUNT},
+     },
+     "one block size for every request, taken prealloc blocks at a time",
+     build_fixed_size},
     {"vmm",
      SPEC_NO_UPSTREAM,
      {

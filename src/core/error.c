@@ -79,6 +79,12 @@ const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size) {
   return buf;
 }
 
+gpumem_status gpumem__fail_through(const gpumem_resource *mr, gpumem_status status) {
+  char spec[512];
+  gpumem__describe(mr, spec, sizeof spec);
+  return gpumem__fail_context(status, "%s", spec);
+}
+
 gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes,
                                          const char *why) {
   char spec[256], request[48], held[48], live[48], largest[48];

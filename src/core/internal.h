@@ -75,6 +75,10 @@ gpumem_status gpumem__fail(gpumem_status status, const char *format, ...)
 gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A failure of the resource `mr` passed calls to, told as mr's: prefixes the thread's
+ * message with mr's spec (the caller knows mr, not its insides). Returns status. */
+gpumem_status gpumem__fail_through(const gpumem_resource *mr, gpumem_status status);
+
 /* Records the raw CUresult of a failed driver call for gpumem_last_cuda_error(). */
 void gpumem__set_cuda_error(int cuda_error);
 

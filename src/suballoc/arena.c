@@ -256,20 +256,13 @@ static void reclaim_superblocks(arena_resource *arena) {
   free(locals);
 }
 
-/* A failure of the global pool, told as the arena's (the caller knows the arena). */
-static gpumem_status global_failure(const gpumem_resource *mr, gpumem_status status) {
-  char spec[512];
-  gpumem__describe(mr, spec, sizeof spec);
-  return gpumem__fail_context(status, "%s", spec);
-}
-
 static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                     gpumem_stream stream, void **ptr) {
   arena_resource *arena = (arena_resource *)mr;
   gpumem_resource *global = arena->global;
   if (bytes >= arena->large_threshold || alignment >= arena->large_threshold) {
     gpumem_status status = global->ops->allocate(global, bytes, alignment, stream, ptr);
-    return status == GPUMEM_OK ? GPUMEM_OK : global_failure(mr, status);
+    return status == GPUMEM_OK ? GPUMEM_OK : gpumem__fail_through(mr, status);
   }
   local_arena *local;
   gpumem_status status = local_for(arena, stream, &local);
@@ -283,7 +276,7 @@ static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t al
    * streams may hold whole free superblocks. */
   status = global->ops->allocate(global, bytes, alignment, stream, ptr);
   if (status != GPUMEM_ERR_OUT_OF_MEMORY)
-    return status == GPUMEM_OK ? GPUMEM_OK : global_failure(mr, status);
+    return status == GPUMEM_OK ? GPUMEM_OK : gpumem__fail_through(mr, status);
   reclaim_superblocks(arena);
   status = pool->ops->allocate(pool, bytes, alignment, stream, ptr);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY)
@@ -314,7 +307,7 @@ static gpumem_status arena_deallocate(gpumem_resource *mr, void *ptr, size_t byt
       return status;
   }
   gpumem_status status = global->ops->deallocate(global, ptr, bytes, alignment, stream);
-  return status == GPUMEM_OK ? GPUMEM_OK : global_failure(mr, status);
+  return status == GPUMEM_OK ? GPUMEM_OK : gpumem__fail_through(mr, status);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ typedef struct pool_resource {
   gpumem__spinlock lock;
   gpumem_pool_options options;
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
+  size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
   size_t growth_rounding;
   free_set fresh;
   free_set **sets; /* every set, the fresh one first */
@@ -482,7 +483,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
 static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                    gpumem_stream stream, void **ptr) {
   pool_resource *pool = (pool_resource *)mr;
-  size_t size = gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
+  size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
   size_t search = size + (alignment - GPUMEM_DEFAULT_ALIGNMENT);
   const char *why = "the host is out of memory for the pool's bookkeeping";
   gpumem__spin_lock(&pool->lock);
@@ -767,6 +768,10 @@ static const gpumem__resource_ops pool_ops = {
 };
 
 bool gpumem__is_pool(const gpumem_resource *mr) { return mr && mr->ops == &pool_ops; }
+
+void gpumem__pool_set_fixed_block(gpumem_resource *mr, size_t block_size) {
+  ((pool_resource *)mr)->fixed_block = block_size;
+}
 
 /* The default initial size: half the device's free memory for device-memory upstreams, none
  * for those that grow in place or hand out host memory. */

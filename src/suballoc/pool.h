@@ -16,6 +16,10 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                                           const gpumem_pool_options *opts,
                                           size_t growth_rounding, gpumem_resource **out);
 
+/* Makes every block of the pool exactly `block_size` bytes (a multiple of 256), whatever
+ * the request up to that size: the pool under a fixed_size resource. Before first use. */
+void gpumem__pool_set_fixed_block(gpumem_resource *pool, size_t block_size);
+
 /* Frees ptr if the pool owns it (*owned true then, and the status is the free's); when it
  * does not, returns GPUMEM_OK with *owned false and sets no message. */
 gpumem_status gpumem__pool_deallocate_if_owned(gpumem_resource *pool, void *ptr, size_t bytes,

@@ -1,0 +1,81 @@
+/* reinitialize.c: gpumem_reinitialize, the C twin of rmm.reinitialize: one call that gives
+ * each listed device a resource chosen by two switches (pool, managed memory) and sizes.
+ *
+ * Every resource is built before any is installed, so a failure on one device leaves every
+ * device with the resource it had. */
+#include "core/internal.h"
+#include "device/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static gpumem_status check_options(const gpumem_reinitialize_options *options) {
+  if (!options)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_reinitialize: options is NULL");
+  if (options->devices && options->device_count == 0)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_reinitialize: a device list with no devices");
+  if (options->device_count > GPUMEM_MAX_DEVICES)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_reinitialize: %zu devices, at most %d", options->device_count,
+                        GPUMEM_MAX_DEVICES);
+  if (options->maximum_pool_size && options->initial_pool_size > options->maximum_pool_size)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_reinitialize: initial pool size %zu exceeds the maximum %zu",
+                        options->initial_pool_size, options->maximum_pool_size);
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_reinitialize_spec(const gpumem_reinitialize_options *options, int device,
+                                       char *spec, size_t size) {
+  gpumem_status status = check_options(options);
+  if (status != GPUMEM_OK)
+    return status;
+  if (!spec || size == 0)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_reinitialize_spec: no buffer");
+  const gpumem__device_ops *dev = gpumem__device_get(&status);
+  if (!dev)
+    return status;
+  status = gpumem__resolve_device(dev, device, &device);
+  if (status != GPUMEM_OK)
+    return status;
+  if (!options->pool_allocator) {
+    snprintf(spec, size, "%s", options->managed_memory ? "managed" : "cuda");
+    return GPUMEM_OK;
+  }
+  const char *upstream = "managed";
+  if (!options->managed_memory) {
+    int64_t vmm = 0;
+    status = dev->device_attribute(device, GPUMEM__ATTR_VMM_SUPPORTED, &vmm);
+    if (status != GPUMEM_OK)
+      return status;
+    upstream = vmm ? "vmm" : "cuda";
+  }
+  snprintf(spec, size, "pool(%s, initial=%zu, max=%zu)", upstream, options->initial_pool_size,
+           options->maximum_pool_size);
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_reinitialize(const gpumem_reinitialize_options *options) {
+  gpumem_status status = check_options(options);
+  if (status != GPUMEM_OK)
+    return status;
+  static const int device_zero = 0;
+  const int *devices = options->devices ? options->devices : &device_zero;
+  size_t count = options->devices ? options->device_count : 1;
+  gpumem_resource *built[GPUMEM_MAX_DEVICES] = {0};
+  for (size_t i = 0; i < count && status == GPUMEM_OK; i++) {
+    char spec[128];
+    status = gpumem_reinitialize_spec(options, devices[i], spec, sizeof spec);
+    if (status == GPUMEM_OK)
+      status = gpumem_resource_from_spec_for_device(spec, devices[i], &built[i]);
+    if (status != GPUMEM_OK)
+      gpumem__fail_context(status, "gpumem_reinitialize: device %d", devices[i]);
+  }
+  for (size_t i = 0; i < count; i++) {
+    if (status == GPUMEM_OK)
+      gpumem_set_per_device_resource(devices[i], built[i]);
+    gpumem_resource_release(built[i]);
+  }
+  return status;
+}

@@ -1,0 +1,220 @@
+/* binning.c: requests routed by size to bins, the rest to the upstream.
+ *
+ * Small requests of similar sizes are where a general pool spends its time splitting and
+ * merging; giving each size class a fixed_size resource of its own makes them constant time
+ * and keeps them from fragmenting the large blocks. Bins are sorted by size; a request goes
+ * to the first bin at least as large, and a free of the same size finds the same bin, so no
+ * lookup by address is needed. The exponent bins are created when first used, each taking
+ * about 2 MiB at a time from the upstream, so an unused bin costs nothing. */
+#include "suballoc/pool.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BINS 64
+#define BIN_CHUNK ((size_t)2 << 20)
+
+typedef struct bin {
+  size_t size;
+  _Atomic(gpumem_resource *) resource; /* NULL until first use for exponent bins */
+} bin;
+
+typedef struct binning_resource {
+  gpumem_resource header;
+  gpumem_binning_options options;
+  pthread_mutex_t lock; /* guards bin creation */
+  bin bins[MAX_BINS];
+  size_t bin_count;
+  /* Requests too large for any bin, served by the upstream directly. */
+  atomic_uint_fast64_t direct_bytes, direct_count;
+} binning_resource;
+
+/* The first bin holding `bytes`, or NULL for the upstream. */
+static bin *bin_for(binning_resource *self, size_t bytes) {
+  for (size_t i = 0; i < self->bin_count; i++)
+    if (bytes <= self->bins[i].size)
+      return &self->bins[i];
+  return NULL;
+}
+
+static gpumem_status resource_of_bin(binning_resource *self, bin *b, gpumem_resource **out) {
+  gpumem_resource *resource = atomic_load_explicit(&b->resource, memory_order_acquire);
+  if (GPUMEM_LIKELY(resource != NULL)) {
+    *out = resource;
+    return GPUMEM_OK;
+  }
+  gpumem_status status = GPUMEM_OK;
+  pthread_mutex_lock(&self->lock);
+  resource = atomic_load_explicit(&b->resource, memory_order_acquire);
+  if (!resource) {
+    size_t blocks = b->size < BIN_CHUNK ? BIN_CHUNK / b->size : 1;
+    gpumem_fixed_size_options options = {.block_size = b->size, .blocks_to_preallocate = blocks};
+    status = gpumem_fixed_size_create(self->header.upstream, &options, &resource);
+    if (status == GPUMEM_OK)
+      atomic_store_explicit(&b->resource, resource, memory_order_release);
+  }
+  pthread_mutex_unlock(&self->lock);
+  if (status == GPUMEM_OK)
+    *out = resource;
+  return status;
+}
+
+static gpumem_status binning_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                      gpumem_stream stream, void **ptr) {
+  binning_resource *self = (binning_resource *)mr;
+  bin *b = alignment == GPUMEM_DEFAULT_ALIGNMENT ? bin_for(self, bytes) : NULL;
+  gpumem_resource *target = mr->upstream;
+  if (b) {
+    gpumem_status status = resource_of_bin(self, b, &target);
+    if (status != GPUMEM_OK)
+      return status;
+    return target->ops->allocate(target, bytes, alignment, stream, ptr);
+  }
+  gpumem_status status = target->ops->allocate(target, bytes, alignment, stream, ptr);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_through(mr, status);
+  atomic_fetch_add_explicit(&self->direct_bytes, bytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&self->direct_count, 1, memory_order_relaxed);
+  return GPUMEM_OK;
+}
+
+static gpumem_status binning_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                        size_t alignment, gpumem_stream stream) {
+  binning_resource *self = (binning_resource *)mr;
+  bin *b = alignment == GPUMEM_DEFAULT_ALIGNMENT ? bin_for(self, bytes) : NULL;
+  gpumem_resource *target =
+      b ? atomic_load_explicit(&b->resource, memory_order_acquire) : mr->upstream;
+  if (!target)
+    return gpumem__fail(GPUMEM_ERR_MISUSE,
+                        "deallocate of %p (%zu bytes) from a binning resource: the bin of that "
+                        "size has never allocated anything",
+                        ptr, bytes);
+  gpumem_status status = target->ops->deallocate(target, ptr, bytes, alignment, stream);
+  if (status == GPUMEM_OK && !b) {
+    atomic_fetch_sub_explicit(&self->direct_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&self->direct_count, 1, memory_order_relaxed);
+  }
+  return status;
+}
+
+/* Live figures sum the bins' and the direct requests'; reserved bytes are the upstream's,
+ * which already count what the bins took from it. */
+static gpumem_status binning_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
+  binning_resource *self = (binning_resource *)mr;
+  if (what != GPUMEM_QUERY_LIVE_BYTES && what != GPUMEM_QUERY_LIVE_COUNT &&
+      what != GPUMEM_QUERY_RESERVED_BYTES)
+    return GPUMEM_ERR_UNSUPPORTED;
+  uint64_t total = 0, value;
+  for (size_t i = 0; i < self->bin_count; i++) {
+    const gpumem_resource *resource = atomic_load(&self->bins[i].resource);
+    if (resource && resource->ops->query && resource->ops->query(resource, what, &value) == GPUMEM_OK)
+      total += value;
+  }
+  const gpumem_resource *up = mr->upstream;
+  if (what == GPUMEM_QUERY_RESERVED_BYTES) {
+    gpumem_status status = up->ops->query ? up->ops->query(up, what, &value) : GPUMEM_ERR_UNSUPPORTED;
+    if (status != GPUMEM_OK)
+      return status;
+    *out = value;
+    return GPUMEM_OK;
+  }
+  *out = total + atomic_load_explicit(what == GPUMEM_QUERY_LIVE_BYTES ? &self->direct_bytes
+                                                                    : &self->direct_count,
+                                      memory_order_relaxed);
+  return GPUMEM_OK;
+}
+
+static void binning_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  const binning_resource *self = (const binning_resource *)mr;
+  char upstream[512];
+  gpumem__describe(mr->upstream, upstream, sizeof upstream);
+  snprintf(buf, size, "binning(%s, min=%d, max=%d)", upstream, self->options.min_exponent,
+           self->options.max_exponent);
+}
+
+static gpumem_status binning_destroy(gpumem_resource *mr) {
+  binning_resource *self = (binning_resource *)mr;
+  for (size_t i = self->bin_count; i-- > 0;) {
+    gpumem_resource *resource = atomic_load(&self->bins[i].resource);
+    gpumem_status status = gpumem_resource_release(resource);
+    if (status != GPUMEM_OK)
+      return status;
+    atomic_store(&self->bins[i].resource, NULL);
+  }
+  pthread_mutex_destroy(&self->lock);
+  free(self);
+  return GPUMEM_OK;
+}
+
+static const gpumem__resource_ops binning_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "binning",
+    .allocate = binning_allocate,
+    .deallocate = binning_deallocate,
+    .query = binning_query,
+    .describe = binning_describe,
+    .destroy = binning_destroy,
+};
+
+/* Inserts a bin in size order; a bin of an existing size replaces its resource. */
+static gpumem_status insert_bin(binning_resource *self, size_t size, gpumem_resource *resource) {
+  size_t at = 0;
+  while (at < self->bin_count && self->bins[at].size < size)
+    at++;
+  if (at < self->bin_count && self->bins[at].size == size) {
+    gpumem_resource *old = atomic_exchange(&self->bins[at].resource, resource);
+    return gpumem_resource_release(old);
+  }
+  if (self->bin_count == MAX_BINS)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "binning: at most %d bins", MAX_BINS);
+  memmove(&self->bins[at + 1], &self->bins[at], (self->bin_count - at) * sizeof(bin));
+  self->bins[at].size = size;
+  atomic_init(&self->bins[at].resource, resource);
+  self->bin_count++;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_binning_add_bin(gpumem_resource *mr, size_t size,
+                                     gpumem_resource *bin_resource) {
+  if (!mr || mr->ops != &binning_ops)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_binning_add_bin: %s is not a binning resource",
+                        mr ? mr->ops->kind : "NULL");
+  if (size == 0 || size > ((size_t)1 << 62))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_binning_add_bin: bad bin size %zu",
+                        size);
+  binning_resource *self = (binning_resource *)mr;
+  pthread_mutex_lock(&self->lock);
+  gpumem_status status = insert_bin(self, size, gpumem_resource_retain(bin_resource));
+  pthread_mutex_unlock(&self->lock);
+  if (status != GPUMEM_OK)
+    gpumem_resource_release(bin_resource);
+  return status;
+}
+
+gpumem_status gpumem_binning_create(gpumem_resource *upstream, const gpumem_binning_options *opts,
+                                    gpumem_resource **out) {
+  if (!upstream || !out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_binning_create: %s is NULL",
+                        upstream ? "out" : "the upstream resource");
+  gpumem_binning_options options = opts ? *opts : (gpumem_binning_options){0};
+  bool no_bins = options.min_exponent == 0 && options.max_exponent == 0;
+  if (!no_bins && (options.min_exponent < 8 || options.max_exponent > 40 ||
+                   options.min_exponent > options.max_exponent))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_binning_create: bin exponents %d to %d: need 8 <= min <= max "
+                        "<= 40 (bins of 256 B to 1 TiB)",
+                        options.min_exponent, options.max_exponent);
+  binning_resource *self = calloc(1, sizeof *self);
+  if (!self)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_binning_create: out of host memory");
+  gpumem__resource_init(&self->header, &binning_ops, upstream->device, upstream->dev, upstream);
+  pthread_mutex_init(&self->lock, NULL);
+  self->options = options;
+  for (int e = options.min_exponent; !no_bins && e <= options.max_exponent; e++)
+    insert_bin(self, (size_t)1 << e, NULL);
+  *out = &self->header;
+  return GPUMEM_OK;
+}

@@ -1,0 +1,198 @@
+/* suballoc.c: fixed_size, binning and gpumem_reinitialize keep their promises.
+ *
+ * - fixed_size: every block has the block size; blocks come `prealloc` at a time; a freed
+ *   block is handed out again; larger requests are out of memory, over-alignment is
+ *   unsupported, a wrong size is misuse.
+ * - binning: nothing is taken at creation (bins are made when first used); requests go to
+ *   the right bin, large ones to the upstream, and to bins added by the program.
+ * - reinitialize: the resource each option set builds, per device, all or nothing. */
+#include "check.h"
+#include "gpumem/sim.h"
+
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static uint64_t query(gpumem_resource *mr, gpumem_query what) {
+  uint64_t value = 0;
+  CHECK_OK(gpumem_resource_query(mr, what, &value));
+  return value;
+}
+
+static void test_fixed_size(void) {
+  gpumem_resource *cuda, *mr;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+  gpumem_fixed_size_options options = {.block_size = 64 << 10, .blocks_to_preallocate = 4};
+  CHECK_OK(gpumem_fixed_size_create(cuda, &options, &mr));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  void *blocks[5];
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(mr, 1 + i * 1000, NULL, &blocks[i]));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 4 * (64 << 10));
+  for (int i = 1; i < 4; i++) /* whole blocks, one after another in the chunk */
+    CHECK_EQ((char *)blocks[i] - (char *)blocks[i - 1], 64 << 10);
+  CHECK_OK(gpumem_allocate(mr, 64 << 10, NULL, &blocks[4]));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 8 * (64 << 10));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_BYTES), 1 + 1001 + 2001 + 3001 + (64 << 10));
+
+  /* A freed block comes back. */
+  CHECK_OK(gpumem_deallocate(mr, blocks[2], 2001, NULL));
+  void *again;
+  CHECK_OK(gpumem_allocate(mr, 7, NULL, &again));
+  CHECK_PTR_EQ(again, blocks[2]);
+  blocks[2] = again;
+
+  void *ptr = (void *)0x3;
+  CHECK_FAILS_WITH(gpumem_allocate(mr, (64 << 10) + 1, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "larger than the resource's block size");
+  CHECK_FAILS_WITH(gpumem_allocate_aligned(mr, 100, 4096, NULL, &ptr), GPUMEM_ERR_UNSUPPORTED,
+                   "does not align");
+  CHECK_PTR_EQ(ptr, (void *)0x3);
+  CHECK_FAILS_WITH(gpumem_deallocate(mr, blocks[0], 2, NULL), GPUMEM_ERR_MISUSE,
+                   "allocated with 1 bytes");
+  CHECK_OK(gpumem_deallocate(mr, blocks[0], 1, NULL));
+  CHECK_OK(gpumem_deallocate(mr, blocks[1], 1001, NULL));
+  CHECK_OK(gpumem_deallocate(mr, blocks[2], 7, NULL));
+  CHECK_OK(gpumem_deallocate(mr, blocks[3], 3001, NULL));
+  CHECK_OK(gpumem_deallocate(mr, blocks[4], 64 << 10, NULL));
+  char spec[256];
+  CHECK_OK(gpumem_resource_describe(mr, spec, sizeof spec));
+  CHECK_CONTAINS(spec, "fixed_size(cuda, block=65536, prealloc=4)");
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("fixed_size passed\n");
+}
+
+static void test_binning(void) {
+  gpumem_resource *cuda, *mr;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+  gpumem_binning_options options = {.min_exponent = 10, .max_exponent = 16};
+  CHECK_OK(gpumem_binning_create(cuda, &options, &mr));
+  /* Bins are made when first used: creation takes nothing. */
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 0);
+
+  void *small, *medium, *large;
+  CHECK_OK(gpumem_allocate(mr, 100, NULL, &small)); /* the 1 KiB bin: one 2 MiB chunk */
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 2 << 20);
+  CHECK_OK(gpumem_allocate(mr, 50000, NULL, &medium)); /* the 64 KiB bin */
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 4 << 20);
+  CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, &large)); /* beyond the bins: the upstream */
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 3);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 3);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_BYTES), 100 + 50000 + (1 << 20));
+  CHECK_OK(gpumem_deallocate(mr, large, 1 << 20, NULL));
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 2);
+
+  /* A bin the program adds: requests above 64 KiB up to 2 MiB go to it. */
+  gpumem_resource *pool;
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=8MiB)", &pool));
+  CHECK_OK(gpumem_binning_add_bin(mr, 2 << 20, pool));
+  void *custom;
+  CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, &custom));
+  CHECK_U64_EQ(query(pool, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_OK(gpumem_deallocate(mr, custom, 1 << 20, NULL));
+  CHECK_U64_EQ(query(pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(pool)); /* the binning resource retained it */
+
+  CHECK_OK(gpumem_deallocate(mr, small, 100, NULL));
+  CHECK_OK(gpumem_deallocate(mr, medium, 50000, NULL));
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+
+  CHECK_FAILS_WITH(gpumem_binning_add_bin(cuda, 1024, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "not a binning resource");
+  gpumem_resource *bad = NULL;
+  gpumem_binning_options reversed = {.min_exponent = 20, .max_exponent = 10};
+  CHECK_FAILS_WITH(gpumem_binning_create(cuda, &reversed, &bad), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "need 8 <= min <= max");
+  CHECK_PTR_EQ(bad, NULL);
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("binning passed\n");
+}
+
+static void describe_current(int device, char *spec, size_t size) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_get_per_device_resource(device, &mr));
+  CHECK_OK(gpumem_resource_describe(mr, spec, size));
+}
+
+static void test_reinitialize(bool vmm_supported) {
+  char spec[256];
+  gpumem_reinitialize_options options = {0};
+  CHECK_OK(gpumem_reinitialize(&options));
+  describe_current(0, spec, sizeof spec);
+  CHECK(strcmp(spec, "cuda") == 0);
+
+  options.pool_allocator = 1;
+  CHECK_OK(gpumem_reinitialize(&options));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, vmm_supported ? "pool(vmm(" : "pool(cuda,");
+
+  options.managed_memory = 1;
+  CHECK_OK(gpumem_reinitialize(&options));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, "pool(managed(");
+
+  options.pool_allocator = 0;
+  CHECK_OK(gpumem_reinitialize(&options));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, "managed(");
+
+  int count = 0;
+  CHECK_OK(gpumem_device_count(&count));
+  if (count >= 2) {
+    int both[] = {0, 1};
+    gpumem_reinitialize_options pools = {.pool_allocator = 1, .devices = both, .device_count = 2,
+                                         .maximum_pool_size = 1 << 30};
+    CHECK_OK(gpumem_reinitialize(&pools));
+    for (int device = 0; device < 2; device++) {
+      describe_current(device, spec, sizeof spec);
+      CHECK_CONTAINS(spec, "max=1073741824");
+      gpumem_resource *mr;
+      CHECK_OK(gpumem_get_per_device_resource(device, &mr));
+      CHECK_EQ(gpumem_resource_device(mr), device);
+    }
+    /* All or nothing: device 99 does not exist, so device 0 keeps its pool. */
+    int bad[] = {0, 99};
+    gpumem_reinitialize_options broken = {.devices = bad, .device_count = 2};
+    CHECK_FAILS_WITH(gpumem_reinitialize(&broken), GPUMEM_ERR_INVALID_DEVICE, "device 99");
+    describe_current(0, spec, sizeof spec);
+    CHECK_CONTAINS(spec, "max=1073741824");
+  }
+  gpumem_reinitialize_options inverted = {.pool_allocator = 1, .initial_pool_size = 2 << 20,
+                                          .maximum_pool_size = 1 << 20};
+  CHECK_FAILS_WITH(gpumem_reinitialize(&inverted), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "exceeds the maximum");
+  CHECK_FAILS_WITH(gpumem_reinitialize(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
+  printf("reinitialize passed (%s)\n", vmm_supported ? "vmm" : "no vmm");
+}
+
+/* On a simulated device without virtual memory management the pool goes over cuda. Run in a
+ * child: the simulated device is configured before first use. */
+static void test_reinitialize_without_vmm(void) {
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    gpumem_sim_config config = {.no_vmm = 1};
+    if (gpumem_sim_configure(&config) != GPUMEM_OK)
+      _exit(3);
+    test_reinitialize(false);
+    fflush(stdout);
+    _exit(0);
+  }
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(void) {
+  bool sim = getenv("GPUMEM_DEVICE") && strcmp(getenv("GPUMEM_DEVICE"), "sim") == 0;
+  if (sim)
+    test_reinitialize_without_vmm(); /* before this process starts its own backend */
+  check_init_backend();
+  test_fixed_size();
+  test_binning();
+  test_reinitialize(true);
+  return 0;
+}
