@@ -12,7 +12,8 @@ summary() { echo "$*" | tee -a "$out/summary.txt"; }
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader \
   >"$out/gpu.txt" 2>&1
 summary "gpu: $(cat "$out/gpu.txt")"
-summary "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+# The device machine gets the working tree without .git: the caller passes the commit.
+summary "commit: ${GPUMEM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
 jobs=$(nproc)
 if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_GPU_TESTS=ON \
@@ -32,7 +33,8 @@ grep -E 'Failed|Not Run|\*\*\*' "$out/ctest.log" | head -20
 
 bench=build/bin/gpumem-bench
 # gpumem's resources beside the references; GPUMEM_BENCH_RESOURCES overrides the list.
-resources=(--resource cuda --resource async --resource "pool(vmm)" --resource "pool(cuda)")
+resources=(--resource cuda --resource async --resource "pool(vmm)" --resource "pool(cuda)"
+  --resource "arena(vmm)" --resource "binning(pool(vmm))")
 if [ -n "${GPUMEM_BENCH_RESOURCES:-}" ]; then
   eval "resources=($GPUMEM_BENCH_RESOURCES)"
 fi
@@ -40,10 +42,13 @@ fi
   "$bench" random --workload small,mixed,large --compare "${resources[@]}" --table
   if [ "${1:-}" != quick ]; then
     # The driver pool is the threads reference; cuMemAlloc from 16 threads takes minutes.
-    "$bench" threads --threads 1,4,16 --resource driver:async \
-      --resource "pool(vmm)" --resource "pool(cuda)" --table
+    "$bench" threads --threads 1,4,16 --resource driver:async --resource "pool(vmm)" \
+      --resource "arena(vmm)" --resource "arena(cuda)" --table
   fi
   "$bench" replay --compare "${resources[@]}" --table data/*.csv
+  # This machine's processor on the same host-side work as a simulated-device run elsewhere:
+  # the pool's bookkeeping without a GPU, for comparing processors.
+  GPUMEM_DEVICE=sim "$bench" random --workload small,mixed,large --resource "pool(cuda)" --table
 } >"$out/bench.txt" 2>&1
 summary "bench rc=$?"
-grep -v '^{' "$out/bench.txt" | tail -70
+grep -v '^{' "$out/bench.txt" | tail -80
