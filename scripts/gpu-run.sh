@@ -24,7 +24,7 @@ if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_GPU_TESTS=O
 fi
 
 # GPU tests one at a time (they time kernels and share the card); sim tests in parallel.
-ctest --test-dir build --output-on-failure -L gpu >"$out/ctest.log" 2>&1
+ctest --test-dir build -V -L gpu >"$out/ctest.log" 2>&1
 gpu_rc=$?
 ctest --test-dir build --output-on-failure -L sim -j "$jobs" >>"$out/ctest.log" 2>&1
 sim_rc=$?
