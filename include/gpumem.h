@@ -39,19 +39,19 @@ extern "C" {
  * ------------------------------------------------------------------------------------- */
 
 /* X(name, value, message). GPUMEM_OK is 0; values are stable and never reused. */
-#define GPUMEM_STATUS_TABLE(X)                                                                \
-  X(GPUMEM_OK, 0, "success")                                                                 \
-  X(GPUMEM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                      \
-  X(GPUMEM_ERR_OUT_OF_MEMORY, 2, "out of memory")                                            \
-  X(GPUMEM_ERR_UNSUPPORTED, 3, "not supported by this resource or device")                   \
-  X(GPUMEM_ERR_MISUSE, 4, "misuse (double free, foreign pointer, wrong size, live memory)")  \
-  X(GPUMEM_ERR_NO_DRIVER, 5, "no CUDA driver could be loaded")                               \
-  X(GPUMEM_ERR_NO_DEVICE, 6, "no CUDA device is present")                                    \
-  X(GPUMEM_ERR_INVALID_DEVICE, 7, "invalid device index")                                    \
-  X(GPUMEM_ERR_INVALID_STREAM, 8, "stream belongs to another device")                        \
-  X(GPUMEM_ERR_CUDA, 9, "CUDA driver call failed")                                           \
-  X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                           \
-  X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                       \
+#define GPUMEM_STATUS_TABLE(X)                                                                     \
+  X(GPUMEM_OK, 0, "success")                                                                       \
+  X(GPUMEM_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                            \
+  X(GPUMEM_ERR_OUT_OF_MEMORY, 2, "out of memory")                                                  \
+  X(GPUMEM_ERR_UNSUPPORTED, 3, "not supported by this resource or device")                         \
+  X(GPUMEM_ERR_MISUSE, 4, "misuse (double free, foreign pointer, wrong size, live memory)")        \
+  X(GPUMEM_ERR_NO_DRIVER, 5, "no CUDA driver could be loaded")                                     \
+  X(GPUMEM_ERR_NO_DEVICE, 6, "no CUDA device is present")                                          \
+  X(GPUMEM_ERR_INVALID_DEVICE, 7, "invalid device index")                                          \
+  X(GPUMEM_ERR_INVALID_STREAM, 8, "stream belongs to another device")                              \
+  X(GPUMEM_ERR_CUDA, 9, "CUDA driver call failed")                                                 \
+  X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                                 \
+  X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                             \
   X(GPUMEM_ERR_INTERNAL, 12, "internal error")
 
 typedef enum gpumem_status {
@@ -152,8 +152,8 @@ GPUMEM_API const char *gpumem_settings(void);
  * Returns GPUMEM_ERR_INVALID_ARGUMENT (NULL mr or ptr, size overflow),
  * GPUMEM_ERR_OUT_OF_MEMORY (message: request, resource, what it holds),
  * GPUMEM_ERR_INVALID_STREAM, or an upstream failure. *ptr is untouched on failure. */
-GPUMEM_API gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes,
-                                         gpumem_stream stream, void **ptr);
+GPUMEM_API gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream,
+                                         void **ptr);
 
 /* As gpumem_allocate with an alignment: a power of two; below 256 means 256. */
 GPUMEM_API gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes,
@@ -169,9 +169,8 @@ GPUMEM_API gpumem_status gpumem_deallocate(gpumem_resource *mr, void *ptr, size_
                                            gpumem_stream stream);
 
 /* As gpumem_deallocate for memory from gpumem_allocate_aligned with that alignment. */
-GPUMEM_API gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr,
-                                                   size_t bytes, size_t alignment,
-                                                   gpumem_stream stream);
+GPUMEM_API gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t bytes,
+                                                   size_t alignment, gpumem_stream stream);
 
 /* ---------------------------------------------------------------------------------------
  * Resources: life and facts
@@ -265,7 +264,7 @@ GPUMEM_API gpumem_status gpumem_async_create(int device, const gpumem_async_opti
                                              gpumem_resource **out);
 
 typedef enum gpumem_pinned_flags {
-  GPUMEM_PINNED_PORTABLE = 1u << 0,     /* pinned for every context */
+  GPUMEM_PINNED_PORTABLE = 1u << 0,      /* pinned for every context */
   GPUMEM_PINNED_DEVICE_MAPPED = 1u << 1, /* mapped into the device's address space */
   GPUMEM_PINNED_WRITE_COMBINED = 1u << 2
 } gpumem_pinned_flags;
@@ -323,8 +322,7 @@ typedef struct gpumem_pool_options {
 } gpumem_pool_options;
 
 GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
-                                            const gpumem_pool_options *opts,
-                                            gpumem_resource **out);
+                                            const gpumem_pool_options *opts, gpumem_resource **out);
 
 /* Gives every whole free upstream chunk back to the upstream (over vmm: unmaps free
  * memory). *released (may be NULL) receives the bytes given back. */
@@ -481,8 +479,7 @@ GPUMEM_API gpumem_status gpumem_buffer_create(size_t size, gpumem_stream stream,
  * `stream`; `src` must stay valid until the stream's work is done (pageable host memory is
  * staged by the driver before the call returns). */
 GPUMEM_API gpumem_status gpumem_buffer_create_from_host(const void *src, size_t size,
-                                                        gpumem_stream stream,
-                                                        gpumem_resource *mr,
+                                                        gpumem_stream stream, gpumem_resource *mr,
                                                         gpumem_buffer **out);
 
 /* A deep copy of `src` on `stream`, allocated from mr (NULL: src's resource). */

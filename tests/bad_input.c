@@ -8,7 +8,9 @@
 
 #include <string.h>
 
-static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }
+static bool on_sim(void) {
+  return strcmp(gpumem_backend_name(), "sim") == 0;
+}
 
 typedef struct snapshot {
   uint64_t live_count, live_bytes;
@@ -66,15 +68,14 @@ static void rows_for_deallocation(gpumem_resource *mr) {
   CHECK_FAILS_WITH(gpumem_deallocate(mr, ptr, 4000, NULL), GPUMEM_ERR_MISUSE,
                    "allocated with 4096 bytes");
   CHECK_FAILS_WITH(gpumem_deallocate(mr, ptr, 0, NULL), GPUMEM_ERR_MISUSE, "size 0");
-  CHECK_FAILS_WITH(gpumem_deallocate_aligned(mr, ptr, 4096, 100, NULL),
-                   GPUMEM_ERR_INVALID_ARGUMENT, "not a power of two");
+  CHECK_FAILS_WITH(gpumem_deallocate_aligned(mr, ptr, 4096, 100, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "not a power of two");
   CHECK_OK(gpumem_deallocate(mr, NULL, 0, NULL));
   check_unchanged(mr, before);
 
   CHECK_OK(gpumem_deallocate(mr, ptr, 4096, NULL));
   snapshot after_free = take_snapshot(mr);
-  CHECK_FAILS_WITH(gpumem_deallocate(mr, ptr, 4096, NULL), GPUMEM_ERR_MISUSE,
-                   "already freed");
+  CHECK_FAILS_WITH(gpumem_deallocate(mr, ptr, 4096, NULL), GPUMEM_ERR_MISUSE, "already freed");
   check_unchanged(mr, after_free);
 }
 
@@ -120,10 +121,9 @@ static void rows_for_devices(void) {
   CHECK_FAILS_WITH(gpumem_pinned_host_create(99, NULL, &mr), GPUMEM_ERR_INVALID_DEVICE,
                    "device 99");
   CHECK_FAILS_WITH(gpumem_system_create(99, &mr), GPUMEM_ERR_INVALID_DEVICE, "device 99");
-  CHECK_FAILS_WITH(gpumem_resource_from_spec_for_device("cuda", 99, &mr),
-                   GPUMEM_ERR_INVALID_DEVICE, "device 99");
-  CHECK_FAILS_WITH(gpumem_get_per_device_resource(99, &mr), GPUMEM_ERR_INVALID_DEVICE,
+  CHECK_FAILS_WITH(gpumem_resource_from_spec_for_device("cuda", 99, &mr), GPUMEM_ERR_INVALID_DEVICE,
                    "device 99");
+  CHECK_FAILS_WITH(gpumem_get_per_device_resource(99, &mr), GPUMEM_ERR_INVALID_DEVICE, "device 99");
   CHECK_FAILS_WITH(gpumem_set_per_device_resource(99, NULL), GPUMEM_ERR_INVALID_DEVICE,
                    "device 99");
   CHECK_FAILS_WITH(gpumem_set_device(99), GPUMEM_ERR_INVALID_DEVICE, "device 99");
@@ -165,8 +165,7 @@ static void rows_for_null_out_pointers(gpumem_resource *mr) {
   CHECK_FAILS_WITH(gpumem_cuda_create(0, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "out is NULL");
   CHECK_FAILS_WITH(gpumem_managed_create(0, NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
                    "out is NULL");
-  CHECK_FAILS_WITH(gpumem_async_create(0, NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "out is NULL");
+  CHECK_FAILS_WITH(gpumem_async_create(0, NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "out is NULL");
   CHECK_FAILS_WITH(gpumem_pinned_host_create(0, NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
                    "out is NULL");
   CHECK_FAILS_WITH(gpumem_system_create(0, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "out is NULL");
@@ -185,10 +184,8 @@ static void rows_for_null_out_pointers(gpumem_resource *mr) {
   CHECK_FAILS_WITH(gpumem_resource_upstream(mr, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
   CHECK_FAILS_WITH(gpumem_resource_upstream(mr, &out), GPUMEM_ERR_UNSUPPORTED, "no upstream");
   CHECK_FAILS_WITH(gpumem_resource_describe(mr, NULL, 10), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
-  CHECK_FAILS_WITH(gpumem_get_current_device_resource(NULL), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "NULL");
-  CHECK_FAILS_WITH(gpumem_set_current_device_resource(NULL), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "NULL");
+  CHECK_FAILS_WITH(gpumem_get_current_device_resource(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
+  CHECK_FAILS_WITH(gpumem_set_current_device_resource(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
   CHECK_FAILS_WITH(gpumem_device_count(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
   CHECK_FAILS_WITH(gpumem_stream_create(0, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
   CHECK_FAILS_WITH(gpumem_buffer_create(10, NULL, mr, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
@@ -206,8 +203,7 @@ static void rows_for_options(gpumem_resource *mr) {
   CHECK_FAILS_WITH(gpumem_managed_create(0, &managed, &out), GPUMEM_ERR_INVALID_ARGUMENT,
                    "not both");
   gpumem_async_options async = {.ipc_handle = (gpumem_ipc_handle)9};
-  CHECK_FAILS_WITH(gpumem_async_create(0, &async, &out), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "IPC handle");
+  CHECK_FAILS_WITH(gpumem_async_create(0, &async, &out), GPUMEM_ERR_INVALID_ARGUMENT, "IPC handle");
   gpumem_pinned_host_options pinned = {.flags = 1u << 9};
   CHECK_FAILS_WITH(gpumem_pinned_host_create(0, &pinned, &out), GPUMEM_ERR_INVALID_ARGUMENT,
                    "unknown flags");
@@ -230,8 +226,8 @@ static void rows_for_buffers(gpumem_resource *mr) {
   unsigned char back[400];
   CHECK_FAILS_WITH(gpumem_buffer_copy_to_host(buf, back, 400), GPUMEM_ERR_INVALID_ARGUMENT,
                    "400 bytes asked of a buffer of 300");
-  CHECK_FAILS_WITH(gpumem_buffer_copy_from_host(buf, 250, data, 100),
-                   GPUMEM_ERR_INVALID_ARGUMENT, "outside the buffer");
+  CHECK_FAILS_WITH(gpumem_buffer_copy_from_host(buf, 250, data, 100), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "outside the buffer");
   CHECK_FAILS_WITH(gpumem_buffer_copy_from_host(buf, SIZE_MAX, data, 2),
                    GPUMEM_ERR_INVALID_ARGUMENT, "outside the buffer");
   CHECK_FAILS_WITH(gpumem_buffer_resize(NULL, 10, NULL), GPUMEM_ERR_INVALID_ARGUMENT,

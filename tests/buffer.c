@@ -7,7 +7,9 @@
 
 enum { base_size = 100000 };
 
-static unsigned char pattern_byte(size_t i) { return (unsigned char)(i * 131 + 7); }
+static unsigned char pattern_byte(size_t i) {
+  return (unsigned char)(i * 131 + 7);
+}
 
 static void fill_pattern(unsigned char *host, size_t size) {
   for (size_t i = 0; i < size; i++)

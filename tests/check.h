@@ -15,67 +15,67 @@
 
 #define CHECK_SKIP_CODE 77
 
-#define CHECK_FAIL_(...)                                                                     \
-  do {                                                                                       \
-    fprintf(stderr, "%s:%d: check failed: ", __FILE__, __LINE__);                            \
-    fprintf(stderr, __VA_ARGS__);                                                            \
-    fprintf(stderr, "\n  last gpumem error: %s\n", gpumem_last_error_message());             \
-    exit(1);                                                                                 \
+#define CHECK_FAIL_(...)                                                                           \
+  do {                                                                                             \
+    fprintf(stderr, "%s:%d: check failed: ", __FILE__, __LINE__);                                  \
+    fprintf(stderr, __VA_ARGS__);                                                                  \
+    fprintf(stderr, "\n  last gpumem error: %s\n", gpumem_last_error_message());                   \
+    exit(1);                                                                                       \
   } while (0)
 
-#define CHECK(cond)                                                                          \
-  do {                                                                                       \
-    if (!(cond))                                                                             \
-      CHECK_FAIL_("%s", #cond);                                                              \
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond))                                                                                   \
+      CHECK_FAIL_("%s", #cond);                                                                    \
   } while (0)
 
 /* Compares two integers of any integer type as 64-bit values. */
-#define CHECK_EQ(a, b)                                                                       \
-  do {                                                                                       \
-    long long check_a_ = (long long)(a), check_b_ = (long long)(b);                          \
-    if (check_a_ != check_b_)                                                                \
-      CHECK_FAIL_("%s == %s (%lld vs %lld)", #a, #b, check_a_, check_b_);                    \
+#define CHECK_EQ(a, b)                                                                             \
+  do {                                                                                             \
+    long long check_a_ = (long long)(a), check_b_ = (long long)(b);                                \
+    if (check_a_ != check_b_)                                                                      \
+      CHECK_FAIL_("%s == %s (%lld vs %lld)", #a, #b, check_a_, check_b_);                          \
   } while (0)
 
-#define CHECK_U64_EQ(a, b)                                                                   \
-  do {                                                                                       \
-    uint64_t check_a_ = (uint64_t)(a), check_b_ = (uint64_t)(b);                             \
-    if (check_a_ != check_b_)                                                                \
-      CHECK_FAIL_("%s == %s (%" PRIu64 " vs %" PRIu64 ")", #a, #b, check_a_, check_b_);      \
+#define CHECK_U64_EQ(a, b)                                                                         \
+  do {                                                                                             \
+    uint64_t check_a_ = (uint64_t)(a), check_b_ = (uint64_t)(b);                                   \
+    if (check_a_ != check_b_)                                                                      \
+      CHECK_FAIL_("%s == %s (%" PRIu64 " vs %" PRIu64 ")", #a, #b, check_a_, check_b_);            \
   } while (0)
 
-#define CHECK_PTR_EQ(a, b)                                                                   \
-  do {                                                                                       \
-    const void *check_a_ = (const void *)(a), *check_b_ = (const void *)(b);                 \
-    if (check_a_ != check_b_)                                                                \
-      CHECK_FAIL_("%s == %s (%p vs %p)", #a, #b, check_a_, check_b_);                        \
+#define CHECK_PTR_EQ(a, b)                                                                         \
+  do {                                                                                             \
+    const void *check_a_ = (const void *)(a), *check_b_ = (const void *)(b);                       \
+    if (check_a_ != check_b_)                                                                      \
+      CHECK_FAIL_("%s == %s (%p vs %p)", #a, #b, check_a_, check_b_);                              \
   } while (0)
 
 /* The call returns `expected` (a gpumem_status). */
-#define CHECK_STATUS(call, expected)                                                         \
-  do {                                                                                       \
-    gpumem_status check_s_ = (call), check_e_ = (expected);                                  \
-    if (check_s_ != check_e_)                                                                \
-      CHECK_FAIL_("%s returned %s, expected %s", #call, gpumem_status_name(check_s_),        \
-                  gpumem_status_name(check_e_));                                             \
+#define CHECK_STATUS(call, expected)                                                               \
+  do {                                                                                             \
+    gpumem_status check_s_ = (call), check_e_ = (expected);                                        \
+    if (check_s_ != check_e_)                                                                      \
+      CHECK_FAIL_("%s returned %s, expected %s", #call, gpumem_status_name(check_s_),              \
+                  gpumem_status_name(check_e_));                                                   \
   } while (0)
 
 #define CHECK_OK(call) CHECK_STATUS(call, GPUMEM_OK)
 
 /* The string contains `needle`. */
-#define CHECK_CONTAINS(haystack, needle)                                                     \
-  do {                                                                                       \
-    const char *check_h_ = (haystack), *check_n_ = (needle);                                 \
-    if (check_h_ == NULL || strstr(check_h_, check_n_) == NULL)                              \
-      CHECK_FAIL_("%s contains \"%s\" (it is \"%s\")", #haystack, check_n_,                  \
-                  check_h_ ? check_h_ : "(null)");                                           \
+#define CHECK_CONTAINS(haystack, needle)                                                           \
+  do {                                                                                             \
+    const char *check_h_ = (haystack), *check_n_ = (needle);                                       \
+    if (check_h_ == NULL || strstr(check_h_, check_n_) == NULL)                                    \
+      CHECK_FAIL_("%s contains \"%s\" (it is \"%s\")", #haystack, check_n_,                        \
+                  check_h_ ? check_h_ : "(null)");                                                 \
   } while (0)
 
 /* The call fails with `expected` and the thread's message contains `needle`. */
-#define CHECK_FAILS_WITH(call, expected, needle)                                             \
-  do {                                                                                       \
-    CHECK_STATUS(call, expected);                                                            \
-    CHECK_CONTAINS(gpumem_last_error_message(), needle);                                     \
+#define CHECK_FAILS_WITH(call, expected, needle)                                                   \
+  do {                                                                                             \
+    CHECK_STATUS(call, expected);                                                                  \
+    CHECK_CONTAINS(gpumem_last_error_message(), needle);                                           \
   } while (0)
 
 /* Initializes the backend chosen by GPUMEM_DEVICE; where it is cuda and no GPU can be used,

@@ -14,15 +14,31 @@
 #include <string.h>
 
 static const char *const default_specs[] = {
-    "cuda",         "managed",       "managed(prefetch=true)",    "async",     "pinned_host",
-    "system",       "faulty(cuda)",  "faulty(async)",             "vmm",       "pool(vmm)",
-    "pool(cuda, initial=64MiB)",     "pool(cuda, initial=1)",     "pool(async)",
-    "pool(managed)",                 "pool(pinned_host)",         "arena(cuda, size=64MiB)",
-    "arena(vmm)",                    "fixed_size(cuda, block=256KiB, prealloc=16)",
-    "binning(cuda)",                 "binning(pool(vmm), min=10, max=22)",
+    "cuda",
+    "managed",
+    "managed(prefetch=true)",
+    "async",
+    "pinned_host",
+    "system",
+    "faulty(cuda)",
+    "faulty(async)",
+    "vmm",
+    "pool(vmm)",
+    "pool(cuda, initial=64MiB)",
+    "pool(cuda, initial=1)",
+    "pool(async)",
+    "pool(managed)",
+    "pool(pinned_host)",
+    "arena(cuda, size=64MiB)",
+    "arena(vmm)",
+    "fixed_size(cuda, block=256KiB, prealloc=16)",
+    "binning(cuda)",
+    "binning(pool(vmm), min=10, max=22)",
 };
 
-static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }
+static bool on_sim(void) {
+  return strcmp(gpumem_backend_name(), "sim") == 0;
+}
 
 static uint64_t query(gpumem_resource *mr, gpumem_query what) {
   uint64_t value = 0;
@@ -109,7 +125,8 @@ static void case_out_of_memory(gpumem_resource *mr, const char *spec) {
   uint64_t live_before = query(mr, GPUMEM_QUERY_LIVE_COUNT);
   void *ptr = (void *)0x1234;
   size_t huge = (size_t)1 << 50; /* 1 PiB */
-  CHECK_FAILS_WITH(gpumem_allocate(mr, huge, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY, "out of memory");
+  CHECK_FAILS_WITH(gpumem_allocate(mr, huge, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "out of memory");
   CHECK_CONTAINS(gpumem_last_error_message(), gpumem_resource_name(mr));
   CHECK_CONTAINS(gpumem_last_error_message(), "1 PiB");
   CHECK_PTR_EQ(ptr, (void *)0x1234);

@@ -26,16 +26,16 @@ static uint64_t live_count_or_zero(void) {
 
 /* Runs `call`; if it fails, checks the failure and that nothing changed, then runs it again,
  * which must succeed. */
-#define STEP(call)                                                                           \
-  do {                                                                                       \
-    uint64_t live_before_ = live_count_or_zero();                                            \
-    gpumem_status step_status_ = (call);                                                     \
-    if (step_status_ != GPUMEM_OK) {                                                         \
-      failures_seen++;                                                                       \
-      CHECK(strlen(gpumem_last_error_message()) > 0);                                        \
-      CHECK_U64_EQ(live_count_or_zero(), live_before_);                                      \
-      CHECK_OK(call);                                                                        \
-    }                                                                                        \
+#define STEP(call)                                                                                 \
+  do {                                                                                             \
+    uint64_t live_before_ = live_count_or_zero();                                                  \
+    gpumem_status step_status_ = (call);                                                           \
+    if (step_status_ != GPUMEM_OK) {                                                               \
+      failures_seen++;                                                                             \
+      CHECK(strlen(gpumem_last_error_message()) > 0);                                              \
+      CHECK_U64_EQ(live_count_or_zero(), live_before_);                                            \
+      CHECK_OK(call);                                                                              \
+    }                                                                                              \
   } while (0)
 
 enum { buffer_bytes = 3000 };
@@ -143,12 +143,11 @@ int main(int argc, char **argv) {
     printf("skipped: fault injection needs the simulated device\n");
     return CHECK_SKIP_CODE;
   }
-  static const char *const specs[] = {"cuda",         "managed(prefetch=true)",
-                                      "async(initial=1MiB)", "pinned_host",
-                                      "faulty(cuda)", "pool(cuda, initial=1)",
-                                      "pool(vmm)",    "pool(faulty(async))",
-                                      "arena(cuda, size=1, superblock=1MiB)",
-                                      "arena(vmm)"};
+  static const char *const specs[] = {
+      "cuda",        "managed(prefetch=true)", "async(initial=1MiB)",
+      "pinned_host", "faulty(cuda)",           "pool(cuda, initial=1)",
+      "pool(vmm)",   "pool(faulty(async))",    "arena(cuda, size=1, superblock=1MiB)",
+      "arena(vmm)"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);

@@ -123,7 +123,7 @@ int main(void) {
   CHECK_OK(gpumem_resource_release(right));
   printf("the same cache waiting on an event: no hazard\n");
 
-  static const char *const specs[] = {"cuda",          "async",    "managed",
+  static const char *const specs[] = {"cuda",          "async",     "managed",
                                       "faulty(async)", "pool(vmm)", "pool(cuda, initial=1)",
                                       "arena(vmm)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {

@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool on_sim(void) { return strcmp(gpumem_backend_name(), "sim") == 0; }
+static bool on_sim(void) {
+  return strcmp(gpumem_backend_name(), "sim") == 0;
+}
 
 static uint64_t query(gpumem_resource *mr, gpumem_query what) {
   uint64_t value = 0;
@@ -25,7 +27,9 @@ static uint64_t query(gpumem_resource *mr, gpumem_query what) {
   return value;
 }
 
-static size_t rounded(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+static size_t rounded(size_t bytes) {
+  return (bytes + 255) & ~(size_t)255;
+}
 
 /* ---- the model ---- */
 
@@ -309,8 +313,8 @@ static void *thread_worker(void *arg) {
     if (box->count == mailbox_size || (box->count > 0 && (x >> 32) % 2)) {
       /* Free a block some thread allocated, on this thread's stream. */
       box->count--;
-      CHECK_OK(gpumem_deallocate(shared_pool, box->ptr[box->count], box->bytes[box->count],
-                                 stream));
+      CHECK_OK(
+          gpumem_deallocate(shared_pool, box->ptr[box->count], box->bytes[box->count], stream));
     } else {
       size_t bytes = 1 + (x >> 40) % 70000;
       CHECK_OK(gpumem_allocate(shared_pool, bytes, stream, &box->ptr[box->count]));

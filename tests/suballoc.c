@@ -143,8 +143,8 @@ static void test_reinitialize(bool vmm_supported) {
   CHECK_OK(gpumem_device_count(&count));
   if (count >= 2) {
     int both[] = {0, 1};
-    gpumem_reinitialize_options pools = {.pool_allocator = 1, .devices = both, .device_count = 2,
-                                         .maximum_pool_size = 1 << 30};
+    gpumem_reinitialize_options pools = {
+        .pool_allocator = 1, .devices = both, .device_count = 2, .maximum_pool_size = 1 << 30};
     CHECK_OK(gpumem_reinitialize(&pools));
     for (int device = 0; device < 2; device++) {
       describe_current(device, spec, sizeof spec);
@@ -160,8 +160,8 @@ static void test_reinitialize(bool vmm_supported) {
     describe_current(0, spec, sizeof spec);
     CHECK_CONTAINS(spec, "max=1073741824");
   }
-  gpumem_reinitialize_options inverted = {.pool_allocator = 1, .initial_pool_size = 2 << 20,
-                                          .maximum_pool_size = 1 << 20};
+  gpumem_reinitialize_options inverted = {
+      .pool_allocator = 1, .initial_pool_size = 2 << 20, .maximum_pool_size = 1 << 20};
   CHECK_FAILS_WITH(gpumem_reinitialize(&inverted), GPUMEM_ERR_INVALID_ARGUMENT,
                    "exceeds the maximum");
   CHECK_FAILS_WITH(gpumem_reinitialize(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");

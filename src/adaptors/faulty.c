@@ -50,8 +50,7 @@ static gpumem_status faulty_allocate(gpumem_resource *mr, size_t bytes, size_t a
 static gpumem_status faulty_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                        size_t alignment, gpumem_stream stream) {
   faulty_resource *self = (faulty_resource *)mr;
-  gpumem_status status =
-      mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+  gpumem_status status = mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
   if (status == GPUMEM_OK) {
     atomic_fetch_sub_explicit(&self->live_count, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&self->live_bytes, bytes, memory_order_relaxed);
@@ -92,8 +91,7 @@ static void faulty_describe(const gpumem_resource *mr, char *buf, size_t size) {
   gpumem_faulty_options o = self->options;
   pthread_mutex_unlock(&self->lock);
   snprintf(buf, size, "faulty(%s, fail_at=%llu, fail_every=%llu, status=%s)", upstream,
-           (unsigned long long)o.fail_at, (unsigned long long)o.fail_every,
-           status_word(o.status));
+           (unsigned long long)o.fail_at, (unsigned long long)o.fail_every, status_word(o.status));
 }
 
 static gpumem_status faulty_destroy(gpumem_resource *mr) {

@@ -8,8 +8,8 @@
 gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t alignment,
                                       gpumem_stream stream, void **ptr) {
   if (GPUMEM_UNLIKELY(!mr || !ptr))
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "gpumem_allocate: %s is NULL", mr ? "the out-pointer" : "the resource");
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_allocate: %s is NULL",
+                        mr ? "the out-pointer" : "the resource");
   if (GPUMEM_UNLIKELY(bytes == 0)) {
     *ptr = NULL;
     return GPUMEM_OK;
@@ -34,8 +34,7 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
   return GPUMEM_OK;
 }
 
-gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream,
-                              void **ptr) {
+gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream, void **ptr) {
   return gpumem_allocate_aligned(mr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 }
 

@@ -203,8 +203,18 @@ gpumem_status gpumem_buffer_destroy(gpumem_buffer *buf) {
   return GPUMEM_OK;
 }
 
-void *gpumem_buffer_data(const gpumem_buffer *buf) { return buf ? buf->data : NULL; }
-size_t gpumem_buffer_size(const gpumem_buffer *buf) { return buf ? buf->size : 0; }
-size_t gpumem_buffer_capacity(const gpumem_buffer *buf) { return buf ? buf->capacity : 0; }
-gpumem_stream gpumem_buffer_stream(const gpumem_buffer *buf) { return buf ? buf->stream : NULL; }
-gpumem_resource *gpumem_buffer_resource(const gpumem_buffer *buf) { return buf ? buf->mr : NULL; }
+void *gpumem_buffer_data(const gpumem_buffer *buf) {
+  return buf ? buf->data : NULL;
+}
+size_t gpumem_buffer_size(const gpumem_buffer *buf) {
+  return buf ? buf->size : 0;
+}
+size_t gpumem_buffer_capacity(const gpumem_buffer *buf) {
+  return buf ? buf->capacity : 0;
+}
+gpumem_stream gpumem_buffer_stream(const gpumem_buffer *buf) {
+  return buf ? buf->stream : NULL;
+}
+gpumem_resource *gpumem_buffer_resource(const gpumem_buffer *buf) {
+  return buf ? buf->mr : NULL;
+}

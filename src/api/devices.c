@@ -11,10 +11,10 @@ static const gpumem__device_ops *backend(const char *caller, gpumem_status *stat
   return dev;
 }
 
-#define GPUMEM__NEED_OUT(out, caller)                                                         \
-  do {                                                                                       \
-    if (!(out))                                                                              \
-      return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", caller, #out);      \
+#define GPUMEM__NEED_OUT(out, caller)                                                              \
+  do {                                                                                             \
+    if (!(out))                                                                                    \
+      return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", caller, #out);            \
   } while (0)
 
 gpumem_status gpumem_device_count(int *count) {

@@ -16,9 +16,8 @@ static gpumem_status check_options(const gpumem_reinitialize_options *options) {
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_reinitialize: a device list with no devices");
   if (options->device_count > GPUMEM_MAX_DEVICES)
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "gpumem_reinitialize: %zu devices, at most %d", options->device_count,
-                        GPUMEM_MAX_DEVICES);
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_reinitialize: %zu devices, at most %d",
+                        options->device_count, GPUMEM_MAX_DEVICES);
   if (options->maximum_pool_size && options->initial_pool_size > options->maximum_pool_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_reinitialize: initial pool size %zu exceeds the maximum %zu",

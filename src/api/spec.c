@@ -208,8 +208,8 @@ static gpumem_status build_arena(int device, gpumem_resource *upstream, const sp
 
 enum { BINNING_MIN, BINNING_MAX };
 
-static gpumem_status build_binning(int device, gpumem_resource *upstream,
-                                   const spec_values *values, gpumem_resource **out) {
+static gpumem_status build_binning(int device, gpumem_resource *upstream, const spec_values *values,
+                                   gpumem_resource **out) {
   gpumem_binning_options opts = {.min_exponent = (int)value_or(values, BINNING_MIN, 8),
                                  .max_exponent = (int)value_or(values, BINNING_MAX, 20)};
   return gpumem_binning_create(upstream, &opts, out);

@@ -17,8 +17,8 @@ static _Thread_local int last_cuda_error;
 
 const char *gpumem_status_name(gpumem_status status) {
   switch (status) {
-#define GPUMEM_STATUS_NAME_(name, value, message)                                            \
-  case name:                                                                                 \
+#define GPUMEM_STATUS_NAME_(name, value, message)                                                  \
+  case name:                                                                                       \
     return #name;
     GPUMEM_STATUS_TABLE(GPUMEM_STATUS_NAME_)
 #undef GPUMEM_STATUS_NAME_
@@ -28,8 +28,8 @@ const char *gpumem_status_name(gpumem_status status) {
 
 const char *gpumem_status_string(gpumem_status status) {
   switch (status) {
-#define GPUMEM_STATUS_MESSAGE_(name, value, message)                                         \
-  case name:                                                                                 \
+#define GPUMEM_STATUS_MESSAGE_(name, value, message)                                               \
+  case name:                                                                                       \
     return message;
     GPUMEM_STATUS_TABLE(GPUMEM_STATUS_MESSAGE_)
 #undef GPUMEM_STATUS_MESSAGE_
@@ -37,11 +37,17 @@ const char *gpumem_status_string(gpumem_status status) {
   return "unknown status";
 }
 
-const char *gpumem_last_error_message(void) { return last_message; }
+const char *gpumem_last_error_message(void) {
+  return last_message;
+}
 
-int gpumem_last_cuda_error(void) { return last_cuda_error; }
+int gpumem_last_cuda_error(void) {
+  return last_cuda_error;
+}
 
-void gpumem__set_cuda_error(int cuda_error) { last_cuda_error = cuda_error; }
+void gpumem__set_cuda_error(int cuda_error) {
+  last_cuda_error = cuda_error;
+}
 
 gpumem_status gpumem__fail(gpumem_status status, const char *format, ...) {
   va_list args;
@@ -85,8 +91,7 @@ gpumem_status gpumem__fail_through(const gpumem_resource *mr, gpumem_status stat
   return gpumem__fail_context(status, "%s", spec);
 }
 
-gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes,
-                                         const char *why) {
+gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes, const char *why) {
   char spec[256], request[48], held[48], live[48], largest[48];
   gpumem__describe(mr, spec, sizeof spec);
   gpumem__format_bytes(bytes, request, sizeof request);

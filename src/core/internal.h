@@ -84,8 +84,7 @@ void gpumem__set_cuda_error(int cuda_error);
 
 /* An out-of-memory failure with the standard detail: the request, the resource, its
  * reserved and live bytes and largest free block where the resource knows them. */
-gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes,
-                                         const char *why);
+gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes, const char *why);
 
 /* Formats a byte count for messages: "512 B", "1.5 MiB". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size);
@@ -97,7 +96,9 @@ void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size);
  * Sizes
  * ------------------------------------------------------------------------------------- */
 
-static inline bool gpumem__is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+static inline bool gpumem__is_pow2(size_t x) {
+  return x != 0 && (x & (x - 1)) == 0;
+}
 
 /* Rounds up to a multiple of `align` (a power of two); the caller excludes overflow. */
 static inline size_t gpumem__align_up(size_t x, size_t align) {

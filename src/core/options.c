@@ -19,8 +19,7 @@ typedef struct option_entry {
 
 static const option_entry option_table[GPUMEM__OPT_COUNT] = {
     [GPUMEM__OPT_DEVICE] = {"GPUMEM_DEVICE", "cuda", "device backend: cuda | sim"},
-    [GPUMEM__OPT_RESOURCE] = {"GPUMEM_RESOURCE", "cuda",
-                              "spec of each device's default resource"},
+    [GPUMEM__OPT_RESOURCE] = {"GPUMEM_RESOURCE", "cuda", "spec of each device's default resource"},
     [GPUMEM__OPT_VERBOSE] = {"GPUMEM_VERBOSE", "0", "1: print these settings at start"},
     [GPUMEM__OPT_SIM_DEVICES] = {"GPUMEM_SIM_DEVICES", "2", "simulated devices"},
     [GPUMEM__OPT_SIM_MEMORY] = {"GPUMEM_SIM_MEMORY", "8GiB", "memory per simulated device"},
@@ -68,10 +67,9 @@ static void build_settings(void) {
                            GPUMEM_VERSION_MINOR, GPUMEM_VERSION_PATCH, gpumem_backend_name());
   for (int i = 0; i < GPUMEM__OPT_COUNT && used < sizeof settings_text; i++) {
     const char *value = gpumem__option_string((gpumem__option)i);
-    used += (size_t)snprintf(settings_text + used, sizeof settings_text - used,
-                             "%s=%s%s    # %s\n", option_table[i].env,
-                             value ? value : option_table[i].fallback, value ? "" : " (default)",
-                             option_table[i].meaning);
+    used += (size_t)snprintf(settings_text + used, sizeof settings_text - used, "%s=%s%s    # %s\n",
+                             option_table[i].env, value ? value : option_table[i].fallback,
+                             value ? "" : " (default)", option_table[i].meaning);
   }
 }
 

@@ -65,9 +65,9 @@ static bool grow(gpumem__ptrmap_shard *shard) {
 
 static void note_peak(gpumem__ptrmap *map, uint64_t live) {
   uint64_t peak = atomic_load_explicit(&map->peak_bytes, memory_order_relaxed);
-  while (live > peak && !atomic_compare_exchange_weak_explicit(&map->peak_bytes, &peak, live,
-                                                               memory_order_relaxed,
-                                                               memory_order_relaxed)) {
+  while (live > peak &&
+         !atomic_compare_exchange_weak_explicit(&map->peak_bytes, &peak, live, memory_order_relaxed,
+                                                memory_order_relaxed)) {
   }
 }
 
@@ -112,8 +112,8 @@ static void remove_slot(gpumem__ptrmap_shard *shard, size_t hole) {
   shard->used--;
 }
 
-gpumem_status gpumem__ptrmap_take(gpumem__ptrmap *map, void *ptr, size_t bytes,
-                                  const char *owner, void **base, size_t *raw_bytes) {
+gpumem_status gpumem__ptrmap_take(gpumem__ptrmap *map, void *ptr, size_t bytes, const char *owner,
+                                  void **base, size_t *raw_bytes) {
   uintptr_t key = (uintptr_t)ptr;
   gpumem__ptrmap_shard *shard = shard_of(map, key);
   pthread_mutex_lock(&shard->lock);

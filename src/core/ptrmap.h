@@ -17,9 +17,9 @@
 #define GPUMEM__PTRMAP_SHARDS 16
 
 typedef struct gpumem__ptrmap_entry {
-  uintptr_t ptr;  /* 0: empty slot */
-  size_t bytes;   /* the size the user asked for */
-  uintptr_t base; /* what the upstream returned (differs from ptr when over-aligned) */
+  uintptr_t ptr;    /* 0: empty slot */
+  size_t bytes;     /* the size the user asked for */
+  uintptr_t base;   /* what the upstream returned (differs from ptr when over-aligned) */
   size_t raw_bytes; /* what was asked of the upstream (more than bytes when over-aligned) */
 } gpumem__ptrmap_entry;
 
@@ -44,8 +44,8 @@ gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes
 
 /* Removes `ptr` if it is live with exactly `bytes`, giving its base and raw size. Otherwise returns
  * GPUMEM_ERR_MISUSE with a message naming `owner` (a resource name) and changes nothing. */
-gpumem_status gpumem__ptrmap_take(gpumem__ptrmap *map, void *ptr, size_t bytes,
-                                  const char *owner, void **base, size_t *raw_bytes);
+gpumem_status gpumem__ptrmap_take(gpumem__ptrmap *map, void *ptr, size_t bytes, const char *owner,
+                                  void **base, size_t *raw_bytes);
 
 /* Answers the live-memory queries (LIVE_BYTES, LIVE_COUNT, PEAK_LIVE_BYTES); UNSUPPORTED
  * for the others. */

@@ -43,15 +43,15 @@ gpumem_status gpumem_resource_release(gpumem_resource *mr) {
                         "last release of resource %s with %llu live allocation%s (%s): not "
                         "destroyed, so that memory in use stays valid; the handle is still "
                         "yours: free the allocations, then release it again",
-                        spec, (unsigned long long)live_count, live_count == 1 ? "" : "s",
-                        bytes);
+                        spec, (unsigned long long)live_count, live_count == 1 ? "" : "s", bytes);
   }
   gpumem_resource *upstream = mr->upstream;
   gpumem_status status = mr->ops->destroy(mr);
   if (status != GPUMEM_OK) {
     atomic_fetch_add_explicit(&mr->refcount, 1, memory_order_relaxed);
-    return gpumem__fail_context(status, "last release of resource '%s': not destroyed, the "
-                                        "handle is still yours; release it again",
+    return gpumem__fail_context(status,
+                                "last release of resource '%s': not destroyed, the "
+                                "handle is still yours; release it again",
                                 mr->ops->kind);
   }
   gpumem_resource_release(upstream);
@@ -62,7 +62,9 @@ const char *gpumem_resource_name(const gpumem_resource *mr) {
   return mr ? mr->ops->kind : "(null)";
 }
 
-int gpumem_resource_device(const gpumem_resource *mr) { return mr ? mr->device : -1; }
+int gpumem_resource_device(const gpumem_resource *mr) {
+  return mr ? mr->device : -1;
+}
 
 void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size) {
   if (size == 0)
@@ -101,8 +103,9 @@ gpumem_status gpumem_resource_upstream(const gpumem_resource *mr, gpumem_resourc
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_resource_upstream: resource and out must not be NULL");
   if (!mr->upstream)
-    return gpumem__fail(GPUMEM_ERR_UNSUPPORTED, "resource '%s' is a base resource: it has no "
-                                                "upstream",
+    return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                        "resource '%s' is a base resource: it has no "
+                        "upstream",
                         mr->ops->kind);
   *upstream = mr->upstream;
   return GPUMEM_OK;

@@ -15,9 +15,9 @@ typedef struct size_unit {
 
 /* Longest names first, so that "KiB" is not read as "K" followed by garbage. */
 static const size_unit units[] = {
-    {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"TiB", 1ull << 40},
+    {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},   {"TiB", 1ull << 40},
     {"KB", 1000ull},     {"MB", 1000000ull},  {"GB", 1000000000ull}, {"TB", 1000000000000ull},
-    {"K", 1ull << 10},   {"M", 1ull << 20},   {"G", 1ull << 30},   {"T", 1ull << 40},
+    {"K", 1ull << 10},   {"M", 1ull << 20},   {"G", 1ull << 30},     {"T", 1ull << 40},
     {"B", 1ull},
 };
 

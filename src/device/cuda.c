@@ -31,57 +31,57 @@
 #define GPUMEM__CUDA_ABI_12000 12000
 
 /* Every driver function used, typed from cuda.h's prototypes. */
-#define GPUMEM__CUDA_FUNCTIONS(X)                                                            \
-  X(cuInit, GPUMEM__DRIVER_ABI_VERSION)                                                      \
-  X(cuGetErrorName, GPUMEM__DRIVER_ABI_VERSION)                                              \
-  X(cuGetErrorString, GPUMEM__DRIVER_ABI_VERSION)                                            \
-  X(cuDeviceGet, GPUMEM__DRIVER_ABI_VERSION)                                                 \
-  X(cuDeviceGetCount, GPUMEM__DRIVER_ABI_VERSION)                                            \
-  X(cuDeviceGetName, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuDeviceGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                        \
-  X(cuDevicePrimaryCtxRetain, GPUMEM__DRIVER_ABI_VERSION)                                    \
-  X(cuCtxGetCurrent, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuCtxSetCurrent, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuCtxGetDevice, GPUMEM__DRIVER_ABI_VERSION)                                              \
-  X(cuCtxPushCurrent, GPUMEM__DRIVER_ABI_VERSION)                                            \
-  X(cuCtxPopCurrent, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuCtxSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                            \
-  X(cuMemGetInfo, GPUMEM__DRIVER_ABI_VERSION)                                                \
-  X(cuMemAlloc, GPUMEM__DRIVER_ABI_VERSION)                                                  \
-  X(cuMemFree, GPUMEM__DRIVER_ABI_VERSION)                                                   \
-  X(cuMemAllocManaged, GPUMEM__DRIVER_ABI_VERSION)                                           \
-  X(cuMemAdvise, GPUMEM__DRIVER_ABI_VERSION)                                                 \
-  X(cuMemPrefetchAsync, GPUMEM__DRIVER_ABI_VERSION)                                          \
-  X(cuMemHostAlloc, GPUMEM__DRIVER_ABI_VERSION)                                              \
-  X(cuMemFreeHost, GPUMEM__DRIVER_ABI_VERSION)                                               \
-  X(cuPointerGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                       \
-  X(cuMemPoolCreate, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuMemPoolDestroy, GPUMEM__DRIVER_ABI_VERSION)                                            \
-  X(cuMemPoolSetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                       \
-  X(cuMemPoolGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                       \
-  X(cuMemPoolTrimTo, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuMemAllocFromPoolAsync, GPUMEM__DRIVER_ABI_VERSION)                                     \
-  X(cuMemFreeAsync, GPUMEM__DRIVER_ABI_VERSION)                                              \
-  X(cuStreamCreate, GPUMEM__DRIVER_ABI_VERSION)                                              \
-  X(cuStreamDestroy, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuStreamSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                         \
-  X(cuStreamQuery, GPUMEM__DRIVER_ABI_VERSION)                                               \
-  X(cuStreamGetCtx, GPUMEM__CUDA_ABI_12000)                                                  \
-  X(cuEventCreate, GPUMEM__DRIVER_ABI_VERSION)                                               \
-  X(cuEventDestroy, GPUMEM__DRIVER_ABI_VERSION)                                              \
-  X(cuEventRecord, GPUMEM__DRIVER_ABI_VERSION)                                               \
-  X(cuEventQuery, GPUMEM__DRIVER_ABI_VERSION)                                                \
-  X(cuEventSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                          \
-  X(cuStreamWaitEvent, GPUMEM__DRIVER_ABI_VERSION)                                           \
-  X(cuMemcpyAsync, GPUMEM__DRIVER_ABI_VERSION)                                               \
-  X(cuMemsetD8Async, GPUMEM__DRIVER_ABI_VERSION)                                             \
-  X(cuMemAddressReserve, GPUMEM__DRIVER_ABI_VERSION)                                         \
-  X(cuMemAddressFree, GPUMEM__DRIVER_ABI_VERSION)                                            \
-  X(cuMemCreate, GPUMEM__DRIVER_ABI_VERSION)                                                 \
-  X(cuMemRelease, GPUMEM__DRIVER_ABI_VERSION)                                                \
-  X(cuMemMap, GPUMEM__DRIVER_ABI_VERSION)                                                    \
-  X(cuMemUnmap, GPUMEM__DRIVER_ABI_VERSION)                                                  \
-  X(cuMemSetAccess, GPUMEM__DRIVER_ABI_VERSION)                                              \
+#define GPUMEM__CUDA_FUNCTIONS(X)                                                                  \
+  X(cuInit, GPUMEM__DRIVER_ABI_VERSION)                                                            \
+  X(cuGetErrorName, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuGetErrorString, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuDeviceGet, GPUMEM__DRIVER_ABI_VERSION)                                                       \
+  X(cuDeviceGetCount, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuDeviceGetName, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuDeviceGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                              \
+  X(cuDevicePrimaryCtxRetain, GPUMEM__DRIVER_ABI_VERSION)                                          \
+  X(cuCtxGetCurrent, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuCtxSetCurrent, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuCtxGetDevice, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuCtxPushCurrent, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuCtxPopCurrent, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuCtxSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuMemGetInfo, GPUMEM__DRIVER_ABI_VERSION)                                                      \
+  X(cuMemAlloc, GPUMEM__DRIVER_ABI_VERSION)                                                        \
+  X(cuMemFree, GPUMEM__DRIVER_ABI_VERSION)                                                         \
+  X(cuMemAllocManaged, GPUMEM__DRIVER_ABI_VERSION)                                                 \
+  X(cuMemAdvise, GPUMEM__DRIVER_ABI_VERSION)                                                       \
+  X(cuMemPrefetchAsync, GPUMEM__DRIVER_ABI_VERSION)                                                \
+  X(cuMemHostAlloc, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuMemFreeHost, GPUMEM__DRIVER_ABI_VERSION)                                                     \
+  X(cuPointerGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuMemPoolCreate, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuMemPoolDestroy, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuMemPoolSetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuMemPoolGetAttribute, GPUMEM__DRIVER_ABI_VERSION)                                             \
+  X(cuMemPoolTrimTo, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuMemAllocFromPoolAsync, GPUMEM__DRIVER_ABI_VERSION)                                           \
+  X(cuMemFreeAsync, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuStreamCreate, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuStreamDestroy, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuStreamSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuStreamQuery, GPUMEM__DRIVER_ABI_VERSION)                                                     \
+  X(cuStreamGetCtx, GPUMEM__CUDA_ABI_12000)                                                        \
+  X(cuEventCreate, GPUMEM__DRIVER_ABI_VERSION)                                                     \
+  X(cuEventDestroy, GPUMEM__DRIVER_ABI_VERSION)                                                    \
+  X(cuEventRecord, GPUMEM__DRIVER_ABI_VERSION)                                                     \
+  X(cuEventQuery, GPUMEM__DRIVER_ABI_VERSION)                                                      \
+  X(cuEventSynchronize, GPUMEM__DRIVER_ABI_VERSION)                                                \
+  X(cuStreamWaitEvent, GPUMEM__DRIVER_ABI_VERSION)                                                 \
+  X(cuMemcpyAsync, GPUMEM__DRIVER_ABI_VERSION)                                                     \
+  X(cuMemsetD8Async, GPUMEM__DRIVER_ABI_VERSION)                                                   \
+  X(cuMemAddressReserve, GPUMEM__DRIVER_ABI_VERSION)                                               \
+  X(cuMemAddressFree, GPUMEM__DRIVER_ABI_VERSION)                                                  \
+  X(cuMemCreate, GPUMEM__DRIVER_ABI_VERSION)                                                       \
+  X(cuMemRelease, GPUMEM__DRIVER_ABI_VERSION)                                                      \
+  X(cuMemMap, GPUMEM__DRIVER_ABI_VERSION)                                                          \
+  X(cuMemUnmap, GPUMEM__DRIVER_ABI_VERSION)                                                        \
+  X(cuMemSetAccess, GPUMEM__DRIVER_ABI_VERSION)                                                    \
   X(cuMemGetAllocationGranularity, GPUMEM__DRIVER_ABI_VERSION)
 
 static struct {
@@ -138,11 +138,11 @@ static gpumem_status cu_fail(CUresult result, const char *call) {
   return gpumem__fail(status_of(result), "%s failed: %s (%d: %s)", call, name, (int)result, text);
 }
 
-#define CU_CHECK(call, name)                                                                 \
-  do {                                                                                       \
-    CUresult cu_result_ = (call);                                                            \
-    if (GPUMEM_UNLIKELY(cu_result_ != CUDA_SUCCESS))                                         \
-      return cu_fail(cu_result_, name);                                                      \
+#define CU_CHECK(call, name)                                                                       \
+  do {                                                                                             \
+    CUresult cu_result_ = (call);                                                                  \
+    if (GPUMEM_UNLIKELY(cu_result_ != CUDA_SUCCESS))                                               \
+      return cu_fail(cu_result_, name);                                                            \
   } while (0)
 
 /* ---------------------------------------------------------------------------------------
@@ -232,25 +232,25 @@ static gpumem_status ensure_context(gpumem_stream stream) {
 }
 
 /* Runs `expr` (a CUresult expression) with `device` current; returns its status. */
-#define IN_DEVICE(device, expr, name)                                                        \
-  do {                                                                                       \
-    context_scope scope_;                                                                    \
-    gpumem_status scope_status_ = enter_device((device), &scope_);                           \
-    if (scope_status_ != GPUMEM_OK)                                                          \
-      return scope_status_;                                                                  \
-    CUresult scope_result_ = (expr);                                                         \
-    leave_device(&scope_);                                                                   \
-    CU_CHECK(scope_result_, name);                                                           \
-    return GPUMEM_OK;                                                                        \
+#define IN_DEVICE(device, expr, name)                                                              \
+  do {                                                                                             \
+    context_scope scope_;                                                                          \
+    gpumem_status scope_status_ = enter_device((device), &scope_);                                 \
+    if (scope_status_ != GPUMEM_OK)                                                                \
+      return scope_status_;                                                                        \
+    CUresult scope_result_ = (expr);                                                               \
+    leave_device(&scope_);                                                                         \
+    CU_CHECK(scope_result_, name);                                                                 \
+    return GPUMEM_OK;                                                                              \
   } while (0)
 
-#define ON_STREAM(stream, expr, name)                                                        \
-  do {                                                                                       \
-    gpumem_status stream_status_ = ensure_context(stream);                                   \
-    if (stream_status_ != GPUMEM_OK)                                                         \
-      return stream_status_;                                                                 \
-    CU_CHECK((expr), name);                                                                  \
-    return GPUMEM_OK;                                                                        \
+#define ON_STREAM(stream, expr, name)                                                              \
+  do {                                                                                             \
+    gpumem_status stream_status_ = ensure_context(stream);                                         \
+    if (stream_status_ != GPUMEM_OK)                                                               \
+      return stream_status_;                                                                       \
+    CU_CHECK((expr), name);                                                                        \
+    return GPUMEM_OK;                                                                              \
   } while (0)
 
 /* ---------------------------------------------------------------------------------------
@@ -261,17 +261,17 @@ static const char *const no_gpu_hint =
     "; to run without a GPU, use the simulated device: GPUMEM_DEVICE=sim";
 
 static gpumem_status load_functions(void *library, int driver_version) {
-  __typeof__(cuGetProcAddress) *get_proc = (__typeof__(cuGetProcAddress) *)dlsym(
-      library, "cuGetProcAddress_v2");
+  __typeof__(cuGetProcAddress) *get_proc =
+      (__typeof__(cuGetProcAddress) *)dlsym(library, "cuGetProcAddress_v2");
   if (!get_proc)
     return gpumem__fail(GPUMEM_ERR_NO_DRIVER, "the CUDA driver has no cuGetProcAddress_v2%s",
                         no_gpu_hint);
   CUdriverProcAddressQueryResult found;
-#define GPUMEM__LOAD_FN_(name, abi)                                                          \
-  if (get_proc(#name, (void **)&cu.name, driver_version < (abi) ? driver_version : (abi),    \
-               CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||                       \
-      !cu.name)                                                                              \
-    return gpumem__fail(GPUMEM_ERR_NO_DRIVER, "the CUDA driver (version %d) lacks %s%s",     \
+#define GPUMEM__LOAD_FN_(name, abi)                                                                \
+  if (get_proc(#name, (void **)&cu.name, driver_version < (abi) ? driver_version : (abi),          \
+               CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||                             \
+      !cu.name)                                                                                    \
+    return gpumem__fail(GPUMEM_ERR_NO_DRIVER, "the CUDA driver (version %d) lacks %s%s",           \
                         driver_version, #name, no_gpu_hint);
   GPUMEM__CUDA_FUNCTIONS(GPUMEM__LOAD_FN_)
 #undef GPUMEM__LOAD_FN_
@@ -340,9 +340,9 @@ static gpumem_status cuda_granularity(int device, int64_t *value) {
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device_handles[device];
   size_t granularity = 0;
-  CU_CHECK(cu.cuMemGetAllocationGranularity(&granularity, &prop,
-                                            CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-           "cuMemGetAllocationGranularity");
+  CU_CHECK(
+      cu.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+      "cuMemGetAllocationGranularity");
   *value = (int64_t)granularity;
   return GPUMEM_OK;
 }
@@ -371,8 +371,7 @@ static gpumem_status cuda_device_attribute(int device, gpumem__device_attr attr,
     return gpumem__fail(GPUMEM_ERR_INTERNAL, "unknown device attribute %d", (int)attr);
   }
   int result = 0;
-  CU_CHECK(cu.cuDeviceGetAttribute(&result, which, device_handles[device]),
-           "cuDeviceGetAttribute");
+  CU_CHECK(cu.cuDeviceGetAttribute(&result, which, device_handles[device]), "cuDeviceGetAttribute");
   *value = result;
   return GPUMEM_OK;
 }
@@ -454,11 +453,10 @@ static CUresult advise_all(void *ptr, size_t bytes, unsigned advice, int device)
   if (advice & GPUMEM_ADVISE_READ_MOSTLY)
     result = cu.cuMemAdvise((CUdeviceptr)ptr, bytes, CU_MEM_ADVISE_SET_READ_MOSTLY, on_device);
   if (result == CUDA_SUCCESS && (advice & GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE))
-    result = cu.cuMemAdvise((CUdeviceptr)ptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                            on_device);
+    result =
+        cu.cuMemAdvise((CUdeviceptr)ptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, on_device);
   if (result == CUDA_SUCCESS && (advice & GPUMEM_ADVISE_PREFERRED_LOCATION_HOST))
-    result = cu.cuMemAdvise((CUdeviceptr)ptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
-                            on_host);
+    result = cu.cuMemAdvise((CUdeviceptr)ptr, bytes, CU_MEM_ADVISE_SET_PREFERRED_LOCATION, on_host);
   if (result == CUDA_SUCCESS && (advice & GPUMEM_ADVISE_ACCESSED_BY_DEVICE))
     result = cu.cuMemAdvise((CUdeviceptr)ptr, bytes, CU_MEM_ADVISE_SET_ACCESSED_BY, on_device);
   return result;
@@ -562,9 +560,9 @@ static gpumem_status cuda_pool_set_release_threshold(gpumem__mempool pool, uint6
 
 static gpumem_status cuda_pool_reserved(gpumem__mempool pool, uint64_t *bytes) {
   cuuint64_t value = 0;
-  CU_CHECK(cu.cuMemPoolGetAttribute((CUmemoryPool)pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                                    &value),
-           "cuMemPoolGetAttribute");
+  CU_CHECK(
+      cu.cuMemPoolGetAttribute((CUmemoryPool)pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &value),
+      "cuMemPoolGetAttribute");
   *bytes = value;
   return GPUMEM_OK;
 }
@@ -574,17 +572,17 @@ static gpumem_status cuda_pool_trim(gpumem__mempool pool, size_t keep) {
   return GPUMEM_OK;
 }
 
-static gpumem_status cuda_pool_alloc_async(gpumem__mempool pool, size_t bytes,
-                                           gpumem_stream stream, void **ptr) {
+static gpumem_status cuda_pool_alloc_async(gpumem__mempool pool, size_t bytes, gpumem_stream stream,
+                                           void **ptr) {
   if (is_special_stream(stream))
-    IN_DEVICE(device_of_pool((CUmemoryPool)pool),
-              cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool,
-                                         (CUstream)stream),
-              "cuMemAllocFromPoolAsync");
-  ON_STREAM(stream,
-            cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool,
-                                       (CUstream)stream),
-            "cuMemAllocFromPoolAsync");
+    IN_DEVICE(
+        device_of_pool((CUmemoryPool)pool),
+        cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool, (CUstream)stream),
+        "cuMemAllocFromPoolAsync");
+  ON_STREAM(
+      stream,
+      cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool, (CUstream)stream),
+      "cuMemAllocFromPoolAsync");
 }
 
 static gpumem_status cuda_free_async(void *ptr, gpumem_stream stream) {
@@ -651,8 +649,7 @@ static gpumem_status cuda_event_synchronize(gpumem__event event) {
 }
 
 static gpumem_status cuda_stream_wait_event(gpumem_stream stream, gpumem__event event) {
-  ON_STREAM(stream, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0),
-            "cuStreamWaitEvent");
+  ON_STREAM(stream, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0), "cuStreamWaitEvent");
 }
 
 /* ---------------------------------------------------------------------------------------

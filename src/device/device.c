@@ -87,7 +87,8 @@ gpumem_status gpumem_select_backend(gpumem_backend backend) {
   gpumem_status status = GPUMEM_OK;
   pthread_mutex_lock(&backend_lock);
   if (initialized) {
-    gpumem_backend wanted = backend == GPUMEM_BACKEND_DEFAULT ? backend_from_environment() : backend;
+    gpumem_backend wanted =
+        backend == GPUMEM_BACKEND_DEFAULT ? backend_from_environment() : backend;
     if (wanted != chosen_backend)
       status = gpumem__fail(GPUMEM_ERR_MISUSE,
                             "gpumem_select_backend: the %s backend is already in use; choose "

@@ -72,7 +72,7 @@ typedef struct gpumem__device_ops {
   /* Releases free memory above `keep` bytes (cuMemPoolTrimTo). */
   gpumem_status (*pool_trim)(gpumem__mempool pool, size_t keep);
   gpumem_status (*pool_alloc_async)(gpumem__mempool pool, size_t bytes, gpumem_stream stream,
-                                     void **ptr);
+                                    void **ptr);
   gpumem_status (*free_async)(void *ptr, gpumem_stream stream);
 
   /* ---- streams and events ---- */
@@ -99,8 +99,7 @@ typedef struct gpumem__device_ops {
   /* Any direction (unified addressing). From pageable host memory the source has been
    * read when the call returns. */
   gpumem_status (*memcpy_async)(void *dst, const void *src, size_t bytes, gpumem_stream stream);
-  gpumem_status (*memset_async)(void *dst, unsigned char value, size_t bytes,
-                                gpumem_stream stream);
+  gpumem_status (*memset_async)(void *dst, unsigned char value, size_t bytes, gpumem_stream stream);
 
   /* ---- virtual memory management ---- */
   /* Reserves a virtual address range of `bytes` (a multiple of the granularity). */
@@ -130,8 +129,7 @@ gpumem_status gpumem__resolve_device(const gpumem__device_ops *dev, int device, 
 
 /* Checks that `stream` may be used with memory of `device`: GPUMEM_ERR_INVALID_STREAM with a
  * message when it belongs to another device. */
-gpumem_status gpumem__check_stream(const gpumem__device_ops *dev, int device,
-                                   gpumem_stream stream);
+gpumem_status gpumem__check_stream(const gpumem__device_ops *dev, int device, gpumem_stream stream);
 
 /* The backends. */
 extern const gpumem__device_ops gpumem__cuda_device_ops;

@@ -146,7 +146,9 @@ static void source_describe(const gpumem_resource *mr, char *buf, size_t size) {
 }
 
 /* The arena frees local arenas itself, after their pools are gone. */
-static gpumem_status source_destroy(gpumem_resource *mr) { return GPUMEM_OK; }
+static gpumem_status source_destroy(gpumem_resource *mr) {
+  return GPUMEM_OK;
+}
 
 static const gpumem__resource_ops source_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
@@ -197,8 +199,7 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
   local_arena *local = calloc(1, sizeof *local);
   if (!local)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
-  gpumem__resource_init(&local->source, &source_ops, arena->header.device, arena->header.dev,
-                        NULL);
+  gpumem__resource_init(&local->source, &source_ops, arena->header.device, arena->header.dev, NULL);
   local->arena = arena;
   local->stream = stream;
   /* Empty at first: the first superblock is taken when the stream first allocates, so no
@@ -280,9 +281,10 @@ static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t al
   reclaim_superblocks(arena);
   status = pool->ops->allocate(pool, bytes, alignment, stream, ptr);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY)
-    return gpumem__fail_out_of_memory(mr, bytes, "neither the stream's pool nor the global pool "
-                                                 "has room, even after reclaiming free "
-                                                 "superblocks");
+    return gpumem__fail_out_of_memory(mr, bytes,
+                                      "neither the stream's pool nor the global pool "
+                                      "has room, even after reclaiming free "
+                                      "superblocks");
   return status;
 }
 
@@ -362,8 +364,8 @@ static void arena_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const arena_resource *arena = (const arena_resource *)mr;
   char upstream[512];
   gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "arena(%s, size=%zu, max=%zu, superblock=%zu)", upstream,
-           arena->options.size, arena->options.maximum_size, arena->options.superblock_size);
+  snprintf(buf, size, "arena(%s, size=%zu, max=%zu, superblock=%zu)", upstream, arena->options.size,
+           arena->options.maximum_size, arena->options.superblock_size);
 }
 
 static void free_arena(arena_resource *arena) {

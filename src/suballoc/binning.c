@@ -99,30 +99,39 @@ static gpumem_status binning_deallocate(gpumem_resource *mr, void *ptr, size_t b
   return status;
 }
 
-/* Live figures sum the bins' and the direct requests'; reserved bytes are the upstream's,
- * which already count what the bins took from it. */
+/* Live and free figures sum the bins' (plus the requests served directly); reserved bytes
+ * are the upstream's, which already count what the bins took from it. */
 static gpumem_status binning_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
   binning_resource *self = (binning_resource *)mr;
-  if (what != GPUMEM_QUERY_LIVE_BYTES && what != GPUMEM_QUERY_LIVE_COUNT &&
-      what != GPUMEM_QUERY_RESERVED_BYTES)
+  const gpumem_resource *up = mr->upstream;
+  switch (what) {
+  case GPUMEM_QUERY_RESERVED_BYTES:
+  case GPUMEM_QUERY_PEAK_RESERVED_BYTES:
+    return up->ops->query ? up->ops->query(up, what, out) : GPUMEM_ERR_UNSUPPORTED;
+  case GPUMEM_QUERY_LIVE_BYTES:
+  case GPUMEM_QUERY_LIVE_COUNT:
+  case GPUMEM_QUERY_FREE_BYTES:
+  case GPUMEM_QUERY_FREE_BLOCKS:
+  case GPUMEM_QUERY_LARGEST_FREE_BLOCK:
+    break;
+  default:
     return GPUMEM_ERR_UNSUPPORTED;
+  }
   uint64_t total = 0, value;
   for (size_t i = 0; i < self->bin_count; i++) {
     const gpumem_resource *resource = atomic_load(&self->bins[i].resource);
-    if (resource && resource->ops->query && resource->ops->query(resource, what, &value) == GPUMEM_OK)
+    if (!resource || !resource->ops->query || resource->ops->query(resource, what, &value))
+      continue;
+    if (what == GPUMEM_QUERY_LARGEST_FREE_BLOCK)
+      total = value > total ? value : total;
+    else
       total += value;
   }
-  const gpumem_resource *up = mr->upstream;
-  if (what == GPUMEM_QUERY_RESERVED_BYTES) {
-    gpumem_status status = up->ops->query ? up->ops->query(up, what, &value) : GPUMEM_ERR_UNSUPPORTED;
-    if (status != GPUMEM_OK)
-      return status;
-    *out = value;
-    return GPUMEM_OK;
-  }
-  *out = total + atomic_load_explicit(what == GPUMEM_QUERY_LIVE_BYTES ? &self->direct_bytes
-                                                                    : &self->direct_count,
-                                      memory_order_relaxed);
+  if (what == GPUMEM_QUERY_LIVE_BYTES)
+    total += atomic_load_explicit(&self->direct_bytes, memory_order_relaxed);
+  if (what == GPUMEM_QUERY_LIVE_COUNT)
+    total += atomic_load_explicit(&self->direct_count, memory_order_relaxed);
+  *out = total;
   return GPUMEM_OK;
 }
 

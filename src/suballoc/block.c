@@ -11,7 +11,9 @@
 
 #define SLAB_PAGE_BLOCKS 256
 
-void gpumem__block_slab_init(gpumem__block_slab *slab) { memset(slab, 0, sizeof *slab); }
+void gpumem__block_slab_init(gpumem__block_slab *slab) {
+  memset(slab, 0, sizeof *slab);
+}
 
 void gpumem__block_slab_destroy(gpumem__block_slab *slab) {
   for (size_t i = 0; i < slab->page_count; i++)
@@ -58,7 +60,9 @@ void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
  * Free index
  * ------------------------------------------------------------------------------------- */
 
-static inline int msb64(uint64_t x) { return 63 - __builtin_clzll(x); }
+static inline int msb64(uint64_t x) {
+  return 63 - __builtin_clzll(x);
+}
 
 /* The class a block of `size` bytes is filed under: the largest class whose lower bound
  * is at most size. */
@@ -82,7 +86,9 @@ static inline void class_at_least(size_t size, int *fl, int *sl) {
   class_of(units << GPUMEM__BLOCK_UNIT_SHIFT, fl, sl);
 }
 
-void gpumem__free_index_init(gpumem__free_index *index) { memset(index, 0, sizeof *index); }
+void gpumem__free_index_init(gpumem__free_index *index) {
+  memset(index, 0, sizeof *index);
+}
 
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
   int fl, sl;
@@ -123,8 +129,7 @@ void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) 
   remove_from_class(index, block, fl, sl, block->size);
 }
 
-void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
-                                size_t old_size) {
+void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size) {
   int old_fl, old_sl, fl, sl;
   class_of(old_size, &old_fl, &old_sl);
   class_of(block->size, &fl, &sl);
@@ -151,8 +156,8 @@ gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t s
   int probes = 0;
   for (gpumem__block *b = index->heads[fl][sl]; b && probes < BEST_FIT_PROBES;
        b = b->next_free, probes++) {
-    if (b->size >= size && (!best || b->size < best->size ||
-                            (b->size == best->size && b->addr < best->addr)))
+    if (b->size >= size &&
+        (!best || b->size < best->size || (b->size == best->size && b->addr < best->addr)))
       best = b;
     if (best && best->size == size)
       break;

@@ -30,15 +30,15 @@ struct gpumem__block {
     };
     size_t requested; /* while allocated: the size the user asked for */
   };
-  void *owner; /* the suballocator part that holds the block (free set, arena) */
+  void *owner;      /* the suballocator part that holds the block (free set, arena) */
   uint32_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
 };
 
 /* ---- slab of block structs ---- */
 
 typedef struct gpumem__block_slab {
-  gpumem__block *spare;  /* recycled structs, linked through next_free */
-  void **pages;          /* every page of structs, freed at destroy */
+  gpumem__block *spare; /* recycled structs, linked through next_free */
+  void **pages;         /* every page of structs, freed at destroy */
   size_t page_count, page_capacity;
 } gpumem__block_slab;
 
@@ -70,8 +70,7 @@ void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block);
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block);
 /* Refiles a block whose size changed from `old_size` while in the index: nothing moves when
  * its class stays the same, the common case when a large block grows or shrinks a little. */
-void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
-                                size_t old_size);
+void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size);
 /* A free block of at least `size` bytes (a multiple of the unit), the best fitting of the
  * few in the request's own class, else one from the smallest larger non-empty class; NULL
  * when none fits. The block stays in the index. */

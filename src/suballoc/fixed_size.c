@@ -1,8 +1,8 @@
 /* fixed_size.c: one block size for every allocation.
  *
  * A fixed-size resource is a pool whose blocks all have the block size, whatever the request
- * (up to it), and which grows by `blocks_to_preallocate` blocks at a time. Equal blocks always find an exact
- * fit in the pool's free index (constant time, no search), and the pool brings the stream
+ * (up to it), and which grows by `blocks_to_preallocate` blocks at a time. Equal blocks always find
+ * an exact fit in the pool's free index (constant time, no search), and the pool brings the stream
  * rules (per-stream reuse, sealed cross-stream steals) that any suballocator needs. */
 #include "suballoc/pool.h"
 
@@ -60,8 +60,8 @@ static void fixed_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const fixed_size_resource *self = (const fixed_size_resource *)mr;
   char upstream[512];
   gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "fixed_size(%s, block=%zu, prealloc=%zu)", upstream,
-           self->options.block_size, self->options.blocks_to_preallocate);
+  snprintf(buf, size, "fixed_size(%s, block=%zu, prealloc=%zu)", upstream, self->options.block_size,
+           self->options.blocks_to_preallocate);
 }
 
 static gpumem_status fixed_destroy(gpumem_resource *mr) {
@@ -111,8 +111,7 @@ gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
     return status;
   }
   gpumem__pool_set_fixed_block(self->pool, options.block_size);
-  gpumem__resource_init(&self->header, &fixed_size_ops, upstream->device, upstream->dev,
-                        upstream);
+  gpumem__resource_init(&self->header, &fixed_size_ops, upstream->device, upstream->dev, upstream);
   self->options = options;
   *out = &self->header;
   return GPUMEM_OK;

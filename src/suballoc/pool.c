@@ -64,7 +64,7 @@ typedef struct pool_resource {
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;
   free_set *last_set;
-  bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
+  bool multi_stream;   /* a second stream has used the pool: sets are sealed from then on */
   gpumem__block *tail; /* the highest block, which in-place growth extends */
   gpumem__block_map live;
   gpumem__block_slab slab;
@@ -228,8 +228,8 @@ static void move_block(gpumem__block *block, void *user) {
 }
 
 /* Moves every block of one index of `from` into `to` as `state`. */
-static void move_index(pool_resource *pool, free_set *from, gpumem__free_index *index,
-                       free_set *to, uint32_t state) {
+static void move_index(pool_resource *pool, free_set *from, gpumem__free_index *index, free_set *to,
+                       uint32_t state) {
   move_context move = {pool, from, to, index, state};
   gpumem__free_index_each(index, move_block, &move);
 }
@@ -338,8 +338,7 @@ static bool add_chunk(pool_resource *pool, uintptr_t addr, size_t size) {
 }
 
 static void remove_chunk(pool_resource *pool, size_t at) {
-  memmove(&pool->chunks[at], &pool->chunks[at + 1],
-          (pool->chunk_count - at - 1) * sizeof(chunk));
+  memmove(&pool->chunks[at], &pool->chunks[at + 1], (pool->chunk_count - at - 1) * sizeof(chunk));
   pool->chunk_count--;
 }
 
@@ -426,8 +425,8 @@ static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, siz
  * free rest stays where it was, usually without moving in the index; the piece skipped for
  * an over-aligned allocation stays free too. NULL when host memory for a split is exhausted
  * (nothing changed then). */
-static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
-                            size_t size, size_t alignment) {
+static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block, size_t size,
+                            size_t alignment) {
   gpumem__free_index *index = index_of(set, block);
   uint32_t state = block->is_free;
   uintptr_t start = gpumem__align_up(block->addr, alignment);
@@ -534,8 +533,8 @@ static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_
 
 /* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
  * with no message (the caller will look elsewhere); without, a misuse failure. */
-static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes,
-                                gpumem_stream stream, bool *owned) {
+static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gpumem_stream stream,
+                                bool *owned) {
   gpumem__spin_lock(&pool->lock);
   gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
   size_t requested = block ? block->requested : 0;
@@ -564,8 +563,8 @@ static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes,
                       ptr, bytes, requested);
 }
 
-static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                     size_t alignment, gpumem_stream stream) {
+static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
+                                     gpumem_stream stream) {
   return deallocate((pool_resource *)mr, ptr, bytes, stream, NULL);
 }
 
@@ -748,8 +747,9 @@ static gpumem_status pool_destroy(gpumem_resource *mr) {
   size_t released = 0;
   gpumem_status status = trim_all(pool, &released);
   if (status == GPUMEM_OK && pool->chunk_count > 0)
-    status = gpumem__fail(GPUMEM_ERR_INTERNAL, "pool: %zu chunks still held after giving back "
-                                               "every free one",
+    status = gpumem__fail(GPUMEM_ERR_INTERNAL,
+                          "pool: %zu chunks still held after giving back "
+                          "every free one",
                           pool->chunk_count);
   if (status != GPUMEM_OK)
     return status;
@@ -767,7 +767,9 @@ static const gpumem__resource_ops pool_ops = {
     .destroy = pool_destroy,
 };
 
-bool gpumem__is_pool(const gpumem_resource *mr) { return mr && mr->ops == &pool_ops; }
+bool gpumem__is_pool(const gpumem_resource *mr) {
+  return mr && mr->ops == &pool_ops;
+}
 
 void gpumem__pool_set_fixed_block(gpumem_resource *mr, size_t block_size) {
   ((pool_resource *)mr)->fixed_block = block_size;
@@ -825,8 +827,8 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
                         upstream ? "out" : "the upstream resource");
   gpumem_pool_options options = opts ? *opts : (gpumem_pool_options){0};
   if (options.initial_size == 0) {
-    gpumem_status status = default_initial_size(
-        upstream, gpumem__vmm_grows_in_place(upstream), &options.initial_size);
+    gpumem_status status =
+        default_initial_size(upstream, gpumem__vmm_grows_in_place(upstream), &options.initial_size);
     if (status != GPUMEM_OK)
       return gpumem__fail_context(status, "gpumem_pool_create: reading the device's memory");
     if (options.maximum_size && options.initial_size > options.maximum_size)
@@ -836,8 +838,8 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
 }
 
 gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
-                                          const gpumem_pool_options *opts,
-                                          size_t growth_rounding, gpumem_resource **out) {
+                                          const gpumem_pool_options *opts, size_t growth_rounding,
+                                          gpumem_resource **out) {
   gpumem_pool_options options = *opts;
   if (options.maximum_size && options.initial_size > options.maximum_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,

@@ -13,8 +13,8 @@ bool gpumem__is_pool(const gpumem_resource *mr);
  * (an initial size of 0 takes nothing), and growth comes in multiples of `growth_rounding`
  * (a multiple of 256; 0: the default). */
 gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
-                                          const gpumem_pool_options *opts,
-                                          size_t growth_rounding, gpumem_resource **out);
+                                          const gpumem_pool_options *opts, size_t growth_rounding,
+                                          gpumem_resource **out);
 
 /* Makes every block of the pool exactly `block_size` bytes (a multiple of 256), whatever
  * the request up to that size: the pool under a fixed_size resource. Before first use. */

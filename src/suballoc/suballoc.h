@@ -57,8 +57,8 @@ static inline void gpumem__stats_freed(gpumem__suballoc_stats *s, uint64_t bytes
 }
 
 /* Answers the counter queries; GPUMEM_ERR_UNSUPPORTED for the others. */
-static inline gpumem_status gpumem__stats_query(const gpumem__suballoc_stats *s,
-                                                gpumem_query what, uint64_t *out) {
+static inline gpumem_status gpumem__stats_query(const gpumem__suballoc_stats *s, gpumem_query what,
+                                                uint64_t *out) {
   const atomic_uint_fast64_t *counter;
   switch (what) {
   case GPUMEM_QUERY_RESERVED_BYTES:

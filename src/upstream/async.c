@@ -88,8 +88,9 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
   gpumem_async_options options = opts ? *opts : (gpumem_async_options){0};
   if (options.ipc_handle != GPUMEM_IPC_NONE && options.ipc_handle != GPUMEM_IPC_POSIX_FD &&
       options.ipc_handle != GPUMEM_IPC_FABRIC)
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_async_create: unknown IPC handle "
-                                                     "type %d",
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_async_create: unknown IPC handle "
+                        "type %d",
                         (int)options.ipc_handle);
   if (options.release_threshold == 0)
     options.release_threshold = UINT64_MAX;

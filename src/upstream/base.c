@@ -13,10 +13,12 @@ void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *
   atomic_init(&self->peak_reserved_bytes, 0);
 }
 
-void gpumem__base_fini(gpumem__base_resource *self) { gpumem__ptrmap_destroy(&self->live); }
+void gpumem__base_fini(gpumem__base_resource *self) {
+  gpumem__ptrmap_destroy(&self->live);
+}
 
-gpumem_status gpumem__base_prepare(const char *creator, int device,
-                                   const gpumem__device_ops **dev, int *resolved) {
+gpumem_status gpumem__base_prepare(const char *creator, int device, const gpumem__device_ops **dev,
+                                   int *resolved) {
   gpumem_status status;
   const gpumem__device_ops *ops = gpumem__device_get(&status);
   if (!ops)
@@ -29,12 +31,12 @@ gpumem_status gpumem__base_prepare(const char *creator, int device,
 }
 
 static void add_reserved(gpumem__base_resource *self, size_t raw_bytes) {
-  uint64_t now = atomic_fetch_add_explicit(&self->reserved_bytes, raw_bytes,
-                                           memory_order_relaxed) + raw_bytes;
+  uint64_t now =
+      atomic_fetch_add_explicit(&self->reserved_bytes, raw_bytes, memory_order_relaxed) + raw_bytes;
   uint64_t peak = atomic_load_explicit(&self->peak_reserved_bytes, memory_order_relaxed);
-  while (now > peak && !atomic_compare_exchange_weak_explicit(&self->peak_reserved_bytes, &peak,
-                                                              now, memory_order_relaxed,
-                                                              memory_order_relaxed)) {
+  while (now > peak &&
+         !atomic_compare_exchange_weak_explicit(&self->peak_reserved_bytes, &peak, now,
+                                                memory_order_relaxed, memory_order_relaxed)) {
   }
 }
 

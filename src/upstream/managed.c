@@ -53,12 +53,13 @@ static const gpumem__base_impl managed_impl = {
 static void managed_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const gpumem_managed_options *o = &((const managed_resource *)mr)->options;
   unsigned a = o->advice;
-  const char *location = (a & GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE) ? ", preferred_location=device"
+  const char *location = (a & GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE)
+                             ? ", preferred_location=device"
                          : (a & GPUMEM_ADVISE_PREFERRED_LOCATION_HOST) ? ", preferred_location=host"
                                                                        : "";
   snprintf(buf, size, "managed(prefetch=%s%s%s%s)", o->prefetch ? "true" : "false",
-                      (a & GPUMEM_ADVISE_READ_MOSTLY) ? ", read_mostly=true" : "", location,
-                      (a & GPUMEM_ADVISE_ACCESSED_BY_DEVICE) ? ", accessed_by_device=true" : "");
+           (a & GPUMEM_ADVISE_READ_MOSTLY) ? ", read_mostly=true" : "", location,
+           (a & GPUMEM_ADVISE_ACCESSED_BY_DEVICE) ? ", accessed_by_device=true" : "");
 }
 
 static gpumem_status managed_destroy(gpumem_resource *mr) {
@@ -86,7 +87,8 @@ gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *op
                          GPUMEM_ADVISE_PREFERRED_LOCATION_HOST | GPUMEM_ADVISE_ACCESSED_BY_DEVICE;
   if (options.advice & ~known)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "gpumem_managed_create: unknown advice flags 0x%x", options.advice & ~known);
+                        "gpumem_managed_create: unknown advice flags 0x%x",
+                        options.advice & ~known);
   if ((options.advice & GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE) &&
       (options.advice & GPUMEM_ADVISE_PREFERRED_LOCATION_HOST))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,

@@ -88,8 +88,8 @@ static void give_range(vmm_resource *self, uintptr_t addr, size_t size) {
   size_t at = 0;
   while (at < self->free_count && self->free_ranges[at].addr < addr)
     at++;
-  bool joins_prev = at > 0 &&
-                    self->free_ranges[at - 1].addr + self->free_ranges[at - 1].size == addr;
+  bool joins_prev =
+      at > 0 && self->free_ranges[at - 1].addr + self->free_ranges[at - 1].size == addr;
   bool joins_next = at < self->free_count && addr + size == self->free_ranges[at].addr;
   if (joins_prev && joins_next) {
     self->free_ranges[at - 1].size += size + self->free_ranges[at].size;
@@ -154,14 +154,14 @@ static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alig
   gpumem_status status = GPUMEM_OK;
   /* Room for one more mapping and for the free ranges it can ever split off, so that the
    * paths that give memory back never need to allocate. */
-  bool have_room = make_room((void **)&self->mappings, &self->mapping_capacity,
-                             self->mapping_count, sizeof(mapping)) &&
+  bool have_room = make_room((void **)&self->mappings, &self->mapping_capacity, self->mapping_count,
+                             sizeof(mapping)) &&
                    make_room((void **)&self->free_ranges, &self->free_capacity,
                              self->mapping_count + 2, sizeof(va_range));
   if (!have_room || !take_range(self, size, va_alignment, &addr)) {
     pthread_mutex_unlock(&self->lock);
-    return gpumem__fail_out_of_memory(mr, bytes, have_room ? "its reserved address range is full"
-                                                           : "the host is out of memory");
+    return gpumem__fail_out_of_memory(
+        mr, bytes, have_room ? "its reserved address range is full" : "the host is out of memory");
   }
   gpumem__vmm_handle handle;
   status = map_range(self, addr, size, &handle);
@@ -203,8 +203,8 @@ static gpumem_status unmap_at(vmm_resource *self, size_t at, gpumem_stream strea
   return GPUMEM_OK;
 }
 
-static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                    size_t alignment, gpumem_stream stream) {
+static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
+                                    gpumem_stream stream) {
   vmm_resource *self = (vmm_resource *)mr;
   pthread_mutex_lock(&self->lock);
   size_t at = mapping_position(self, (uintptr_t)ptr);
@@ -297,8 +297,7 @@ static gpumem_status plan(const gpumem__device_ops *dev, int device, gpumem_vmm_
   return GPUMEM_OK;
 }
 
-gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts,
-                                gpumem_resource **out) {
+gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpumem_resource **out) {
   if (!out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_vmm_create: out is NULL");
   gpumem_vmm_options options = opts ? *opts : (gpumem_vmm_options){0};

@@ -27,24 +27,24 @@
  * launch, short enough that the whole test takes well under a second. */
 #define SPIN_CYCLES 20000000LL
 
-#define CUDA_CHECK(call)                                                                       \
-  do {                                                                                         \
-    cudaError_t cuda_e_ = (call);                                                              \
-    if (cuda_e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                     \
-              cudaGetErrorString(cuda_e_));                                                    \
-      exit(1);                                                                                 \
-    }                                                                                          \
+#define CUDA_CHECK(call)                                                                           \
+  do {                                                                                             \
+    cudaError_t cuda_e_ = (call);                                                                  \
+    if (cuda_e_ != cudaSuccess) {                                                                  \
+      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                         \
+              cudaGetErrorString(cuda_e_));                                                        \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
-#define GPUMEM_CHECK(call)                                                                     \
-  do {                                                                                         \
-    gpumem_status gpumem_s_ = (call);                                                          \
-    if (gpumem_s_ != GPUMEM_OK) {                                                              \
-      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,                 \
-              gpumem_status_name(gpumem_s_), gpumem_last_error_message());                     \
-      exit(1);                                                                                 \
-    }                                                                                          \
+#define GPUMEM_CHECK(call)                                                                         \
+  do {                                                                                             \
+    gpumem_status gpumem_s_ = (call);                                                              \
+    if (gpumem_s_ != GPUMEM_OK) {                                                                  \
+      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,                     \
+              gpumem_status_name(gpumem_s_), gpumem_last_error_message());                         \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 /* One thread writes the block's first word, spins, and writes it again: the kernel uses the
@@ -139,7 +139,9 @@ int main(int argc, char **argv) {
     bool pass = !judged || ratio < 0.6f;
     failures += !pass;
     printf("%-32s %7.1f ms  elapsed/serialized %.2f  %s\n", argv[i], ms, ratio,
-           !judged ? "(shown for comparison)" : pass ? "streams overlap: pass" : "SERIALIZED: fail");
+           !judged ? "(shown for comparison)"
+           : pass  ? "streams overlap: pass"
+                   : "SERIALIZED: fail");
     CUDA_CHECK(cudaDeviceSynchronize());
     GPUMEM_CHECK(gpumem_resource_release(mr));
   }
