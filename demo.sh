@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # demo.sh: builds gpumem and replays a real PyTorch training trace (ResNet-50, 8 steps, in
-# RMM's log format) through gpumem's resources and the CUDA driver's own allocators, then
-# prints a table of time per event and of memory reserved over memory in use.
+# RMM's log format) through gpumem's default pool (what gpumem_reinitialize with the pool
+# switch builds: a pool over virtual memory where the device supports it) beside the CUDA
+# driver's own allocators (cuMemAlloc and the driver pool), then prints a table of time per
+# event and of memory reserved over memory in use.
 #
 # With a GPU it runs on the GPU; without one, on gpumem's simulated device, whose times
 # measure gpumem's host-side bookkeeping and the simulation, not a GPU. It needs gcc,
@@ -26,5 +28,5 @@ else
   echo "No GPU here: running on gpumem's simulated device (GPUMEM_DEVICE=sim)"
 fi
 
-build/bin/gpumem-bench replay --compare --resource cuda --resource async --table \
+build/bin/gpumem-bench replay --compare --resource "reinitialize(pool)" --table \
   data/torch_resnet50_train.csv

@@ -49,9 +49,24 @@ static gpumem_status resource_close(bench_allocator *self) {
   return status;
 }
 
+/* "reinitialize(pool)" names the resource gpumem_reinitialize(pool_allocator) builds on the
+ * device: what a user gets by default, whatever it is there (pool over vmm where the device
+ * supports it). */
+static gpumem_status resolve_spec(const char *spec, int device, char *resolved, size_t size) {
+  if (strcmp(spec, "reinitialize(pool)") != 0) {
+    snprintf(resolved, size, "%s", spec);
+    return GPUMEM_OK;
+  }
+  gpumem_reinitialize_options options = {.pool_allocator = 1};
+  return gpumem_reinitialize_spec(&options, device, resolved, size);
+}
+
 static gpumem_status open_resource(const char *spec, int device, bench_allocator **out) {
   gpumem_resource *mr;
-  gpumem_status status = gpumem_resource_from_spec_for_device(spec, device, &mr);
+  char resolved[256];
+  gpumem_status status = resolve_spec(spec, device, resolved, sizeof resolved);
+  if (status == GPUMEM_OK)
+    status = gpumem_resource_from_spec_for_device(resolved, device, &mr);
   if (status != GPUMEM_OK)
     return status;
   resource_allocator *self = calloc(1, sizeof *self);
