@@ -10,6 +10,7 @@
  * freed to its owner, whose free sets apply the pool's cross-stream rules. When the global
  * pool has no superblock left, the arena falls back to the global pool for the request and,
  * failing that, has every local pool give back its free superblocks and tries again. */
+#include "core/sorted.h"
 #include "suballoc/pool.h"
 
 #include <pthread.h>
@@ -43,8 +44,7 @@ struct arena_resource {
   pthread_mutex_t lock; /* guards locals and superblocks */
   local_arena **locals;
   size_t local_count, local_capacity;
-  superblock *superblocks; /* sorted by start */
-  size_t superblock_count, superblock_capacity;
+  gpumem__sorted superblocks; /* of superblock, by start */
 };
 
 static atomic_uint_fast64_t next_arena_id = 1;
@@ -53,52 +53,24 @@ static atomic_uint_fast64_t next_arena_id = 1;
  * The superblock registry
  * ------------------------------------------------------------------------------------- */
 
-static size_t superblock_position(const arena_resource *arena, uintptr_t addr) {
-  size_t low = 0, high = arena->superblock_count;
-  while (low < high) {
-    size_t mid = low + (high - low) / 2;
-    if (arena->superblocks[mid].start <= addr)
-      low = mid + 1;
-    else
-      high = mid;
-  }
-  return low; /* the first superblock starting after addr */
-}
-
 static bool register_superblock(arena_resource *arena, uintptr_t start, size_t size,
                                 local_arena *owner) {
-  if (arena->superblock_count == arena->superblock_capacity) {
-    size_t capacity = arena->superblock_capacity ? arena->superblock_capacity * 2 : 64;
-    superblock *grown = realloc(arena->superblocks, capacity * sizeof *grown);
-    if (!grown)
-      return false;
-    arena->superblocks = grown;
-    arena->superblock_capacity = capacity;
-  }
-  size_t at = superblock_position(arena, start);
-  memmove(&arena->superblocks[at + 1], &arena->superblocks[at],
-          (arena->superblock_count - at) * sizeof(superblock));
-  arena->superblocks[at] = (superblock){start, start + size, owner};
-  arena->superblock_count++;
-  return true;
+  return gpumem__sorted_insert(&arena->superblocks, &(superblock){start, start + size, owner});
 }
 
 static void unregister_superblock(arena_resource *arena, uintptr_t start) {
-  size_t at = superblock_position(arena, start);
-  if (at == 0 || arena->superblocks[at - 1].start != start)
-    return;
-  at--;
-  memmove(&arena->superblocks[at], &arena->superblocks[at + 1],
-          (arena->superblock_count - at - 1) * sizeof(superblock));
-  arena->superblock_count--;
+  size_t at = gpumem__sorted_lower_bound(&arena->superblocks, start);
+  if (at < arena->superblocks.count &&
+      ((superblock *)gpumem__sorted_at(&arena->superblocks, at))->start == start)
+    gpumem__sorted_remove_at(&arena->superblocks, at);
 }
 
 static local_arena *owner_of(arena_resource *arena, uintptr_t addr) {
   pthread_mutex_lock(&arena->lock);
-  size_t at = superblock_position(arena, addr);
-  local_arena *owner = NULL;
-  if (at > 0 && addr < arena->superblocks[at - 1].end)
-    owner = arena->superblocks[at - 1].owner;
+  /* The last superblock starting at or before addr. */
+  size_t at = gpumem__sorted_lower_bound(&arena->superblocks, addr + 1);
+  const superblock *candidate = at > 0 ? gpumem__sorted_at(&arena->superblocks, at - 1) : NULL;
+  local_arena *owner = candidate && addr < candidate->end ? candidate->owner : NULL;
   pthread_mutex_unlock(&arena->lock);
   return owner;
 }
@@ -354,7 +326,7 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
       value -= fact(pool, GPUMEM_QUERY_RESERVED_BYTES);
   }
   if (what == GPUMEM_QUERY_LIVE_COUNT)
-    value -= arena->superblock_count;
+    value -= arena->superblocks.count;
   pthread_mutex_unlock(&arena->lock);
   *out = value;
   return GPUMEM_OK;
@@ -372,7 +344,7 @@ static void free_arena(arena_resource *arena) {
   for (size_t i = 0; i < arena->local_count; i++)
     free(arena->locals[i]);
   free(arena->locals);
-  free(arena->superblocks);
+  gpumem__sorted_free(&arena->superblocks);
   pthread_mutex_destroy(&arena->lock);
   free(arena);
 }
@@ -434,6 +406,7 @@ gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_
   arena->id = atomic_fetch_add(&next_arena_id, 1);
   arena->options = options;
   arena->large_threshold = options.superblock_size / 4;
+  arena->superblocks = (gpumem__sorted)GPUMEM__SORTED_INIT(superblock);
   pthread_mutex_init(&arena->lock, NULL);
   *out = &arena->header;
   return GPUMEM_OK;

@@ -21,6 +21,7 @@
  * seals and trims, which call the device anyway. */
 #include "suballoc/pool.h"
 
+#include "core/sorted.h"
 #include "core/spinlock.h"
 #include "suballoc/block.h"
 #include "suballoc/suballoc.h"
@@ -68,8 +69,7 @@ typedef struct pool_resource {
   gpumem__block *tail; /* the highest block, which in-place growth extends */
   gpumem__block_map live;
   gpumem__block_slab slab;
-  chunk *chunks; /* sorted by address */
-  size_t chunk_count, chunk_capacity;
+  gpumem__sorted chunks; /* of chunk, by address */
   gpumem__suballoc_stats stats;
 } pool_resource;
 
@@ -309,37 +309,8 @@ static gpumem_status fold_into_fresh(pool_resource *pool) {
  * Chunks and growth
  * ------------------------------------------------------------------------------------- */
 
-static size_t chunk_position(const pool_resource *pool, uintptr_t addr) {
-  size_t low = 0, high = pool->chunk_count;
-  while (low < high) {
-    size_t mid = low + (high - low) / 2;
-    if (pool->chunks[mid].addr < addr)
-      low = mid + 1;
-    else
-      high = mid;
-  }
-  return low;
-}
-
-static bool add_chunk(pool_resource *pool, uintptr_t addr, size_t size) {
-  if (pool->chunk_count == pool->chunk_capacity) {
-    size_t capacity = pool->chunk_capacity ? pool->chunk_capacity * 2 : 16;
-    chunk *chunks = realloc(pool->chunks, capacity * sizeof *chunks);
-    if (!chunks)
-      return false;
-    pool->chunks = chunks;
-    pool->chunk_capacity = capacity;
-  }
-  size_t at = chunk_position(pool, addr);
-  memmove(&pool->chunks[at + 1], &pool->chunks[at], (pool->chunk_count - at) * sizeof(chunk));
-  pool->chunks[at] = (chunk){addr, size};
-  pool->chunk_count++;
-  return true;
-}
-
-static void remove_chunk(pool_resource *pool, size_t at) {
-  memmove(&pool->chunks[at], &pool->chunks[at + 1], (pool->chunk_count - at - 1) * sizeof(chunk));
-  pool->chunk_count--;
+static chunk *chunk_at(const pool_resource *pool, size_t at) {
+  return gpumem__sorted_at(&pool->chunks, at);
 }
 
 /* How much to ask of the upstream for a request of `size` bytes, within the maximum; 0 when
@@ -372,7 +343,8 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
   gpumem_resource *up = pool->header.upstream;
   gpumem_status status =
       up->ops->allocate(up, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream, &memory);
-  if (status == GPUMEM_OK && !add_chunk(pool, (uintptr_t)memory, step)) {
+  chunk grown = {(uintptr_t)memory, step};
+  if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
     up->ops->deallocate(up, memory, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
     status = GPUMEM_ERR_OUT_OF_MEMORY;
   }
@@ -614,9 +586,9 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
   gpumem_resource *up = pool->header.upstream;
   free_set *set = &pool->fresh;
   gpumem__free_index_remove(&set->sealed, block);
-  size_t at = chunk_position(pool, block->addr);
-  while (at < pool->chunk_count && block) {
-    chunk c = pool->chunks[at];
+  size_t at = gpumem__sorted_lower_bound(&pool->chunks, block->addr);
+  while (at < pool->chunks.count && block) {
+    chunk c = *chunk_at(pool, at);
     if (c.addr + c.size > block->addr + block->size)
       break;
     gpumem__block *piece = block, *after = NULL;
@@ -651,7 +623,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
     }
     unlink_block(pool, piece);
     gpumem__block_delete(&pool->slab, piece);
-    remove_chunk(pool, at);
+    gpumem__sorted_remove_at(&pool->chunks, at);
     gpumem__stats_sub_reserved(&pool->stats, c.size);
     *released += c.size;
     block = after;
@@ -736,7 +708,7 @@ static void free_structures(pool_resource *pool) {
       free(pool->sets[i]);
   }
   free(pool->sets);
-  free(pool->chunks);
+  gpumem__sorted_free(&pool->chunks);
   gpumem__block_map_destroy(&pool->live);
   gpumem__block_slab_destroy(&pool->slab);
   free(pool);
@@ -746,11 +718,10 @@ static gpumem_status pool_destroy(gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   size_t released = 0;
   gpumem_status status = trim_all(pool, &released);
-  if (status == GPUMEM_OK && pool->chunk_count > 0)
+  if (status == GPUMEM_OK && pool->chunks.count > 0)
     status = gpumem__fail(GPUMEM_ERR_INTERNAL,
-                          "pool: %zu chunks still held after giving back "
-                          "every free one",
-                          pool->chunk_count);
+                          "pool: %zu chunks still held after giving back every free one",
+                          pool->chunks.count);
   if (status != GPUMEM_OK)
     return status;
   free_structures(pool);
@@ -797,6 +768,7 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
                                const gpumem_pool_options *options, size_t growth_rounding) {
   gpumem__resource_init(&pool->header, &pool_ops, upstream->device, upstream->dev, upstream);
   pool->options = *options;
+  pool->chunks = (gpumem__sorted)GPUMEM__SORTED_INIT(chunk);
   pool->grows_in_place = gpumem__vmm_grows_in_place(upstream);
   pool->growth_rounding = GROWTH_ROUNDING;
   if (pool->grows_in_place)

@@ -5,6 +5,7 @@
  * another, so the pool above can treat them as one range and merge blocks across them: no
  * fragmentation between growth steps and no need for a large initial pool. Reserved bytes
  * are the physical bytes mapped, the memory this resource really takes from the device. */
+#include "core/sorted.h"
 #include "suballoc/pool.h"
 #include "suballoc/suballoc.h"
 
@@ -31,50 +32,39 @@ typedef struct vmm_resource {
   gpumem_vmm_options options;
   size_t granularity;
   uintptr_t base;
-  va_range *free_ranges; /* sorted by address, never adjacent */
-  size_t free_count, free_capacity;
-  mapping *mappings; /* sorted by address */
-  size_t mapping_count, mapping_capacity;
+  gpumem__sorted free_ranges; /* of va_range, by address, never adjacent */
+  gpumem__sorted mappings;    /* of mapping, by address */
   gpumem__suballoc_stats stats;
 } vmm_resource;
 
-/* Grows a sorted array so one more element fits. */
-static bool make_room(void **items, size_t *capacity, size_t count, size_t element) {
-  if (count < *capacity)
-    return true;
-  size_t larger = *capacity ? *capacity * 2 : 16;
-  void *grown = realloc(*items, larger * element);
-  if (!grown)
-    return false;
-  *items = grown;
-  *capacity = larger;
-  return true;
+static va_range *range_at(const vmm_resource *self, size_t at) {
+  return gpumem__sorted_at(&self->free_ranges, at);
+}
+
+static mapping *mapping_at(const vmm_resource *self, size_t at) {
+  return gpumem__sorted_at(&self->mappings, at);
 }
 
 /* ---- free address ranges ---- */
 
-/* Takes `size` bytes aligned to `alignment` from the lowest free range that holds them. */
+/* Takes `size` bytes aligned to `alignment` from the lowest free range that holds them. The
+ * caller made room for one more range. */
 static bool take_range(vmm_resource *self, size_t size, size_t alignment, uintptr_t *addr) {
-  for (size_t i = 0; i < self->free_count; i++) {
-    va_range r = self->free_ranges[i];
-    uintptr_t start = gpumem__align_up(r.addr, alignment);
-    if (start < r.addr || start - r.addr > r.size || r.addr + r.size - start < size)
+  for (size_t i = 0; i < self->free_ranges.count; i++) {
+    va_range *r = range_at(self, i);
+    uintptr_t start = gpumem__align_up(r->addr, alignment);
+    if (start < r->addr || start - r->addr > r->size || r->addr + r->size - start < size)
       continue;
-    size_t before = start - r.addr, after = r.addr + r.size - (start + size);
+    size_t before = start - r->addr, after = r->addr + r->size - (start + size);
     if (before && after) {
-      memmove(&self->free_ranges[i + 2], &self->free_ranges[i + 1],
-              (self->free_count - i - 1) * sizeof(va_range));
-      self->free_ranges[i] = (va_range){r.addr, before};
-      self->free_ranges[i + 1] = (va_range){start + size, after};
-      self->free_count++;
+      r->size = before;
+      gpumem__sorted_insert_at(&self->free_ranges, i + 1, &(va_range){start + size, after});
     } else if (before) {
-      self->free_ranges[i].size = before;
+      r->size = before;
     } else if (after) {
-      self->free_ranges[i] = (va_range){start + size, after};
+      *r = (va_range){start + size, after};
     } else {
-      memmove(&self->free_ranges[i], &self->free_ranges[i + 1],
-              (self->free_count - i - 1) * sizeof(va_range));
-      self->free_count--;
+      gpumem__sorted_remove_at(&self->free_ranges, i);
     }
     *addr = start;
     return true;
@@ -85,43 +75,25 @@ static bool take_range(vmm_resource *self, size_t size, size_t alignment, uintpt
 /* Returns a range, merging it with free neighbours. Always succeeds: there are never more
  * free ranges than mappings plus one, and allocation keeps room for that many. */
 static void give_range(vmm_resource *self, uintptr_t addr, size_t size) {
-  size_t at = 0;
-  while (at < self->free_count && self->free_ranges[at].addr < addr)
-    at++;
-  bool joins_prev =
-      at > 0 && self->free_ranges[at - 1].addr + self->free_ranges[at - 1].size == addr;
-  bool joins_next = at < self->free_count && addr + size == self->free_ranges[at].addr;
+  size_t at = gpumem__sorted_lower_bound(&self->free_ranges, addr);
+  va_range *prev = at > 0 ? range_at(self, at - 1) : NULL;
+  va_range *next = at < self->free_ranges.count ? range_at(self, at) : NULL;
+  bool joins_prev = prev && prev->addr + prev->size == addr;
+  bool joins_next = next && addr + size == next->addr;
   if (joins_prev && joins_next) {
-    self->free_ranges[at - 1].size += size + self->free_ranges[at].size;
-    memmove(&self->free_ranges[at], &self->free_ranges[at + 1],
-            (self->free_count - at - 1) * sizeof(va_range));
-    self->free_count--;
+    prev->size += size + next->size;
+    gpumem__sorted_remove_at(&self->free_ranges, at);
   } else if (joins_prev) {
-    self->free_ranges[at - 1].size += size;
+    prev->size += size;
   } else if (joins_next) {
-    self->free_ranges[at].addr = addr;
-    self->free_ranges[at].size += size;
+    next->addr = addr;
+    next->size += size;
   } else {
-    memmove(&self->free_ranges[at + 1], &self->free_ranges[at],
-            (self->free_count - at) * sizeof(va_range));
-    self->free_ranges[at] = (va_range){addr, size};
-    self->free_count++;
+    gpumem__sorted_insert_at(&self->free_ranges, at, &(va_range){addr, size});
   }
 }
 
 /* ---- mappings ---- */
-
-static size_t mapping_position(const vmm_resource *self, uintptr_t addr) {
-  size_t low = 0, high = self->mapping_count;
-  while (low < high) {
-    size_t mid = low + (high - low) / 2;
-    if (self->mappings[mid].addr < addr)
-      low = mid + 1;
-    else
-      high = mid;
-  }
-  return low;
-}
 
 /* Maps physical memory at [addr, addr+size); undoes its own steps on failure. */
 static gpumem_status map_range(vmm_resource *self, uintptr_t addr, size_t size,
@@ -154,10 +126,8 @@ static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alig
   gpumem_status status = GPUMEM_OK;
   /* Room for one more mapping and for the free ranges it can ever split off, so that the
    * paths that give memory back never need to allocate. */
-  bool have_room = make_room((void **)&self->mappings, &self->mapping_capacity, self->mapping_count,
-                             sizeof(mapping)) &&
-                   make_room((void **)&self->free_ranges, &self->free_capacity,
-                             self->mapping_count + 2, sizeof(va_range));
+  bool have_room = gpumem__sorted_reserve(&self->mappings, self->mappings.count + 1) &&
+                   gpumem__sorted_reserve(&self->free_ranges, self->mappings.count + 2);
   if (!have_room || !take_range(self, size, va_alignment, &addr)) {
     pthread_mutex_unlock(&self->lock);
     return gpumem__fail_out_of_memory(
@@ -172,11 +142,7 @@ static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alig
       return gpumem__fail_out_of_memory(mr, bytes, "the device has no more physical memory");
     return gpumem__fail_context(status, "vmm: mapping %zu bytes", size);
   }
-  size_t at = mapping_position(self, addr);
-  memmove(&self->mappings[at + 1], &self->mappings[at],
-          (self->mapping_count - at) * sizeof(mapping));
-  self->mappings[at] = (mapping){addr, size, bytes, handle};
-  self->mapping_count++;
+  gpumem__sorted_insert(&self->mappings, &(mapping){addr, size, bytes, handle});
   gpumem__stats_add_reserved(&self->stats, size);
   gpumem__stats_allocated(&self->stats, bytes);
   pthread_mutex_unlock(&self->lock);
@@ -186,7 +152,7 @@ static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alig
 
 static gpumem_status unmap_at(vmm_resource *self, size_t at, gpumem_stream stream) {
   const gpumem__device_ops *dev = self->header.dev;
-  mapping m = self->mappings[at];
+  mapping m = *mapping_at(self, at);
   /* The driver does not order an unmap after the work that uses the memory. */
   gpumem_status status = dev->stream_synchronize(stream);
   if (status == GPUMEM_OK)
@@ -194,9 +160,7 @@ static gpumem_status unmap_at(vmm_resource *self, size_t at, gpumem_stream strea
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p", m.size, (void *)m.addr);
   dev->vmm_destroy(m.handle);
-  memmove(&self->mappings[at], &self->mappings[at + 1],
-          (self->mapping_count - at - 1) * sizeof(mapping));
-  self->mapping_count--;
+  gpumem__sorted_remove_at(&self->mappings, at);
   give_range(self, m.addr, m.size);
   gpumem__stats_sub_reserved(&self->stats, m.size);
   gpumem__stats_freed(&self->stats, m.requested);
@@ -207,19 +171,19 @@ static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes
                                     gpumem_stream stream) {
   vmm_resource *self = (vmm_resource *)mr;
   pthread_mutex_lock(&self->lock);
-  size_t at = mapping_position(self, (uintptr_t)ptr);
+  size_t at = gpumem__sorted_lower_bound(&self->mappings, (uintptr_t)ptr);
   gpumem_status status;
-  if (at == self->mapping_count || self->mappings[at].addr != (uintptr_t)ptr)
+  if (at == self->mappings.count || mapping_at(self, at)->addr != (uintptr_t)ptr)
     status = gpumem__fail(GPUMEM_ERR_MISUSE,
                           "deallocate of %p (%zu bytes) from resource 'vmm': that pointer is "
                           "not a live allocation of this resource (never allocated here, or "
                           "already freed)",
                           ptr, bytes);
-  else if (self->mappings[at].requested != bytes)
+  else if (mapping_at(self, at)->requested != bytes)
     status = gpumem__fail(GPUMEM_ERR_MISUSE,
                           "deallocate of %p from resource 'vmm' with %zu bytes, but it was "
                           "allocated with %zu bytes",
-                          ptr, bytes, self->mappings[at].requested);
+                          ptr, bytes, mapping_at(self, at)->requested);
   else
     status = unmap_at(self, at, stream);
   pthread_mutex_unlock(&self->lock);
@@ -236,14 +200,14 @@ static void vmm_describe(const gpumem_resource *mr, char *buf, size_t size) {
 
 static void release_everything(vmm_resource *self) {
   const gpumem__device_ops *dev = self->header.dev;
-  for (size_t i = 0; i < self->mapping_count; i++) {
-    dev->vmm_unmap((void *)self->mappings[i].addr, self->mappings[i].size);
-    dev->vmm_destroy(self->mappings[i].handle);
+  for (size_t i = 0; i < self->mappings.count; i++) {
+    dev->vmm_unmap((void *)mapping_at(self, i)->addr, mapping_at(self, i)->size);
+    dev->vmm_destroy(mapping_at(self, i)->handle);
   }
   if (self->base)
     dev->vmm_release((void *)self->base, self->options.reserve_size);
-  free(self->mappings);
-  free(self->free_ranges);
+  gpumem__sorted_free(&self->mappings);
+  gpumem__sorted_free(&self->free_ranges);
   pthread_mutex_destroy(&self->lock);
   free(self);
 }
@@ -318,13 +282,14 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
   pthread_mutex_init(&self->lock, NULL);
   self->options = options;
   self->granularity = granularity;
+  self->free_ranges = (gpumem__sorted)GPUMEM__SORTED_INIT(va_range);
+  self->mappings = (gpumem__sorted)GPUMEM__SORTED_INIT(mapping);
   gpumem__stats_init(&self->stats);
   void *base = NULL;
   status = dev->vmm_reserve(device, options.reserve_size, granularity, &base);
   if (status == GPUMEM_OK) {
     self->base = (uintptr_t)base;
-    self->free_ranges = malloc(16 * sizeof(va_range));
-    if (!self->free_ranges)
+    if (!gpumem__sorted_insert(&self->free_ranges, &(va_range){self->base, options.reserve_size}))
       status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_vmm_create: out of host memory");
   }
   if (status != GPUMEM_OK) {
@@ -332,9 +297,6 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
     return gpumem__fail_context(status, "gpumem_vmm_create: reserving %zu bytes of address space",
                                 options.reserve_size);
   }
-  self->free_capacity = 16;
-  self->free_ranges[0] = (va_range){self->base, options.reserve_size};
-  self->free_count = 1;
   *out = &self->header;
   return GPUMEM_OK;
 }
