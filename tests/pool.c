@@ -103,14 +103,14 @@ static void test_model(const char *spec) {
   for (int slot = 0; slot < model_slots; slot++)
     if (m.ptr[slot])
       CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], stream));
-  /* Everything free again: each chunk is one free block again (one in all over vmm, whose
-   * growth steps merged), nothing live. */
+  /* Everything free again: each chunk is one free block again (over vmm, whose growth steps
+   * merged, one per region), nothing live. */
   CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BYTES), query(mr, GPUMEM_QUERY_RESERVED_BYTES));
   if (strncmp(spec, "arena", 5) == 0)
     ; /* stream pools keep their superblocks: no single initial state to compare with */
-  else if (strstr(spec, "vmm"))
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  else if (strstr(spec, "vmm")) /* one block per region: small requests and the rest */
+    CHECK(query(mr, GPUMEM_QUERY_FREE_BLOCKS) <= 2);
   else if (initial_reserved == query(mr, GPUMEM_QUERY_RESERVED_BYTES))
     CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), initial_blocks);
   CHECK_OK(gpumem_stream_synchronize(stream));

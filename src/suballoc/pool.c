@@ -17,6 +17,10 @@
  * Memory fresh from the upstream has no pending work: it sits in a set of its own that any
  * stream takes from without waiting.
  *
+ * Over vmm the pool keeps two regions of its address range, each growing in place: one for
+ * requests under 1 MiB, one for the rest. Small blocks then never pin holes between large
+ * ones, which is most of what fragmentation costs on real training traces.
+ *
  * One spinlock guards the pool; everything under it is constant time except steals, growth,
  * seals and trims, which call the device anyway. */
 #include "suballoc/pool.h"
@@ -38,16 +42,26 @@
 /* States of a block: allocated, or free in its set's open or sealed index. */
 enum { BLOCK_ALLOCATED = 0, BLOCK_OPEN = 1, BLOCK_SEALED = 2 };
 
+/* Regions of a pool that grows in place: requests under SMALL_LIMIT go to their own. */
+enum { REGION_LARGE = 0, REGION_SMALL = 1, REGION_COUNT = 2 };
+#define SMALL_LIMIT ((size_t)1 << 20)
+
 typedef struct free_set {
   gpumem_stream stream;
   bool fresh; /* memory no stream has used yet: taking it needs no wait */
   /* Freed on this stream since its last seal: only this stream may reuse them. */
-  gpumem__free_index open;
+  gpumem__free_index open[REGION_COUNT];
   /* Covered by `event`: another stream may take them after waiting on it. */
-  gpumem__free_index sealed;
+  gpumem__free_index sealed[REGION_COUNT];
   unsigned open_frees;
   gpumem__event event; /* recorded on this stream at its last seal */
 } free_set;
+
+/* Where a region grows next, and its highest block, which that growth extends. */
+typedef struct region {
+  uintptr_t next; /* 0: wherever the upstream puts it */
+  gpumem__block *tail;
+} region;
 
 typedef struct chunk {
   uintptr_t addr;
@@ -65,8 +79,9 @@ typedef struct pool_resource {
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;
   free_set *last_set;
-  bool multi_stream;   /* a second stream has used the pool: sets are sealed from then on */
-  gpumem__block *tail; /* the highest block, which in-place growth extends */
+  bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
+  region regions[REGION_COUNT];
+  uintptr_t small_base; /* blocks at or above it are the small region's; UINTPTR_MAX: one */
   gpumem__block_map live;
   gpumem__block_slab slab;
   gpumem__sorted chunks; /* of chunk, by address */
@@ -76,6 +91,19 @@ typedef struct pool_resource {
 /* ---------------------------------------------------------------------------------------
  * Blocks
  * ------------------------------------------------------------------------------------- */
+
+static size_t region_index(const pool_resource *pool, uintptr_t addr) {
+  return addr >= pool->small_base ? REGION_SMALL : REGION_LARGE;
+}
+
+static region *region_of(pool_resource *pool, const gpumem__block *block) {
+  return &pool->regions[region_index(pool, block->addr)];
+}
+
+/* The region a request of `size` bytes is served from. */
+static size_t region_for(const pool_resource *pool, size_t size) {
+  return pool->small_base != UINTPTR_MAX && size < SMALL_LIMIT ? REGION_SMALL : REGION_LARGE;
+}
 
 /* Cuts `block` at `offset`: it keeps the front, the returned new block the rest. NULL when
  * host memory is exhausted (nothing changed then). */
@@ -91,8 +119,9 @@ static gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t of
     block->next_addr->prev_addr = rest;
   block->next_addr = rest;
   block->size = offset;
-  if (pool->tail == block)
-    pool->tail = rest;
+  region *r = region_of(pool, block);
+  if (r->tail == block)
+    r->tail = rest;
   return rest;
 }
 
@@ -102,13 +131,16 @@ static void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block 
   block->next_addr = next->next_addr;
   if (next->next_addr)
     next->next_addr->prev_addr = block;
-  if (pool->tail == next)
-    pool->tail = block;
+  region *r = region_of(pool, next);
+  if (r->tail == next)
+    r->tail = block;
   gpumem__block_delete(&pool->slab, next);
 }
 
-static gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
-  return block->is_free == BLOCK_SEALED ? &set->sealed : &set->open;
+static gpumem__free_index *index_of(const pool_resource *pool, free_set *set,
+                                    const gpumem__block *block) {
+  size_t r = region_index(pool, block->addr);
+  return block->is_free == BLOCK_SEALED ? &set->sealed[r] : &set->open[r];
 }
 
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
@@ -123,10 +155,10 @@ static void release_block(pool_resource *pool, free_set *set, gpumem__block *blo
     size_t old_size = prev->size;
     merge_next(pool, prev, block);
     if (merge_following) {
-      gpumem__free_index_remove(index_of(set, next), next);
+      gpumem__free_index_remove(index_of(pool, set, next), next);
       merge_next(pool, prev, next);
     }
-    gpumem__free_index_resized(index_of(set, prev), prev, old_size);
+    gpumem__free_index_resized(index_of(pool, set, prev), prev, old_size);
     return;
   }
   if (merge_following) {
@@ -138,18 +170,18 @@ static void release_block(pool_resource *pool, free_set *set, gpumem__block *blo
     if (prev)
       prev->next_addr = next;
     gpumem__block_delete(&pool->slab, block);
-    gpumem__free_index_resized(index_of(set, next), next, old_size);
+    gpumem__free_index_resized(index_of(pool, set, next), next, old_size);
     return;
   }
   block->is_free = state;
   block->owner = set;
-  gpumem__free_index_insert(index_of(set, block), block);
+  gpumem__free_index_insert(index_of(pool, set, block), block);
 }
 
-/* The best fitting free block of `set` for `size` bytes, open or sealed. */
-static gpumem__block *find_in_set(const free_set *set, size_t size) {
-  gpumem__block *open = gpumem__free_index_find(&set->open, size);
-  gpumem__block *sealed = gpumem__free_index_find(&set->sealed, size);
+/* The best fitting free block of `set` in region `r` for `size` bytes, open or sealed. */
+static gpumem__block *find_in_set(const free_set *set, size_t r, size_t size) {
+  gpumem__block *open = gpumem__free_index_find(&set->open[r], size);
+  gpumem__block *sealed = gpumem__free_index_find(&set->sealed[r], size);
   if (!open || (sealed && sealed->size < open->size))
     return sealed;
   return open;
@@ -201,8 +233,10 @@ static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, 
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool: out of host memory for stream state");
   }
   set->stream = stream;
-  gpumem__free_index_init(&set->open);
-  gpumem__free_index_init(&set->sealed);
+  for (size_t r = 0; r < REGION_COUNT; r++) {
+    gpumem__free_index_init(&set->open[r]);
+    gpumem__free_index_init(&set->sealed[r]);
+  }
   if (!pool->multi_stream && pool->set_count > 2) {
     /* The second stream: from now on every stream's frees get sealed, the others' first at
      * their next free. */
@@ -246,7 +280,8 @@ static gpumem_status seal(pool_resource *pool, free_set *set) {
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: recording the event that lets other streams "
                                         "reuse this stream's frees");
-  move_index(pool, set, &set->open, set, BLOCK_SEALED);
+  for (size_t r = 0; r < REGION_COUNT; r++)
+    move_index(pool, set, &set->open[r], set, BLOCK_SEALED);
   set->open_frees = 0;
   return GPUMEM_OK;
 }
@@ -263,15 +298,23 @@ static void drop_set(pool_resource *pool, size_t at) {
   free(set);
 }
 
-/* Gives `to` the sealed blocks of the first other set holding one of `size` bytes, after
- * making `to`'s stream wait on that set's event (fresh memory needs no wait). *out: the
- * fitting block, or NULL when no set has one. */
-static gpumem_status steal(pool_resource *pool, free_set *to, size_t size, gpumem__block **out) {
+static size_t open_blocks(const free_set *set) {
+  size_t count = 0;
+  for (size_t r = 0; r < REGION_COUNT; r++)
+    count += set->open[r].block_count;
+  return count;
+}
+
+/* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
+ * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
+ * wait). *out: the fitting block, or NULL when no set has one. */
+static gpumem_status steal(pool_resource *pool, free_set *to, size_t r, size_t size,
+                           gpumem__block **out) {
   *out = NULL;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
-    if (from == to || from->sealed.total_bytes < size ||
-        !gpumem__free_index_find(&from->sealed, size))
+    if (from == to || from->sealed[r].total_bytes < size ||
+        !gpumem__free_index_find(&from->sealed[r], size))
       continue;
     if (!from->fresh) {
       gpumem_status status = pool->header.dev->stream_wait_event(to->stream, from->event);
@@ -279,11 +322,12 @@ static gpumem_status steal(pool_resource *pool, free_set *to, size_t size, gpume
         return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
     }
     /* Taken blocks are open in `to`: their last use is on another stream, which only
-     * `to`'s own next seal covers for third streams. */
-    move_index(pool, from, &from->sealed, to, BLOCK_OPEN);
-    if (!from->fresh && from->open.block_count == 0)
+     * `to`'s own next seal covers for third streams. The wait covers both regions. */
+    for (size_t other = 0; other < REGION_COUNT; other++)
+      move_index(pool, from, &from->sealed[other], to, BLOCK_OPEN);
+    if (!from->fresh && open_blocks(from) == 0)
       drop_set(pool, i);
-    *out = find_in_set(to, size);
+    *out = find_in_set(to, r, size);
     return GPUMEM_OK;
   }
   return GPUMEM_OK;
@@ -298,8 +342,10 @@ static gpumem_status fold_into_fresh(pool_resource *pool) {
     return gpumem__fail_context(status, "pool: waiting for the device");
   while (pool->set_count > 1) {
     free_set *set = pool->sets[1];
-    move_index(pool, set, &set->open, &pool->fresh, BLOCK_SEALED);
-    move_index(pool, set, &set->sealed, &pool->fresh, BLOCK_SEALED);
+    for (size_t r = 0; r < REGION_COUNT; r++) {
+      move_index(pool, set, &set->open[r], &pool->fresh, BLOCK_SEALED);
+      move_index(pool, set, &set->sealed[r], &pool->fresh, BLOCK_SEALED);
+    }
     drop_set(pool, 1);
   }
   return GPUMEM_OK;
@@ -328,7 +374,27 @@ static size_t growth_step(const pool_resource *pool, size_t size) {
 
 /* Takes a chunk of at least `size` bytes from the upstream on `set`'s stream and files it
  * in `set`. On failure *why says why in words for the out-of-memory message. */
-static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const char **why) {
+/* Memory from the upstream for region `r`: right after the region's end when the pool grows
+ * in place (so it merges with the region's last block), else wherever the upstream puts it. */
+static gpumem_status take_from_upstream(pool_resource *pool, region *r, size_t step,
+                                        gpumem_stream stream, void **memory) {
+  gpumem_resource *up = pool->header.upstream;
+  if (pool->grows_in_place && r->next &&
+      gpumem__vmm_allocate_at(up, r->next, step, memory) == GPUMEM_OK)
+    return GPUMEM_OK;
+  return up->ops->allocate(up, step, GPUMEM_DEFAULT_ALIGNMENT, stream, memory);
+}
+
+/* Takes a chunk of at least `size` bytes from the upstream for region `ri` on `set`'s stream
+ * and files it in `set`. On failure *why says why in words for the out-of-memory message. */
+static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
+                          const char **why) {
+  /* Growing in place, a free last block of this set merges with the new memory: only the
+   * shortfall needs to be mapped. */
+  const gpumem__block *tail = pool->regions[ri].tail;
+  if (pool->grows_in_place && tail && tail->is_free == (set->fresh ? BLOCK_SEALED : BLOCK_OPEN) &&
+      tail->owner == set && tail->size < size)
+    size -= tail->size;
   size_t step = growth_step(pool, size);
   if (step == 0) {
     *why = "the pool has reached its maximum size";
@@ -341,8 +407,8 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
   }
   void *memory;
   gpumem_resource *up = pool->header.upstream;
-  gpumem_status status =
-      up->ops->allocate(up, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream, &memory);
+  region *r = &pool->regions[ri];
+  gpumem_status status = take_from_upstream(pool, r, step, set->stream, &memory);
   chunk grown = {(uintptr_t)memory, step};
   if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
     up->ops->deallocate(up, memory, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
@@ -355,13 +421,17 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t size, const
   }
   block->addr = (uintptr_t)memory;
   block->size = step;
-  gpumem__block *tail = pool->tail;
-  if (pool->grows_in_place && tail && tail->addr + tail->size == block->addr) {
-    block->prev_addr = tail;
-    tail->next_addr = block;
+  /* The chunk belongs to the region its address is in (it may have landed elsewhere). */
+  r = region_of(pool, block);
+  gpumem__block *last = r->tail;
+  if (pool->grows_in_place && last && last->addr + last->size == block->addr) {
+    block->prev_addr = last;
+    last->next_addr = block;
   }
-  if (!tail || block->addr > tail->addr)
-    pool->tail = block;
+  if (!last || block->addr > last->addr) {
+    r->tail = block;
+    r->next = block->addr + step;
+  }
   gpumem__stats_add_reserved(&pool->stats, step);
   /* New memory has no pending work: sealed (free for all) in the fresh set, open in a
    * stream's set like anything that stream will use. */
@@ -399,7 +469,7 @@ static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, siz
  * (nothing changed then). */
 static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block, size_t size,
                             size_t alignment) {
-  gpumem__free_index *index = index_of(set, block);
+  gpumem__free_index *index = index_of(pool, set, block);
   uint32_t state = block->is_free;
   uintptr_t start = gpumem__align_up(block->addr, alignment);
   if (start != block->addr) {
@@ -428,22 +498,41 @@ static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *b
 
 /* Finds or makes a free block for the request: the stream's own blocks, then sealed blocks
  * of other streams, then growth, and last a wait for the whole device. */
+/* A fitting block of `set` in any region, or from another set's sealed blocks in any. */
+static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t search,
+                                   gpumem__block **out) {
+  gpumem_status status = GPUMEM_OK;
+  *out = NULL;
+  for (size_t r = 0; r < REGION_COUNT && !*out; r++)
+    *out = find_in_set(set, r, search);
+  for (size_t r = 0; r < REGION_COUNT && !*out && status == GPUMEM_OK; r++)
+    status = steal(pool, set, r, search, out);
+  return status;
+}
+
+/* Finds or makes a free block for the request: in the request's region, the stream's own
+ * blocks, then other streams' sealed blocks, then growth; when growth fails, any region,
+ * and last a wait for the whole device. */
 static gpumem_status find_block(pool_resource *pool, free_set *set, size_t search,
                                 gpumem__block **out, const char **why) {
-  gpumem__block *block = find_in_set(set, search);
+  size_t ri = region_for(pool, search);
+  gpumem__block *block = find_in_set(set, ri, search);
   gpumem_status status = GPUMEM_OK;
   if (!block)
-    status = steal(pool, set, search, &block);
+    status = steal(pool, set, ri, search, &block);
   if (status == GPUMEM_OK && !block) {
-    status = grow(pool, set, search, why);
+    status = grow(pool, set, ri, search, why);
     if (status == GPUMEM_OK)
-      block = find_in_set(set, search);
+      status = find_anywhere(pool, set, search, &block); /* the chunk may be in another region */
   }
-  if (status == GPUMEM_ERR_OUT_OF_MEMORY && pool->set_count > 1) {
-    /* Other streams' unsealed blocks, or blocks of streams gone since, may fit. */
-    status = fold_into_fresh(pool);
-    if (status == GPUMEM_OK)
-      status = steal(pool, set, search, &block);
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
+    status = find_anywhere(pool, set, search, &block);
+    if (status == GPUMEM_OK && !block && pool->set_count > 1) {
+      /* Other streams' unsealed blocks, or blocks of streams gone since, may fit. */
+      status = fold_into_fresh(pool);
+      if (status == GPUMEM_OK)
+        status = find_anywhere(pool, set, search, &block);
+    }
     if (status == GPUMEM_OK && !block)
       status = GPUMEM_ERR_OUT_OF_MEMORY;
   }
@@ -576,8 +665,9 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
     block->prev_addr->next_addr = NULL;
   if (block->next_addr)
     block->next_addr->prev_addr = NULL;
-  if (pool->tail == block)
-    pool->tail = block->prev_addr;
+  region *r = region_of(pool, block);
+  if (r->tail == block)
+    r->tail = block->prev_addr;
 }
 
 /* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh
@@ -585,7 +675,8 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
 static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
   gpumem_resource *up = pool->header.upstream;
   free_set *set = &pool->fresh;
-  gpumem__free_index_remove(&set->sealed, block);
+  gpumem__free_index *index = index_of(pool, set, block); /* every piece stays in its region */
+  gpumem__free_index_remove(index, block);
   size_t at = gpumem__sorted_lower_bound(&pool->chunks, block->addr);
   while (at < pool->chunks.count && block) {
     chunk c = *chunk_at(pool, at);
@@ -598,7 +689,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
         break;
       piece->is_free = BLOCK_SEALED;
       piece->owner = set;
-      gpumem__free_index_insert(&set->sealed, block);
+      gpumem__free_index_insert(index, block);
     }
     if (piece->size > c.size && !(after = split(pool, piece, c.size))) {
       release_block(pool, set, piece, BLOCK_SEALED);
@@ -629,7 +720,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
     block = after;
   }
   if (block)
-    gpumem__free_index_insert(&set->sealed, block);
+    gpumem__free_index_insert(index, block);
   return GPUMEM_OK;
 }
 
@@ -640,8 +731,8 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
 static gpumem_status trim_all(pool_resource *pool, size_t *released) {
   gpumem_status status = fold_into_fresh(pool);
   block_list list = {0};
-  if (status == GPUMEM_OK)
-    gpumem__free_index_each(&pool->fresh.sealed, collect_block, &list);
+  for (size_t r = 0; r < REGION_COUNT && status == GPUMEM_OK; r++)
+    gpumem__free_index_each(&pool->fresh.sealed[r], collect_block, &list);
   if (list.failed)
     status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool trim: out of host memory");
   for (size_t j = 0; j < list.count && status == GPUMEM_OK; j++)
@@ -675,9 +766,10 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
     return gpumem__stats_query(&pool->stats, what, out);
   uint64_t value = 0;
   gpumem__spin_lock(&pool->lock);
-  for (size_t i = 0; i < 2 * pool->set_count; i++) {
-    const free_set *set = pool->sets[i / 2];
-    const gpumem__free_index *index = i % 2 ? &set->sealed : &set->open;
+  for (size_t i = 0; i < 2 * REGION_COUNT * pool->set_count; i++) {
+    const free_set *set = pool->sets[i / (2 * REGION_COUNT)];
+    size_t r = i / 2 % REGION_COUNT;
+    const gpumem__free_index *index = i % 2 ? &set->sealed[r] : &set->open[r];
     if (what == GPUMEM_QUERY_FREE_BLOCKS) {
       value += index->block_count;
     } else if (what == GPUMEM_QUERY_FREE_BYTES) {
@@ -776,8 +868,20 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   if (growth_rounding)
     pool->growth_rounding = growth_rounding;
   pool->fresh.fresh = true;
-  gpumem__free_index_init(&pool->fresh.open);
-  gpumem__free_index_init(&pool->fresh.sealed);
+  for (size_t r = 0; r < REGION_COUNT; r++) {
+    gpumem__free_index_init(&pool->fresh.open[r]);
+    gpumem__free_index_init(&pool->fresh.sealed[r]);
+  }
+  pool->small_base = UINTPTR_MAX;
+  if (pool->grows_in_place) {
+    /* Large requests grow up from the start of the vmm range, small ones from its middle. */
+    uintptr_t base;
+    size_t size;
+    gpumem__vmm_range(upstream, &base, &size);
+    pool->regions[REGION_LARGE].next = base;
+    pool->small_base = gpumem__align_up(base + size / 2, pool->growth_rounding);
+    pool->regions[REGION_SMALL].next = pool->small_base;
+  }
   gpumem__block_slab_init(&pool->slab);
   gpumem__stats_init(&pool->stats);
   if (!gpumem__block_map_init(&pool->live) || !add_set(pool, &pool->fresh))
@@ -785,7 +889,7 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   if (options->initial_size == 0)
     return GPUMEM_OK;
   const char *why = "";
-  gpumem_status status = grow(pool, &pool->fresh, options->initial_size, &why);
+  gpumem_status status = grow(pool, &pool->fresh, REGION_LARGE, options->initial_size, &why);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "gpumem_pool_create: taking the initial %zu bytes (%s)",
                                 options->initial_size, why);

@@ -29,5 +29,11 @@ gpumem_status gpumem__pool_deallocate_if_owned(gpumem_resource *pool, void *ptr,
 bool gpumem__vmm_grows_in_place(const gpumem_resource *upstream);
 /* The mapping granularity of a vmm resource. */
 size_t gpumem__vmm_granularity(const gpumem_resource *vmm);
+/* The address range a vmm resource reserved. */
+void gpumem__vmm_range(const gpumem_resource *vmm, uintptr_t *base, size_t *size);
+/* As allocate, at exactly `addr` (granularity-aligned): GPUMEM_ERR_OUT_OF_MEMORY without a
+ * message when that range is not free, so that the caller can grow elsewhere. */
+gpumem_status gpumem__vmm_allocate_at(gpumem_resource *vmm, uintptr_t addr, size_t bytes,
+                                      void **ptr);
 
 #endif /* GPUMEM_SUBALLOC_POOL_H */

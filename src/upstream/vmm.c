@@ -47,25 +47,43 @@ static mapping *mapping_at(const vmm_resource *self, size_t at) {
 
 /* ---- free address ranges ---- */
 
-/* Takes `size` bytes aligned to `alignment` from the lowest free range that holds them. The
- * caller made room for one more range. */
-static bool take_range(vmm_resource *self, size_t size, size_t alignment, uintptr_t *addr) {
+/* Takes [start, start+size) out of free range `at`, which holds it. The caller made room
+ * for one more range. */
+static void cut_range(vmm_resource *self, size_t at, uintptr_t start, size_t size) {
+  va_range *r = range_at(self, at);
+  size_t before = start - r->addr, after = r->addr + r->size - (start + size);
+  if (before && after) {
+    r->size = before;
+    gpumem__sorted_insert_at(&self->free_ranges, at + 1, &(va_range){start + size, after});
+  } else if (before) {
+    r->size = before;
+  } else if (after) {
+    *r = (va_range){start + size, after};
+  } else {
+    gpumem__sorted_remove_at(&self->free_ranges, at);
+  }
+}
+
+/* Takes `size` bytes at `want` if that range is free, else (want 0, or taken) aligned to
+ * `alignment` from the lowest free range that holds them. The caller made room for one more
+ * range. */
+static bool take_range(vmm_resource *self, uintptr_t want, size_t size, size_t alignment,
+                       uintptr_t *addr) {
+  if (want) {
+    size_t at = gpumem__sorted_lower_bound(&self->free_ranges, want + 1);
+    va_range *r = at > 0 ? range_at(self, at - 1) : NULL;
+    if (!r || want + size > r->addr + r->size || want + size < want)
+      return false;
+    cut_range(self, at - 1, want, size);
+    *addr = want;
+    return true;
+  }
   for (size_t i = 0; i < self->free_ranges.count; i++) {
     va_range *r = range_at(self, i);
     uintptr_t start = gpumem__align_up(r->addr, alignment);
     if (start < r->addr || start - r->addr > r->size || r->addr + r->size - start < size)
       continue;
-    size_t before = start - r->addr, after = r->addr + r->size - (start + size);
-    if (before && after) {
-      r->size = before;
-      gpumem__sorted_insert_at(&self->free_ranges, i + 1, &(va_range){start + size, after});
-    } else if (before) {
-      r->size = before;
-    } else if (after) {
-      *r = (va_range){start + size, after};
-    } else {
-      gpumem__sorted_remove_at(&self->free_ranges, i);
-    }
+    cut_range(self, i, start, size);
     *addr = start;
     return true;
   }
@@ -114,27 +132,30 @@ static gpumem_status map_range(vmm_resource *self, uintptr_t addr, size_t size,
   return status;
 }
 
-static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                  gpumem_stream stream, void **ptr) {
-  vmm_resource *self = (vmm_resource *)mr;
+/* Allocates at `want` (0: anywhere). With `quiet`, a taken or exhausted address range fails
+ * without a message, for a caller that will try elsewhere. */
+static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t bytes, size_t alignment,
+                                 bool quiet, void **ptr) {
+  gpumem_resource *mr = &self->header;
   size_t size = gpumem__align_up(bytes, self->granularity);
   if (size < bytes)
     return gpumem__fail_out_of_memory(mr, bytes, "the size overflows");
   size_t va_alignment = alignment > self->granularity ? alignment : self->granularity;
   pthread_mutex_lock(&self->lock);
   uintptr_t addr;
-  gpumem_status status = GPUMEM_OK;
   /* Room for one more mapping and for the free ranges it can ever split off, so that the
    * paths that give memory back never need to allocate. */
   bool have_room = gpumem__sorted_reserve(&self->mappings, self->mappings.count + 1) &&
                    gpumem__sorted_reserve(&self->free_ranges, self->mappings.count + 2);
-  if (!have_room || !take_range(self, size, va_alignment, &addr)) {
+  if (!have_room || !take_range(self, want, size, va_alignment, &addr)) {
     pthread_mutex_unlock(&self->lock);
+    if (quiet && have_room)
+      return GPUMEM_ERR_OUT_OF_MEMORY;
     return gpumem__fail_out_of_memory(
         mr, bytes, have_room ? "its reserved address range is full" : "the host is out of memory");
   }
   gpumem__vmm_handle handle;
-  status = map_range(self, addr, size, &handle);
+  gpumem_status status = map_range(self, addr, size, &handle);
   if (status != GPUMEM_OK) {
     give_range(self, addr, size);
     pthread_mutex_unlock(&self->lock);
@@ -148,6 +169,11 @@ static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alig
   pthread_mutex_unlock(&self->lock);
   *ptr = (void *)addr;
   return GPUMEM_OK;
+}
+
+static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                  gpumem_stream stream, void **ptr) {
+  return allocate_at((vmm_resource *)mr, 0, bytes, alignment, false, ptr);
 }
 
 static gpumem_status unmap_at(vmm_resource *self, size_t at, gpumem_stream stream) {
@@ -233,6 +259,17 @@ bool gpumem__vmm_grows_in_place(const gpumem_resource *upstream) {
 
 size_t gpumem__vmm_granularity(const gpumem_resource *vmm) {
   return ((const vmm_resource *)vmm)->granularity;
+}
+
+void gpumem__vmm_range(const gpumem_resource *vmm, uintptr_t *base, size_t *size) {
+  const vmm_resource *self = (const vmm_resource *)vmm;
+  *base = self->base;
+  *size = self->options.reserve_size;
+}
+
+gpumem_status gpumem__vmm_allocate_at(gpumem_resource *vmm, uintptr_t addr, size_t bytes,
+                                      void **ptr) {
+  return allocate_at((vmm_resource *)vmm, addr, bytes, GPUMEM_DEFAULT_ALIGNMENT, true, ptr);
 }
 
 /* Checks the device and fills the granularity and the reservation size. */
