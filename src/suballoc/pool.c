@@ -335,18 +335,19 @@ static gpumem_status steal(pool_resource *pool, free_set *to, size_t r, size_t s
 
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
- * are dropped. */
-static gpumem_status fold_into_fresh(pool_resource *pool) {
+ * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL). */
+static gpumem_status fold_into_fresh(pool_resource *pool, free_set *keep) {
   gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: waiting for the device");
-  while (pool->set_count > 1) {
-    free_set *set = pool->sets[1];
+  for (size_t i = pool->set_count; i-- > 1;) {
+    free_set *set = pool->sets[i];
     for (size_t r = 0; r < REGION_COUNT; r++) {
       move_index(pool, set, &set->open[r], &pool->fresh, BLOCK_SEALED);
       move_index(pool, set, &set->sealed[r], &pool->fresh, BLOCK_SEALED);
     }
-    drop_set(pool, 1);
+    if (set != keep)
+      drop_set(pool, i);
   }
   return GPUMEM_OK;
 }
@@ -529,7 +530,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     status = find_anywhere(pool, set, search, &block);
     if (status == GPUMEM_OK && !block && pool->set_count > 1) {
       /* Other streams' unsealed blocks, or blocks of streams gone since, may fit. */
-      status = fold_into_fresh(pool);
+      status = fold_into_fresh(pool, set);
       if (status == GPUMEM_OK)
         status = find_anywhere(pool, set, search, &block);
     }
@@ -729,7 +730,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
  * into the fresh set first, where neighbours from different streams merge into whole
  * chunks. */
 static gpumem_status trim_all(pool_resource *pool, size_t *released) {
-  gpumem_status status = fold_into_fresh(pool);
+  gpumem_status status = fold_into_fresh(pool, NULL);
   block_list list = {0};
   for (size_t r = 0; r < REGION_COUNT && status == GPUMEM_OK; r++)
     gpumem__free_index_each(&pool->fresh.sealed[r], collect_block, &list);
