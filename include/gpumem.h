@@ -533,6 +533,12 @@ GPUMEM_API gpumem_status gpumem_stream_synchronize(gpumem_stream stream);
 GPUMEM_API gpumem_status gpumem_memcpy_async(void *dst, const void *src, size_t bytes,
                                              gpumem_stream stream);
 
+/* Prefetches `bytes` bytes of managed memory at ptr to `device` (or GPUMEM_CURRENT_DEVICE),
+ * ordered on stream. Returns GPUMEM_ERR_UNSUPPORTED, and changes nothing, for memory that is
+ * not managed (a caller may treat that as "nothing to move"). */
+GPUMEM_API gpumem_status gpumem_prefetch(void *ptr, size_t bytes, int device,
+                                         gpumem_stream stream);
+
 /* Sets `bytes` bytes at device address dst to `value`, ordered on stream. */
 GPUMEM_API gpumem_status gpumem_memset_async(void *dst, int value, size_t bytes,
                                              gpumem_stream stream);

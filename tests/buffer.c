@@ -164,6 +164,26 @@ static void test_resource_lifetime(void) {
   gpumem_buffer_destroy(buf);
 }
 
+/* Prefetching moves managed memory and is "nothing to move" for any other. */
+static void test_prefetch(void) {
+  gpumem_resource *managed, *device;
+  CHECK_OK(gpumem_resource_from_spec("managed", &managed));
+  CHECK_OK(gpumem_resource_from_spec("cuda", &device));
+  void *m, *d;
+  CHECK_OK(gpumem_allocate(managed, 1 << 20, NULL, &m));
+  CHECK_OK(gpumem_allocate(device, 1 << 20, NULL, &d));
+  CHECK_OK(gpumem_prefetch(m, 1 << 20, GPUMEM_CURRENT_DEVICE, NULL));
+  CHECK_STATUS(gpumem_prefetch(d, 1 << 20, GPUMEM_CURRENT_DEVICE, NULL), GPUMEM_ERR_UNSUPPORTED);
+  CHECK_FAILS_WITH(gpumem_prefetch(m, 1 << 20, 99, NULL), GPUMEM_ERR_INVALID_DEVICE, "device 99");
+  CHECK_OK(gpumem_prefetch(NULL, 0, 0, NULL));
+  CHECK_OK(gpumem_stream_synchronize(NULL));
+  CHECK_OK(gpumem_deallocate(managed, m, 1 << 20, NULL));
+  CHECK_OK(gpumem_deallocate(device, d, 1 << 20, NULL));
+  CHECK_OK(gpumem_resource_release(managed));
+  CHECK_OK(gpumem_resource_release(device));
+  printf("prefetch passed\n");
+}
+
 int main(void) {
   check_init_backend();
   static const char *const specs[] = {"cuda", "async", "managed", "pinned_host"};
@@ -184,5 +204,6 @@ int main(void) {
   }
   test_resource_lifetime();
   printf("buffer resource lifetime passed\n");
+  test_prefetch();
   return 0;
 }

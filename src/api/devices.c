@@ -96,6 +96,24 @@ gpumem_status gpumem_memcpy_async(void *dst, const void *src, size_t bytes, gpum
   return dev ? dev->memcpy_async(dst, src, bytes, stream) : status;
 }
 
+gpumem_status gpumem_prefetch(void *ptr, size_t bytes, int device, gpumem_stream stream) {
+  if (bytes == 0)
+    return GPUMEM_OK;
+  if (!ptr)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_prefetch: ptr is NULL");
+  gpumem_status status;
+  const gpumem__device_ops *dev = backend("gpumem_prefetch", &status);
+  if (!dev)
+    return status;
+  status = gpumem__resolve_device(dev, device, &device);
+  int managed = 0;
+  if (status == GPUMEM_OK)
+    status = dev->pointer_is_managed(ptr, &managed);
+  if (status == GPUMEM_OK && !managed)
+    return GPUMEM_ERR_UNSUPPORTED; /* nothing to move: not an error worth a message */
+  return status == GPUMEM_OK ? dev->prefetch(ptr, bytes, device, stream) : status;
+}
+
 gpumem_status gpumem_memset_async(void *dst, int value, size_t bytes, gpumem_stream stream) {
   if (bytes == 0)
     return GPUMEM_OK;

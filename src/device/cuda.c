@@ -462,6 +462,16 @@ static CUresult advise_all(void *ptr, size_t bytes, unsigned advice, int device)
   return result;
 }
 
+static gpumem_status cuda_pointer_is_managed(const void *ptr, int *managed) {
+  unsigned int value = 0;
+  /* An address the driver does not know is simply not managed memory. */
+  if (cu.cuPointerGetAttribute(&value, CU_POINTER_ATTRIBUTE_IS_MANAGED, (CUdeviceptr)ptr) !=
+      CUDA_SUCCESS)
+    value = 0;
+  *managed = value != 0;
+  return GPUMEM_OK;
+}
+
 static gpumem_status cuda_advise(void *ptr, size_t bytes, unsigned advice, int device) {
   IN_DEVICE(device, advise_all(ptr, bytes, advice, device), "cuMemAdvise");
 }
@@ -724,6 +734,7 @@ const gpumem__device_ops gpumem__cuda_device_ops = {
     .mem_free = cuda_mem_free,
     .managed_alloc = cuda_managed_alloc,
     .managed_free = cuda_managed_free,
+    .pointer_is_managed = cuda_pointer_is_managed,
     .prefetch = cuda_prefetch,
     .advise = cuda_advise,
     .host_alloc = cuda_host_alloc,

@@ -55,6 +55,8 @@ typedef struct gpumem__device_ops {
   gpumem_status (*mem_free)(int device, void *ptr);
   gpumem_status (*managed_alloc)(int device, size_t bytes, void **ptr);
   gpumem_status (*managed_free)(int device, void *ptr);
+  /* Whether ptr points into managed memory (0 for any other, or unknown, address). */
+  gpumem_status (*pointer_is_managed)(const void *ptr, int *managed);
   /* Enqueues a prefetch of managed memory to `device` on `stream`. */
   gpumem_status (*prefetch)(void *ptr, size_t bytes, int device, gpumem_stream stream);
   /* Applies gpumem_managed_advice flags to managed memory. */

@@ -483,6 +483,7 @@ const gpumem__device_ops gpumem__sim_device_ops = {
     .mem_free = gpumem__sim_mem_free,
     .managed_alloc = gpumem__sim_managed_alloc,
     .managed_free = gpumem__sim_managed_free,
+    .pointer_is_managed = gpumem__sim_pointer_is_managed,
     .prefetch = gpumem__sim_prefetch,
     .advise = gpumem__sim_advise,
     .host_alloc = gpumem__sim_host_alloc,

@@ -154,6 +154,7 @@ void gpumem__sim_run_until(sim_stream *stream, uint64_t point);
 /* Runs all pending work of every stream of `device`. */
 void gpumem__sim_run_device(int device);
 gpumem_status gpumem__sim_device_synchronize(int device);
+gpumem_status gpumem__sim_pointer_is_managed(const void *ptr, int *managed);
 /* Runs pending work until no operation touching [lo, hi) is left: called before host
  * memory is given back, so that no queued operation later touches freed memory. */
 void gpumem__sim_drain_range(uintptr_t lo, uintptr_t hi);

@@ -597,6 +597,14 @@ static gpumem_status check_managed(const char *call, void *ptr, size_t bytes) {
                       call, ptr, bytes, alloc ? gpumem__sim_kind_name(alloc->kind) : "host");
 }
 
+gpumem_status gpumem__sim_pointer_is_managed(const void *ptr, int *managed) {
+  pthread_mutex_lock(&gpumem__sim.lock);
+  const sim_alloc *alloc = gpumem__sim_find_allocation((uintptr_t)ptr);
+  *managed = alloc && alloc->kind == SIM_MEM_MANAGED;
+  pthread_mutex_unlock(&gpumem__sim.lock);
+  return GPUMEM_OK;
+}
+
 gpumem_status gpumem__sim_prefetch(void *ptr, size_t bytes, int device, gpumem_stream handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_stream *stream = NULL;
