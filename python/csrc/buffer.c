@@ -1,0 +1,423 @@
+/* buffer.c: gpumem._lib.DeviceBuffer, RMM's DeviceBuffer over gpumem_buffer: an untyped,
+ * resizable block of device memory with a stream, that exposes __cuda_array_interface__,
+ * copies to and from host memory (anything with the buffer protocol) and other device
+ * arrays, and pickles through host bytes. Copies from host memory wait for their stream
+ * before returning, because the Python object lending the bytes may go away right after. */
+#include "lib.h"
+
+typedef struct py_buffer {
+  PyObject_HEAD gpumem_buffer *buf;
+  PyObject *mr; /* the resource object given, kept alive with the buffer (or NULL) */
+} py_buffer;
+
+static int ok_or_raise(gpumem_status status) {
+  if (status == GPUMEM_OK)
+    return 1;
+  gpumem_py_raise(status);
+  return 0;
+}
+
+static int need_buffer(py_buffer *self) {
+  if (self->buf)
+    return 1;
+  PyErr_SetString(gpumem_py_invalid_error, "this DeviceBuffer was never initialized");
+  return 0;
+}
+
+/* The stream argument, or the buffer's own stream for None. */
+static int stream_or_own(py_buffer *self, PyObject *object, gpumem_stream *stream) {
+  if (object == NULL || object == Py_None) {
+    *stream = gpumem_buffer_stream(self->buf);
+    return 1;
+  }
+  return gpumem_py_stream(object, stream);
+}
+
+static int wait_for(gpumem_stream stream) {
+  gpumem_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = gpumem_stream_synchronize(stream);
+  Py_END_ALLOW_THREADS;
+  return ok_or_raise(status);
+}
+
+/* A new, empty DeviceBuffer object. */
+static py_buffer *new_object(void) {
+  return (py_buffer *)gpumem_py_buffer_type.tp_alloc(&gpumem_py_buffer_type, 0);
+}
+
+/* Fills `self` with a buffer of `size` bytes on `stream` from mr_object (None: current). */
+static int make_buffer(py_buffer *self, Py_ssize_t size, gpumem_stream stream,
+                       PyObject *mr_object) {
+  if (size < 0) {
+    PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
+    return 0;
+  }
+  gpumem_resource *mr = NULL;
+  if (mr_object && mr_object != Py_None && !(mr = gpumem_py_resource_handle(mr_object)))
+    return 0;
+  if (!ok_or_raise(gpumem_buffer_create((size_t)size, stream, mr, &self->buf)))
+    return 0;
+  if (mr_object && mr_object != Py_None)
+    self->mr = Py_NewRef(mr_object);
+  return 1;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Construction, destruction
+ * ------------------------------------------------------------------------------------- */
+
+static int buffer_init(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"size", "ptr", "stream", "mr", NULL};
+  Py_ssize_t size = 0;
+  PyObject *ptr_object = Py_None, *stream_object = Py_None, *mr_object = Py_None;
+  gpumem_stream stream;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nOOO", keywords, &size, &ptr_object,
+                                   &stream_object, &mr_object) ||
+      !gpumem_py_stream(stream_object, &stream))
+    return -1;
+  if (self->buf) {
+    PyErr_SetString(gpumem_py_invalid_error, "DeviceBuffer is already initialized");
+    return -1;
+  }
+  if (!make_buffer(self, size, stream, mr_object))
+    return -1;
+  if (ptr_object != Py_None && size > 0) {
+    /* Copies `size` bytes from the address given (device or host memory). */
+    void *src = PyLong_AsVoidPtr(ptr_object);
+    if (PyErr_Occurred() ||
+        !ok_or_raise(
+            gpumem_memcpy_async(gpumem_buffer_data(self->buf), src, (size_t)size, stream)) ||
+        !wait_for(stream))
+      return -1;
+  }
+  return 0;
+}
+
+static void buffer_dealloc(py_buffer *self) {
+  gpumem_buffer_destroy(self->buf);
+  Py_XDECREF(self->mr);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A buffer holding a copy of a host object's bytes (buffer protocol). */
+static PyObject *from_host(PyObject *data, PyObject *stream_object, PyObject *mr_object) {
+  Py_buffer view;
+  gpumem_stream stream;
+  if (!gpumem_py_stream(stream_object, &stream) ||
+      PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0)
+    return NULL;
+  py_buffer *self = new_object();
+  int ok = self && make_buffer(self, view.len, stream, mr_object) &&
+           ok_or_raise(gpumem_buffer_copy_from_host(self->buf, 0, view.buf, (size_t)view.len)) &&
+           wait_for(stream);
+  PyBuffer_Release(&view);
+  if (!ok) {
+    Py_XDECREF(self);
+    return NULL;
+  }
+  return (PyObject *)self;
+}
+
+/* to_device(data, stream=None, mr=None): a new DeviceBuffer with a copy of host bytes. */
+static PyObject *buffer_to_device(PyObject *unused, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"b", "stream", "mr", NULL};
+  PyObject *data, *stream_object = Py_None, *mr_object = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO", keywords, &data, &stream_object,
+                                   &mr_object))
+    return NULL;
+  return from_host(data, stream_object, mr_object);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Sizes
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *buffer_ptr(py_buffer *self, void *closure) {
+  return need_buffer(self) ? PyLong_FromVoidPtr(gpumem_buffer_data(self->buf)) : NULL;
+}
+
+static PyObject *buffer_size(py_buffer *self, void *closure) {
+  return need_buffer(self) ? PyLong_FromSize_t(gpumem_buffer_size(self->buf)) : NULL;
+}
+
+static PyObject *buffer_stream(py_buffer *self, void *closure) {
+  return need_buffer(self) ? PyLong_FromVoidPtr(gpumem_buffer_stream(self->buf)) : NULL;
+}
+
+static PyObject *buffer_capacity(py_buffer *self, PyObject *unused) {
+  return need_buffer(self) ? PyLong_FromSize_t(gpumem_buffer_capacity(self->buf)) : NULL;
+}
+
+static Py_ssize_t buffer_length(py_buffer *self) {
+  return need_buffer(self) ? (Py_ssize_t)gpumem_buffer_size(self->buf) : -1;
+}
+
+typedef gpumem_status (*sizing_fn)(gpumem_buffer *, size_t, gpumem_stream);
+
+/* resize / reserve: (size, stream=None) */
+static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, sizing_fn fn) {
+  static char *keywords[] = {"new_size", "stream", NULL};
+  Py_ssize_t size;
+  PyObject *stream_object = Py_None;
+  gpumem_stream stream;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "n|O", keywords, &size, &stream_object) ||
+      !stream_or_own(self, stream_object, &stream))
+    return NULL;
+  if (size < 0)
+    return PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
+  return ok_or_raise(fn(self->buf, (size_t)size, stream)) ? Py_NewRef(Py_None) : NULL;
+}
+
+static PyObject *buffer_resize(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  return sizing(self, args, kwargs, gpumem_buffer_resize);
+}
+
+static PyObject *buffer_reserve(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  return sizing(self, args, kwargs, gpumem_buffer_reserve);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Copies
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *buffer_copy(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"stream", NULL};
+  PyObject *stream_object = Py_None;
+  gpumem_stream stream;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "|O", keywords, &stream_object) ||
+      !stream_or_own(self, stream_object, &stream))
+    return NULL;
+  py_buffer *copy = new_object();
+  if (!copy || !ok_or_raise(gpumem_buffer_copy(self->buf, stream, NULL, &copy->buf))) {
+    Py_XDECREF(copy);
+    return NULL;
+  }
+  copy->mr = Py_XNewRef(self->mr);
+  return (PyObject *)copy;
+}
+
+/* Copies the whole buffer into host memory `view` (at least size bytes) on `stream`. */
+static int copy_out(py_buffer *self, void *dst, gpumem_stream stream) {
+  gpumem_status status = gpumem_memcpy_async(dst, gpumem_buffer_data(self->buf),
+                                             gpumem_buffer_size(self->buf), stream);
+  return ok_or_raise(status) && wait_for(stream);
+}
+
+/* copy_to_host(ary=None, stream=None): into `ary` (writable, large enough), or into a new
+ * numpy uint8 array (a bytearray where numpy is missing). Returns what it filled. */
+static PyObject *buffer_copy_to_host(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"ary", "stream", NULL};
+  PyObject *ary = Py_None, *stream_object = Py_None;
+  gpumem_stream stream;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "|OO", keywords, &ary, &stream_object) ||
+      !stream_or_own(self, stream_object, &stream))
+    return NULL;
+  size_t size = gpumem_buffer_size(self->buf);
+  if (ary == Py_None) {
+    PyObject *numpy = PyImport_ImportModule("numpy");
+    if (numpy) {
+      ary = PyObject_CallMethod(numpy, "empty", "(ns)", (Py_ssize_t)size, "u1");
+      Py_DECREF(numpy);
+    } else {
+      PyErr_Clear();
+      ary = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)size);
+    }
+    if (!ary)
+      return NULL;
+  } else {
+    Py_INCREF(ary);
+  }
+  Py_buffer view;
+  if (PyObject_GetBuffer(ary, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+    Py_DECREF(ary);
+    return NULL;
+  }
+  int ok = 1;
+  if ((size_t)view.len < size) {
+    PyErr_Format(gpumem_py_invalid_error, "the host array holds %zd bytes, the buffer %zu",
+                 view.len, size);
+    ok = 0;
+  }
+  ok = ok && copy_out(self, view.buf, stream);
+  PyBuffer_Release(&view);
+  if (!ok)
+    Py_CLEAR(ary);
+  return ary;
+}
+
+static PyObject *buffer_tobytes(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"stream", NULL};
+  PyObject *stream_object = Py_None;
+  gpumem_stream stream;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "|O", keywords, &stream_object) ||
+      !stream_or_own(self, stream_object, &stream))
+    return NULL;
+  PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)gpumem_buffer_size(self->buf));
+  if (bytes && !copy_out(self, PyBytes_AS_STRING(bytes), stream))
+    Py_CLEAR(bytes);
+  return bytes;
+}
+
+/* Copies `size` bytes from `src` (host or device) into the buffer's start on `stream`. */
+static PyObject *copy_in(py_buffer *self, const void *src, size_t size, gpumem_stream stream) {
+  size_t capacity = gpumem_buffer_size(self->buf);
+  if (size > capacity)
+    return PyErr_Format(gpumem_py_invalid_error,
+                        "the source holds %zu bytes, more than the buffer's %zu", size, capacity);
+  gpumem_status status = gpumem_memcpy_async(gpumem_buffer_data(self->buf), src, size, stream);
+  return ok_or_raise(status) && wait_for(stream) ? Py_NewRef(Py_None) : NULL;
+}
+
+static PyObject *buffer_copy_from_host(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"ary", "stream", NULL};
+  PyObject *ary, *stream_object = Py_None;
+  gpumem_stream stream;
+  Py_buffer view;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", keywords, &ary, &stream_object) ||
+      !stream_or_own(self, stream_object, &stream) ||
+      PyObject_GetBuffer(ary, &view, PyBUF_C_CONTIGUOUS) < 0)
+    return NULL;
+  PyObject *result = copy_in(self, view.buf, (size_t)view.len, stream);
+  PyBuffer_Release(&view);
+  return result;
+}
+
+/* The data pointer and byte count of a contiguous __cuda_array_interface__ object. */
+static int device_array(PyObject *array, void **data, size_t *bytes) {
+  PyObject *cai = PyObject_GetAttrString(array, "__cuda_array_interface__");
+  if (!cai)
+    return 0;
+  PyObject *module = PyImport_ImportModule("gpumem._interop");
+  PyObject *extent = module ? PyObject_CallMethod(module, "contiguous_extent", "(O)", cai) : NULL;
+  Py_XDECREF(module);
+  Py_DECREF(cai);
+  if (!extent)
+    return 0;
+  unsigned long long address = 0, size = 0;
+  int ok = PyArg_ParseTuple(extent, "KK", &address, &size);
+  Py_DECREF(extent);
+  *data = (void *)(uintptr_t)address;
+  *bytes = (size_t)size;
+  return ok;
+}
+
+static PyObject *buffer_copy_from_device(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"cuda_ary", "stream", NULL};
+  PyObject *array, *stream_object = Py_None;
+  gpumem_stream stream;
+  void *data;
+  size_t bytes;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", keywords, &array, &stream_object) ||
+      !stream_or_own(self, stream_object, &stream) || !device_array(array, &data, &bytes))
+    return NULL;
+  return copy_in(self, data, bytes, stream);
+}
+
+static PyObject *buffer_prefetch(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"device", "stream", NULL};
+  PyObject *device_object = Py_None, *stream_object = Py_None;
+  gpumem_stream stream;
+  int device;
+  if (!need_buffer(self) ||
+      !PyArg_ParseTupleAndKeywords(args, kwargs, "|OO", keywords, &device_object, &stream_object) ||
+      !gpumem_py_device(device_object, &device) || !stream_or_own(self, stream_object, &stream))
+    return NULL;
+  gpumem_status status =
+      gpumem_prefetch(gpumem_buffer_data(self->buf), gpumem_buffer_size(self->buf), device, stream);
+  /* Memory that is not managed has nothing to move: as RMM's prefetch, a no-op. */
+  if (status == GPUMEM_ERR_UNSUPPORTED)
+    status = GPUMEM_OK;
+  return ok_or_raise(status) ? Py_NewRef(Py_None) : NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Interfaces
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *buffer_cuda_array_interface(py_buffer *self, void *closure) {
+  if (!need_buffer(self))
+    return NULL;
+  /* Version 3 names the stream the data is ready on; the legacy default stream is 1. */
+  uintptr_t stream = (uintptr_t)gpumem_buffer_stream(self->buf);
+  return Py_BuildValue(
+      "{s:(NO),s:(n),s:O,s:s,s:i,s:N}", "data", PyLong_FromVoidPtr(gpumem_buffer_data(self->buf)),
+      Py_False, "shape", (Py_ssize_t)gpumem_buffer_size(self->buf), "strides", Py_None, "typestr",
+      "|u1", "version", 3, "stream", PyLong_FromUnsignedLongLong(stream ? stream : 1));
+}
+
+/* Pickles as host bytes; unpickling copies them to a buffer of the current resource. */
+static PyObject *buffer_reduce(py_buffer *self, PyObject *unused) {
+  PyObject *bytes = buffer_tobytes(self, PyTuple_New(0), NULL);
+  if (!bytes)
+    return NULL;
+  PyObject *module = PyImport_ImportModule("gpumem._lib");
+  PyObject *rebuild = module ? PyObject_GetAttrString(module, "to_device") : NULL;
+  Py_XDECREF(module);
+  if (!rebuild) {
+    Py_DECREF(bytes);
+    return NULL;
+  }
+  return Py_BuildValue("(N(N))", rebuild, bytes);
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"capacity", (PyCFunction)buffer_capacity, METH_NOARGS, "bytes allocated"},
+    {"resize", (PyCFunction)(void (*)(void))buffer_resize, METH_VARARGS | METH_KEYWORDS,
+     "resize(new_size, stream=None): contents kept; reallocates past the capacity"},
+    {"reserve", (PyCFunction)(void (*)(void))buffer_reserve, METH_VARARGS | METH_KEYWORDS,
+     "reserve(new_capacity, stream=None)"},
+    {"copy", (PyCFunction)(void (*)(void))buffer_copy, METH_VARARGS | METH_KEYWORDS,
+     "copy(stream=None) -> a new DeviceBuffer with the same contents"},
+    {"copy_to_host", (PyCFunction)(void (*)(void))buffer_copy_to_host, METH_VARARGS | METH_KEYWORDS,
+     "copy_to_host(ary=None, stream=None) -> host array"},
+    {"copy_from_host", (PyCFunction)(void (*)(void))buffer_copy_from_host,
+     METH_VARARGS | METH_KEYWORDS, "copy_from_host(ary, stream=None)"},
+    {"copy_from_device", (PyCFunction)(void (*)(void))buffer_copy_from_device,
+     METH_VARARGS | METH_KEYWORDS, "copy_from_device(cuda_ary, stream=None)"},
+    {"tobytes", (PyCFunction)(void (*)(void))buffer_tobytes, METH_VARARGS | METH_KEYWORDS,
+     "tobytes(stream=None) -> bytes"},
+    {"prefetch", (PyCFunction)(void (*)(void))buffer_prefetch, METH_VARARGS | METH_KEYWORDS,
+     "prefetch(device=None, stream=None): move managed memory to the device"},
+    {"to_device", (PyCFunction)(void (*)(void))buffer_to_device,
+     METH_VARARGS | METH_KEYWORDS | METH_STATIC, "to_device(b, stream=None, mr=None)"},
+    {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, "pickles through host bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef buffer_getset[] = {
+    {"ptr", (getter)buffer_ptr, NULL, "device address of the data", NULL},
+    {"size", (getter)buffer_size, NULL, "size in bytes", NULL},
+    {"nbytes", (getter)buffer_size, NULL, "size in bytes", NULL},
+    {"stream", (getter)buffer_stream, NULL, "the stream the buffer is ordered on", NULL},
+    {"__cuda_array_interface__", (getter)buffer_cuda_array_interface, NULL,
+     "the CUDA array interface (version 3)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods buffer_sequence = {.sq_length = (lenfunc)buffer_length};
+
+PyTypeObject gpumem_py_buffer_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpumem.DeviceBuffer",
+    .tp_doc = "DeviceBuffer(size=0, ptr=None, stream=None, mr=None): untyped device memory",
+    .tp_basicsize = sizeof(py_buffer),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)buffer_init,
+    .tp_dealloc = (destructor)buffer_dealloc,
+    .tp_methods = buffer_methods,
+    .tp_getset = buffer_getset,
+    .tp_as_sequence = &buffer_sequence,
+};
+
+PyMethodDef gpumem_py_buffer_functions[] = {
+    {"to_device", (PyCFunction)(void (*)(void))buffer_to_device, METH_VARARGS | METH_KEYWORDS,
+     "to_device(b, stream=None, mr=None) -> DeviceBuffer holding a copy of host bytes"},
+    {NULL, NULL, 0, NULL},
+};

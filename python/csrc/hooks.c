@@ -1,0 +1,198 @@
+/* hooks.c: the hook-ups that let CuPy and PyTorch allocate through gpumem with no Python
+ * code of ours on the allocation path.
+ *
+ * CuPy: cupy_allocator(nbytes) is a function written in C, given to cupy.cuda.set_allocator.
+ * It asks CuPy for its current stream through the C function CuPy's stream module exports
+ * (cupy.cuda.stream.__pyx_capi__["get_current_stream_ptr"]), allocates from the current
+ * device's resource, and wraps the block in CuPy's UnownedMemory and MemoryPointer, with an
+ * Allocation object as owner that frees the block, on that stream, when CuPy lets it go.
+ *
+ * PyTorch: gpumem_torch_alloc and gpumem_torch_free are exported from this extension's
+ * shared object with the signatures torch.cuda.memory.CUDAPluggableAllocator loads; they
+ * use each device's current resource and never touch Python. */
+#include "lib.h"
+
+/* ---------------------------------------------------------------------------------------
+ * Allocation: the owner of one block handed to a framework
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct py_allocation {
+  PyObject_HEAD gpumem_resource *mr; /* retained */
+  void *ptr;
+  size_t size;
+  gpumem_stream stream;
+} py_allocation;
+
+static void allocation_dealloc(py_allocation *self) {
+  if (self->mr) {
+    gpumem_deallocate(self->mr, self->ptr, self->size, self->stream);
+    gpumem_resource_release(self->mr);
+  }
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *allocation_ptr(py_allocation *self, void *closure) {
+  return PyLong_FromVoidPtr(self->ptr);
+}
+
+static PyObject *allocation_size(py_allocation *self, void *closure) {
+  return PyLong_FromSize_t(self->size);
+}
+
+static PyGetSetDef allocation_getset[] = {
+    {"ptr", (getter)allocation_ptr, NULL, "device address", NULL},
+    {"size", (getter)allocation_size, NULL, "bytes", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject gpumem_py_allocation_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpumem.Allocation",
+    .tp_doc = "One block allocated for a framework; freed when this object goes.",
+    .tp_basicsize = sizeof(py_allocation),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)allocation_dealloc,
+    .tp_getset = allocation_getset,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * CuPy
+ * ------------------------------------------------------------------------------------- */
+
+typedef intptr_t (*current_stream_fn)(void);
+
+/* What the CuPy hook needs from CuPy, looked up once. */
+static struct {
+  current_stream_fn current_stream;
+  PyObject *unowned_memory, *memory_pointer;
+} cupy;
+
+static int load_cupy(void) {
+  if (cupy.memory_pointer)
+    return 1;
+  PyObject *stream_module = PyImport_ImportModule("cupy.cuda.stream");
+  PyObject *memory_module = stream_module ? PyImport_ImportModule("cupy.cuda.memory") : NULL;
+  PyObject *capi = stream_module ? PyObject_GetAttrString(stream_module, "__pyx_capi__") : NULL;
+  PyObject *capsule = capi ? PyDict_GetItemString(capi, "get_current_stream_ptr") : NULL;
+  if (capi && !capsule)
+    PyErr_SetString(gpumem_py_error, "this CuPy does not export get_current_stream_ptr");
+  if (capsule)
+    cupy.current_stream =
+        (current_stream_fn)PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+  if (cupy.current_stream && memory_module) {
+    cupy.unowned_memory = PyObject_GetAttrString(memory_module, "UnownedMemory");
+    cupy.memory_pointer = PyObject_GetAttrString(memory_module, "MemoryPointer");
+  }
+  Py_XDECREF(capi);
+  Py_XDECREF(memory_module);
+  Py_XDECREF(stream_module);
+  if (!cupy.unowned_memory || !cupy.memory_pointer) {
+    Py_CLEAR(cupy.unowned_memory);
+    Py_CLEAR(cupy.memory_pointer);
+    return 0;
+  }
+  return 1;
+}
+
+/* cupy_allocator(nbytes) -> cupy.cuda.MemoryPointer, on CuPy's current stream and device. */
+static PyObject *py_cupy_allocator(PyObject *module, PyObject *nbytes_object) {
+  Py_ssize_t nbytes = PyLong_AsSsize_t(nbytes_object);
+  if ((nbytes == -1 && PyErr_Occurred()) || !load_cupy())
+    return NULL;
+  intptr_t stream = cupy.current_stream();
+  if (stream == -1 && PyErr_Occurred())
+    return NULL;
+  int device = 0;
+  gpumem_resource *mr;
+  gpumem_status status = gpumem_get_device(&device);
+  if (status == GPUMEM_OK)
+    status = gpumem_get_per_device_resource(device, &mr);
+  py_allocation *owner = NULL;
+  if (status == GPUMEM_OK) {
+    owner = PyObject_New(py_allocation, &gpumem_py_allocation_type);
+    if (!owner)
+      return NULL;
+    owner->mr = NULL;
+    owner->size = (size_t)nbytes;
+    owner->stream = (gpumem_stream)stream;
+    status = gpumem_allocate(mr, (size_t)nbytes, owner->stream, &owner->ptr);
+  }
+  if (status != GPUMEM_OK) {
+    Py_XDECREF(owner);
+    return gpumem_py_raise(status);
+  }
+  owner->mr = gpumem_resource_retain(mr);
+  PyObject *memory = PyObject_CallFunction(cupy.unowned_memory, "(NnOi)",
+                                           PyLong_FromVoidPtr(owner->ptr), nbytes, owner, device);
+  Py_DECREF(owner); /* the memory object keeps it */
+  if (!memory)
+    return NULL;
+  PyObject *pointer = PyObject_CallFunction(cupy.memory_pointer, "(Oi)", memory, 0);
+  Py_DECREF(memory);
+  return pointer;
+}
+
+/* allocation(nbytes, stream, mr=None) -> Allocation: for hook-ups written in Python
+ * (Numba), the block and its owner in one call. */
+static PyObject *py_new_allocation(PyObject *module, PyObject *args) {
+  Py_ssize_t nbytes;
+  PyObject *stream_object, *mr_object = Py_None;
+  gpumem_stream stream;
+  if (!PyArg_ParseTuple(args, "nO|O", &nbytes, &stream_object, &mr_object) ||
+      !gpumem_py_stream(stream_object, &stream))
+    return NULL;
+  gpumem_resource *mr = NULL;
+  gpumem_status status = GPUMEM_OK;
+  if (mr_object != Py_None) {
+    if (!(mr = gpumem_py_resource_handle(mr_object)))
+      return NULL;
+  } else {
+    status = gpumem_get_current_device_resource(&mr);
+  }
+  py_allocation *owner = NULL;
+  if (status == GPUMEM_OK) {
+    if (!(owner = PyObject_New(py_allocation, &gpumem_py_allocation_type)))
+      return NULL;
+    owner->mr = NULL;
+    owner->size = (size_t)nbytes;
+    owner->stream = stream;
+    status = gpumem_allocate(mr, (size_t)nbytes, stream, &owner->ptr);
+  }
+  if (status != GPUMEM_OK) {
+    Py_XDECREF(owner);
+    return gpumem_py_raise(status);
+  }
+  owner->mr = gpumem_resource_retain(mr);
+  return (PyObject *)owner;
+}
+
+PyMethodDef gpumem_py_hook_functions[] = {
+    {"cupy_allocator", py_cupy_allocator, METH_O,
+     "cupy_allocator(nbytes) -> cupy.cuda.MemoryPointer: for cupy.cuda.set_allocator"},
+    {"allocation", py_new_allocation, METH_VARARGS,
+     "allocation(nbytes, stream, mr=None) -> Allocation, freed when it goes"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---------------------------------------------------------------------------------------
+ * PyTorch (torch.cuda.memory.CUDAPluggableAllocator)
+ * ------------------------------------------------------------------------------------- */
+
+#define GPUMEM_PY_EXPORT __attribute__((visibility("default")))
+
+GPUMEM_PY_EXPORT void *gpumem_torch_alloc(size_t size, int device, void *stream);
+GPUMEM_PY_EXPORT void gpumem_torch_free(void *ptr, size_t size, int device, void *stream);
+
+void *gpumem_torch_alloc(size_t size, int device, void *stream) {
+  gpumem_resource *mr;
+  void *ptr = NULL;
+  if (gpumem_get_per_device_resource(device, &mr) != GPUMEM_OK ||
+      gpumem_allocate(mr, size, (gpumem_stream)stream, &ptr) != GPUMEM_OK)
+    return NULL; /* PyTorch reports out of memory for NULL */
+  return ptr;
+}
+
+void gpumem_torch_free(void *ptr, size_t size, int device, void *stream) {
+  gpumem_resource *mr;
+  if (gpumem_get_per_device_resource(device, &mr) == GPUMEM_OK)
+    gpumem_deallocate(mr, ptr, size, (gpumem_stream)stream);
+}

@@ -1,0 +1,326 @@
+/* resource.c: gpumem._lib.Resource, the Python object over a gpumem_resource, and the
+ * functions that build each kind of resource into such an object.
+ *
+ * The Python classes of gpumem.mr subclass Resource; their __init__ calls one init_*
+ * function here, which creates the C resource and stores it in the object. An adaptor's
+ * Python object also keeps its upstream's Python object (in its __dict__), so that Python
+ * never collects an upstream a living resource uses; the C resource retains it too. */
+#include "lib.h"
+
+#include <stddef.h>
+
+PyObject *gpumem_py_wrap_resource(gpumem_resource *mr) {
+  PyTypeObject *type = &gpumem_py_resource_type;
+  gpumem_py_resource *object = (gpumem_py_resource *)type->tp_alloc(type, 0);
+  if (object)
+    object->mr = gpumem_resource_retain(mr);
+  return (PyObject *)object;
+}
+
+gpumem_resource *gpumem_py_resource_handle(PyObject *object) {
+  if (!PyObject_TypeCheck(object, &gpumem_py_resource_type)) {
+    PyErr_Format(PyExc_TypeError, "expected a gpumem memory resource, got %R", object);
+    return NULL;
+  }
+  gpumem_resource *mr = ((gpumem_py_resource *)object)->mr;
+  if (!mr)
+    PyErr_SetString(gpumem_py_invalid_error, "this memory resource was never initialized");
+  return mr;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The type
+ * ------------------------------------------------------------------------------------- */
+
+static PyObject *resource_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  gpumem_py_resource *self = (gpumem_py_resource *)type->tp_alloc(type, 0);
+  return (PyObject *)self;
+}
+
+static int resource_traverse(gpumem_py_resource *self, visitproc visit, void *arg) {
+  Py_VISIT(self->dict);
+  return 0;
+}
+
+static int resource_clear(gpumem_py_resource *self) {
+  Py_CLEAR(self->dict);
+  return 0;
+}
+
+static void resource_dealloc(gpumem_py_resource *self) {
+  PyObject_GC_UnTrack(self);
+  /* A resource that still has live allocations refuses its last release and stays alive,
+   * so the memory stays valid: the right outcome for a collected Python object too. */
+  gpumem_resource_release(self->mr);
+  resource_clear(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *resource_allocate(gpumem_py_resource *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"nbytes", "stream", NULL};
+  Py_ssize_t nbytes;
+  PyObject *stream_object = Py_None;
+  gpumem_stream stream;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "n|O", keywords, &nbytes, &stream_object) ||
+      !gpumem_py_stream(stream_object, &stream) || !gpumem_py_resource_handle((PyObject *)self))
+    return NULL;
+  if (nbytes < 0)
+    return PyErr_Format(gpumem_py_invalid_error, "nbytes must not be negative (%zd)", nbytes);
+  void *ptr;
+  gpumem_status status = gpumem_allocate(self->mr, (size_t)nbytes, stream, &ptr);
+  return status == GPUMEM_OK ? PyLong_FromVoidPtr(ptr) : gpumem_py_raise(status);
+}
+
+static PyObject *resource_deallocate(gpumem_py_resource *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"ptr", "nbytes", "stream", NULL};
+  PyObject *ptr_object, *stream_object = Py_None;
+  Py_ssize_t nbytes;
+  gpumem_stream stream;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "On|O", keywords, &ptr_object, &nbytes,
+                                   &stream_object) ||
+      !gpumem_py_stream(stream_object, &stream) || !gpumem_py_resource_handle((PyObject *)self))
+    return NULL;
+  void *ptr = PyLong_AsVoidPtr(ptr_object);
+  if (PyErr_Occurred())
+    return NULL;
+  gpumem_status status = gpumem_deallocate(self->mr, ptr, (size_t)nbytes, stream);
+  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+}
+
+static PyObject *resource_name(gpumem_py_resource *self, void *closure) {
+  return gpumem_py_resource_handle((PyObject *)self)
+             ? PyUnicode_FromString(gpumem_resource_name(self->mr))
+             : NULL;
+}
+
+static PyObject *resource_spec(gpumem_py_resource *self, void *closure) {
+  if (!gpumem_py_resource_handle((PyObject *)self))
+    return NULL;
+  char spec[2048];
+  gpumem_resource_describe(self->mr, spec, sizeof spec);
+  return PyUnicode_FromString(spec);
+}
+
+static PyObject *resource_device(gpumem_py_resource *self, void *closure) {
+  return gpumem_py_resource_handle((PyObject *)self)
+             ? PyLong_FromLong(gpumem_resource_device(self->mr))
+             : NULL;
+}
+
+static PyObject *resource_handle(gpumem_py_resource *self, void *closure) {
+  return PyLong_FromVoidPtr(self->mr);
+}
+
+static PyObject *resource_upstream(gpumem_py_resource *self, void *closure) {
+  if (!gpumem_py_resource_handle((PyObject *)self))
+    return NULL;
+  gpumem_resource *upstream;
+  if (gpumem_resource_upstream(self->mr, &upstream) != GPUMEM_OK)
+    Py_RETURN_NONE;
+  return gpumem_py_wrap_resource(upstream);
+}
+
+/* A fact of the resource, or None when it does not know it. */
+static PyObject *resource_fact(gpumem_py_resource *self, void *closure) {
+  if (!gpumem_py_resource_handle((PyObject *)self))
+    return NULL;
+  uint64_t value;
+  if (gpumem_resource_query(self->mr, (gpumem_query)(intptr_t)closure, &value) != GPUMEM_OK)
+    Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong(value);
+}
+
+static PyObject *resource_repr(gpumem_py_resource *self) {
+  if (!self->mr)
+    return PyUnicode_FromFormat("<%s (not initialized)>", Py_TYPE(self)->tp_name);
+  char spec[2048];
+  gpumem_resource_describe(self->mr, spec, sizeof spec);
+  return PyUnicode_FromFormat("<%s %s>", Py_TYPE(self)->tp_name, spec);
+}
+
+static PyMethodDef resource_methods[] = {
+    {"allocate", (PyCFunction)(void (*)(void))resource_allocate, METH_VARARGS | METH_KEYWORDS,
+     "allocate(nbytes, stream=None) -> int: device pointer, usable at once on stream"},
+    {"deallocate", (PyCFunction)(void (*)(void))resource_deallocate, METH_VARARGS | METH_KEYWORDS,
+     "deallocate(ptr, nbytes, stream=None): free once the stream's work is done"},
+    {NULL, NULL, 0, NULL},
+};
+
+#define FACT(name, query, doc)                                                                     \
+  { name, (getter)resource_fact, NULL, doc, (void *)(intptr_t)(query) }
+
+static PyGetSetDef resource_getset[] = {
+    {"name", (getter)resource_name, NULL, "the kind of resource ('pool', 'cuda', ...)", NULL},
+    {"spec", (getter)resource_spec, NULL, "the spec that builds an equal resource", NULL},
+    {"device", (getter)resource_device, NULL, "the device it allocates for", NULL},
+    {"handle", (getter)resource_handle, NULL, "the C gpumem_resource pointer, as an int", NULL},
+    {"upstream", (getter)resource_upstream, NULL, "the resource it draws from, or None", NULL},
+    FACT("live_bytes", GPUMEM_QUERY_LIVE_BYTES, "bytes allocated and not yet freed"),
+    FACT("live_count", GPUMEM_QUERY_LIVE_COUNT, "allocations not yet freed"),
+    FACT("reserved_bytes", GPUMEM_QUERY_RESERVED_BYTES, "bytes held from the upstream"),
+    FACT("peak_live_bytes", GPUMEM_QUERY_PEAK_LIVE_BYTES, "most live bytes so far"),
+    FACT("peak_reserved_bytes", GPUMEM_QUERY_PEAK_RESERVED_BYTES, "most reserved bytes so far"),
+    FACT("largest_free_block", GPUMEM_QUERY_LARGEST_FREE_BLOCK, "largest free block, or None"),
+    FACT("free_blocks", GPUMEM_QUERY_FREE_BLOCKS, "number of free blocks, or None"),
+    FACT("free_bytes", GPUMEM_QUERY_FREE_BYTES, "reserved bytes not live, or None"),
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject gpumem_py_resource_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gpumem.mr.MemoryResource",
+    .tp_doc = "A gpumem memory resource (see gpumem.mr for the kinds).",
+    .tp_basicsize = sizeof(gpumem_py_resource),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = resource_new,
+    .tp_dealloc = (destructor)resource_dealloc,
+    .tp_traverse = (traverseproc)resource_traverse,
+    .tp_clear = (inquiry)resource_clear,
+    .tp_dictoffset = offsetof(gpumem_py_resource, dict),
+    .tp_repr = (reprfunc)resource_repr,
+    .tp_methods = resource_methods,
+    .tp_getset = resource_getset,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Building resources into objects
+ * ------------------------------------------------------------------------------------- */
+
+/* The Resource object a builder fills; NULL with an exception when it is not an empty one. */
+static gpumem_py_resource *empty_resource(PyObject *object) {
+  if (!PyObject_TypeCheck(object, &gpumem_py_resource_type)) {
+    PyErr_Format(PyExc_TypeError, "expected a gpumem memory resource, got %R", object);
+    return NULL;
+  }
+  gpumem_py_resource *self = (gpumem_py_resource *)object;
+  if (self->mr) {
+    PyErr_SetString(gpumem_py_invalid_error, "this memory resource is already initialized");
+    return NULL;
+  }
+  return self;
+}
+
+/* Stores what a creation function made, or raises its failure. */
+static PyObject *store(gpumem_py_resource *self, gpumem_status status, gpumem_resource *mr) {
+  if (status != GPUMEM_OK)
+    return gpumem_py_raise(status);
+  self->mr = mr;
+  Py_RETURN_NONE;
+}
+
+/* init_spec(self, spec, device) */
+static PyObject *py_init_spec(PyObject *module, PyObject *args) {
+  PyObject *object, *device_object;
+  const char *spec;
+  int device;
+  gpumem_py_resource *self;
+  if (!PyArg_ParseTuple(args, "OsO", &object, &spec, &device_object) ||
+      !gpumem_py_device(device_object, &device) || !(self = empty_resource(object)))
+    return NULL;
+  gpumem_resource *mr = NULL;
+  gpumem_status status = gpumem_resource_from_spec_for_device(spec, device, &mr);
+  return store(self, status, mr);
+}
+
+/* init_base(self, kind, device, a, b, c): the base resources, with up to three numeric
+ * options whose meaning depends on the kind (see gpumem/mr.py). */
+static PyObject *py_init_base(PyObject *module, PyObject *args) {
+  PyObject *object, *device_object;
+  const char *kind;
+  unsigned long long a = 0, b = 0, c = 0;
+  int device;
+  gpumem_py_resource *self;
+  if (!PyArg_ParseTuple(args, "OsO|KKK", &object, &kind, &device_object, &a, &b, &c) ||
+      !gpumem_py_device(device_object, &device) || !(self = empty_resource(object)))
+    return NULL;
+  gpumem_resource *mr = NULL;
+  gpumem_status status;
+  if (!strcmp(kind, "cuda")) {
+    status = gpumem_cuda_create(device, &mr);
+  } else if (!strcmp(kind, "managed")) {
+    gpumem_managed_options options = {.prefetch = (int)a, .advice = (unsigned)b};
+    status = gpumem_managed_create(device, &options, &mr);
+  } else if (!strcmp(kind, "async")) {
+    gpumem_async_options options = {
+        .release_threshold = a, .initial_size = (size_t)b, .ipc_handle = (gpumem_ipc_handle)c};
+    status = gpumem_async_create(device, &options, &mr);
+  } else if (!strcmp(kind, "pinned_host")) {
+    gpumem_pinned_host_options options = {.flags = (unsigned)a};
+    status = gpumem_pinned_host_create(device, &options, &mr);
+  } else if (!strcmp(kind, "system")) {
+    status = gpumem_system_create(device, &mr);
+  } else if (!strcmp(kind, "vmm")) {
+    gpumem_vmm_options options = {.reserve_size = (size_t)a};
+    status = gpumem_vmm_create(device, &options, &mr);
+  } else {
+    return PyErr_Format(gpumem_py_invalid_error, "unknown base resource %s", kind);
+  }
+  return store(self, status, mr);
+}
+
+/* init_adaptor(self, kind, upstream, a, b, c): the resources over an upstream. */
+static PyObject *py_init_adaptor(PyObject *module, PyObject *args) {
+  PyObject *object, *upstream_object;
+  const char *kind;
+  unsigned long long a = 0, b = 0, c = 0;
+  gpumem_py_resource *self;
+  gpumem_resource *up;
+  if (!PyArg_ParseTuple(args, "OsO|KKK", &object, &kind, &upstream_object, &a, &b, &c) ||
+      !(self = empty_resource(object)) || !(up = gpumem_py_resource_handle(upstream_object)))
+    return NULL;
+  gpumem_resource *mr = NULL;
+  gpumem_status status;
+  if (!strcmp(kind, "pool")) {
+    gpumem_pool_options options = {.initial_size = (size_t)a, .maximum_size = (size_t)b};
+    status = gpumem_pool_create(up, &options, &mr);
+  } else if (!strcmp(kind, "arena")) {
+    gpumem_arena_options options = {
+        .size = (size_t)a, .maximum_size = (size_t)b, .superblock_size = (size_t)c};
+    status = gpumem_arena_create(up, &options, &mr);
+  } else if (!strcmp(kind, "binning")) {
+    gpumem_binning_options options = {.min_exponent = (int)a, .max_exponent = (int)b};
+    status = gpumem_binning_create(up, &options, &mr);
+  } else if (!strcmp(kind, "fixed_size")) {
+    gpumem_fixed_size_options options = {.block_size = (size_t)a,
+                                         .blocks_to_preallocate = (size_t)b};
+    status = gpumem_fixed_size_create(up, &options, &mr);
+  } else if (!strcmp(kind, "faulty")) {
+    gpumem_faulty_options options = {.fail_at = a, .fail_every = b, .status = (gpumem_status)c};
+    status = gpumem_faulty_create(up, &options, &mr);
+  } else {
+    return PyErr_Format(gpumem_py_invalid_error, "unknown resource %s", kind);
+  }
+  return store(self, status, mr);
+}
+
+/* binning_add_bin(self, size, bin or None) */
+static PyObject *py_binning_add_bin(PyObject *module, PyObject *args) {
+  PyObject *object, *bin_object;
+  Py_ssize_t size;
+  gpumem_resource *mr, *bin = NULL;
+  if (!PyArg_ParseTuple(args, "OnO", &object, &size, &bin_object) ||
+      !(mr = gpumem_py_resource_handle(object)))
+    return NULL;
+  if (bin_object != Py_None && !(bin = gpumem_py_resource_handle(bin_object)))
+    return NULL;
+  gpumem_status status = gpumem_binning_add_bin(mr, (size_t)size, bin);
+  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+}
+
+/* pool_trim(self) -> bytes given back */
+static PyObject *py_pool_trim(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  size_t released = 0;
+  gpumem_status status = gpumem_pool_trim(mr, &released);
+  return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
+}
+
+PyMethodDef gpumem_py_resource_functions[] = {
+    {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
+    {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},
+    {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},
+    {"binning_add_bin", py_binning_add_bin, METH_VARARGS, "binning_add_bin(mr, size, bin)"},
+    {"pool_trim", py_pool_trim, METH_O, "pool_trim(pool) -> bytes given back"},
+    {NULL, NULL, 0, NULL},
+};

@@ -1,0 +1,90 @@
+"""gpumem: a GPU memory manager, with RMM's Python interface.
+
+    import gpumem
+    gpumem.reinitialize(pool_allocator=True)          # a pool on device 0
+    buf = gpumem.DeviceBuffer(size=100)                # device memory from the current resource
+    pool = gpumem.mr.PoolMemoryResource(gpumem.mr.CudaMemoryResource(), initial_pool_size="1GiB")
+    gpumem.mr.set_current_device_resource(pool)
+
+and one line each for the frameworks:
+
+    cupy.cuda.set_allocator(gpumem.allocators.cupy.gpumem_cupy_allocator)
+    numba.cuda.set_memory_manager(gpumem.allocators.numba.GpumemNumbaManager)
+    torch.cuda.memory.change_current_allocator(gpumem.allocators.torch.gpumem_torch_allocator)
+
+Without a GPU, GPUMEM_DEVICE=sim (or gpumem.select_backend("sim") before first use) runs
+everything on gpumem's simulated device.
+"""
+from . import _lib, mr
+from ._lib import (
+    DeviceBuffer,
+    GpumemError,
+    InvalidArgumentError,
+    OutOfMemoryError,
+    to_device,
+)
+
+__all__ = [
+    "DeviceBuffer",
+    "GpumemError",
+    "InvalidArgumentError",
+    "OutOfMemoryError",
+    "backend",
+    "is_initialized",
+    "mr",
+    "reinitialize",
+    "select_backend",
+    "to_device",
+]
+
+__version__ = "0.1.0"
+
+_initialized = False
+
+
+def select_backend(name):
+    """Chooses the device backend, "cuda" or "sim", before anything uses a device."""
+    _lib.select_backend(name)
+
+
+def backend():
+    """The backend in use: "cuda" or "sim"."""
+    return _lib.backend_name()
+
+
+def reinitialize(
+    pool_allocator=False,
+    managed_memory=False,
+    initial_pool_size=None,
+    maximum_pool_size=None,
+    devices=0,
+    logging=False,
+):
+    """Gives each device in `devices` a new current resource, as rmm.reinitialize.
+
+    pool_allocator: a pool (over virtual memory where the device supports it: it grows in
+    place, so no initial size is needed; else over cudaMalloc memory). managed_memory:
+    managed memory (with pool_allocator, a pool over it). Sizes are ints or strings such as
+    "1GiB" or "50%" of the device's memory; None is the default (half of free memory for a
+    pool over cudaMalloc memory, nothing up front over virtual memory). devices: an int or
+    a list of ints. Either every device gets its new resource, or none does.
+    """
+    if logging:
+        raise NotImplementedError("gpumem has no allocation log yet")
+    device_list = [devices] if isinstance(devices, int) else list(devices)
+    first = device_list[0] if device_list else None
+    _lib.reinitialize(
+        bool(pool_allocator),
+        bool(managed_memory),
+        mr._size(initial_pool_size, first),
+        mr._size(maximum_pool_size, first),
+        device_list,
+    )
+    mr._forget_current(device_list)
+    global _initialized
+    _initialized = True
+
+
+def is_initialized():
+    """Whether reinitialize has been called (as rmm.is_initialized)."""
+    return _initialized

@@ -1,0 +1,236 @@
+"""Memory resources, with the names and defaults of rmm.mr.
+
+Every resource allocates and frees stream-ordered device memory:
+
+    mr.allocate(nbytes, stream=None) -> int     mr.deallocate(ptr, nbytes, stream=None)
+
+and tells what it holds (live_bytes, reserved_bytes, peak_reserved_bytes, ...; None where
+it does not know). A resource built over another keeps that upstream alive. Streams may be
+None (the default stream), an int, or a CuPy, Numba or PyTorch stream object. Sizes may be
+ints or strings such as "1GiB" or "50%" (of the device's memory).
+"""
+from . import _lib
+
+MemoryResource = _lib.Resource
+
+__all__ = [
+    "ArenaMemoryResource",
+    "BinningMemoryResource",
+    "CudaAsyncMemoryResource",
+    "CudaMemoryResource",
+    "FaultyMemoryResource",
+    "FixedSizeMemoryResource",
+    "ManagedMemoryResource",
+    "MemoryResource",
+    "PinnedHostMemoryResource",
+    "PoolMemoryResource",
+    "SystemMemoryResource",
+    "VmmMemoryResource",
+    "available_device_memory",
+    "from_spec",
+    "get_current_device_resource",
+    "get_per_device_resource",
+    "set_current_device_resource",
+    "set_per_device_resource",
+]
+
+
+def _size(value, device=None):
+    """Bytes from an int, a string ("1GiB", "50%") or None (0: the default)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        return _lib.parse_size(value, device)
+    value = int(value)
+    if value < 0:
+        raise ValueError(f"a size must not be negative: {value}")
+    return value
+
+
+class CudaMemoryResource(MemoryResource):
+    """cudaMalloc/cudaFree memory (cuMemAlloc): slow and synchronizing; the reference."""
+
+    def __init__(self, device=None):
+        _lib.init_base(self, "cuda", device)
+
+
+_ADVICE = {"read_mostly": 1, "preferred_location_device": 2, "preferred_location_host": 4,
+           "accessed_by_device": 8}
+
+
+class ManagedMemoryResource(MemoryResource):
+    """Managed memory (cudaMallocManaged): pages between host and device and may exceed the
+    device's memory. prefetch: move each allocation to the device on its stream; advice:
+    names from "read_mostly", "preferred_location_device", "preferred_location_host",
+    "accessed_by_device"."""
+
+    def __init__(self, device=None, prefetch=False, advice=()):
+        flags = 0
+        for name in advice:
+            flags |= _ADVICE[name]
+        _lib.init_base(self, "managed", device, int(bool(prefetch)), flags)
+
+
+class CudaAsyncMemoryResource(MemoryResource):
+    """A driver memory pool of its own (cudaMallocAsync). release_threshold None keeps all
+    freed memory in the pool; enable_ipc makes its memory exportable (POSIX descriptors)."""
+
+    def __init__(self, initial_pool_size=None, release_threshold=None, enable_ipc=False,
+                 device=None):
+        threshold = _size(release_threshold, device)
+        if release_threshold is not None and threshold == 0:
+            threshold = 1  # 0 means "the default: keep everything" to the C library
+        _lib.init_base(self, "async", device, threshold, _size(initial_pool_size, device),
+                       1 if enable_ipc else 0)
+
+
+class PinnedHostMemoryResource(MemoryResource):
+    """Page-locked host memory (cudaHostAlloc), for fast copies."""
+
+    def __init__(self, device=None, mapped=False, write_combined=False):
+        _lib.init_base(self, "pinned_host", device, (2 if mapped else 0) | (4 if write_combined else 0))
+
+
+class SystemMemoryResource(MemoryResource):
+    """Host malloc, for devices that access pageable memory (HMM, ATS); elsewhere the
+    constructor raises GpumemError (unsupported)."""
+
+    def __init__(self, device=None):
+        _lib.init_base(self, "system", device)
+
+
+class VmmMemoryResource(MemoryResource):
+    """Device memory mapped on demand into one reserved address range (cuMemMap): a pool
+    over it grows in place. reserve_size: address space to reserve (default 4x the
+    device's memory)."""
+
+    def __init__(self, reserve_size=None, device=None):
+        _lib.init_base(self, "vmm", device, _size(reserve_size, device))
+
+
+class PoolMemoryResource(MemoryResource):
+    """A coalescing pool over upstream_mr, with per-stream free lists. initial_pool_size
+    None: half of the device's free memory (nothing over a VmmMemoryResource, which grows
+    in place); maximum_pool_size None: no limit."""
+
+    def __init__(self, upstream_mr, initial_pool_size=None, maximum_pool_size=None):
+        device = upstream_mr.device
+        _lib.init_adaptor(self, "pool", upstream_mr, _size(initial_pool_size, device),
+                          _size(maximum_pool_size, device))
+        self._upstream = upstream_mr
+
+    def trim(self):
+        """Gives whole free chunks back to the upstream; returns the bytes given back."""
+        return _lib.pool_trim(self)
+
+
+class ArenaMemoryResource(MemoryResource):
+    """A pool per stream over one global pool, for many threads at once. arena_size: the
+    global pool's initial size (None as for PoolMemoryResource)."""
+
+    def __init__(self, upstream_mr, arena_size=None, dump_log_on_failure=False,
+                 maximum_size=None, superblock_size=None):
+        device = upstream_mr.device
+        _lib.init_adaptor(self, "arena", upstream_mr, _size(arena_size, device),
+                          _size(maximum_size, device), _size(superblock_size, device))
+        self._upstream = upstream_mr
+
+
+class FixedSizeMemoryResource(MemoryResource):
+    """Blocks of one size (block_size), taken from upstream_mr blocks_to_preallocate at a
+    time; larger requests raise OutOfMemoryError."""
+
+    def __init__(self, upstream_mr, block_size=1 << 20, blocks_to_preallocate=128):
+        _lib.init_adaptor(self, "fixed_size", upstream_mr, _size(block_size),
+                          int(blocks_to_preallocate))
+        self._upstream = upstream_mr
+
+
+class BinningMemoryResource(MemoryResource):
+    """Requests go to the smallest bin that holds them, larger ones to upstream_mr. With
+    min_size_exponent and max_size_exponent, bins of 2**min .. 2**max bytes (fixed-size
+    resources, made when first used); add_bin adds more."""
+
+    def __init__(self, upstream_mr, min_size_exponent=-1, max_size_exponent=-1):
+        no_bins = min_size_exponent < 0 or max_size_exponent < 0
+        _lib.init_adaptor(self, "binning", upstream_mr, 0 if no_bins else min_size_exponent,
+                          0 if no_bins else max_size_exponent)
+        self._upstream = upstream_mr
+        self._bins = []
+
+    def add_bin(self, allocation_size, bin_resource=None):
+        """Requests up to allocation_size bytes go to bin_resource (None: a fixed-size bin
+        over the upstream). Add bins before other threads allocate from this resource."""
+        _lib.binning_add_bin(self, int(allocation_size), bin_resource)
+        if bin_resource is not None:
+            self._bins.append(bin_resource)
+
+    @property
+    def bin_mrs(self):
+        """The resources added with add_bin."""
+        return list(self._bins)
+
+
+class FaultyMemoryResource(MemoryResource):
+    """Fails the fail_at-th allocation, or every fail_every-th, for tests."""
+
+    def __init__(self, upstream_mr, fail_at=0, fail_every=0):
+        _lib.init_adaptor(self, "faulty", upstream_mr, int(fail_at), int(fail_every))
+        self._upstream = upstream_mr
+
+
+def from_spec(spec, device=None):
+    """A resource from a spec string: "pool(vmm)", "managed(prefetch=true)",
+    "binning(pool(cuda, initial=1GiB), min=10, max=20)", ..."""
+    resource = MemoryResource()
+    _lib.init_spec(resource, spec, device)
+    return resource
+
+
+# The Python objects set as current resources, so that getting the resource returns the
+# object that was set (with its class and attributes), as RMM does.
+_current = {}
+
+
+def _device_index(device):
+    return _lib.get_device() if device is None else int(device)
+
+
+def _forget_current(devices):
+    for device in devices:
+        _current.pop(int(device), None)
+
+
+def get_per_device_resource(device):
+    """The current resource of `device`."""
+    device = _device_index(device)
+    resource = _lib.get_per_device_resource(device)
+    kept = _current.get(device)
+    if kept is not None and kept.handle == resource.handle:
+        return kept
+    return resource
+
+
+def set_per_device_resource(device, mr):
+    """Makes mr (or None: the default) the resource of `device`."""
+    device = _device_index(device)
+    _lib.set_per_device_resource(device, mr)
+    if mr is None:
+        _current.pop(device, None)
+    else:
+        _current[device] = mr
+
+
+def get_current_device_resource():
+    """The current device's resource."""
+    return get_per_device_resource(None)
+
+
+def set_current_device_resource(mr):
+    """Makes mr the resource of its device (the current one, for resources made there)."""
+    set_per_device_resource(mr.device, mr)
+
+
+def available_device_memory(device=None):
+    """(free, total) bytes of the device's memory."""
+    return _lib.memory_info(device)
