@@ -23,6 +23,16 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${gpu_options[@]}" >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+# The Python package, in a virtual environment of its own: pip builds the extension (with
+# the C library compiled in) and the suite runs on the simulated device (or the GPU).
+echo "== Python package =="
+python3 -m venv build/venv
+build/venv/bin/python -m pip install -q --upgrade pip
+build/venv/bin/python -m pip install -q pytest numpy .
+gpu_python=()
+[ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
+(cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
+
 for sanitizer in address,undefined thread; do
   dir="build-${sanitizer//,/-}"
   echo "== simulated-device suite under -fsanitize=$sanitizer =="
