@@ -20,6 +20,11 @@
 
 #define DEFAULT_SUPERBLOCK ((size_t)4 << 20)
 
+/* Most streams with a pool of their own. A program that makes streams without end (one per
+ * task, say) must not grow the arena without end: past this, a new stream shares an
+ * existing pool, whose free sets keep the streams' memory apart as in any pool. */
+#define MAX_LOCALS 256
+
 typedef struct arena_resource arena_resource;
 
 /* A stream's pool, and the resource through which it takes superblocks. */
@@ -44,6 +49,7 @@ struct arena_resource {
   pthread_mutex_t lock; /* guards locals and superblocks */
   local_arena **locals;
   size_t local_count, local_capacity;
+  size_t next_shared;         /* the pool the next stream past MAX_LOCALS shares */
   gpumem__sorted superblocks; /* of superblock, by start */
 };
 
@@ -103,11 +109,16 @@ static gpumem_status source_deallocate(gpumem_resource *mr, void *ptr, size_t by
                                        size_t alignment, gpumem_stream stream) {
   local_arena *local = (local_arena *)mr;
   arena_resource *arena = local->arena;
+  /* Out of the registry first: once the global pool has the superblock back, another
+   * stream's pool may get the same address and register it. */
+  pthread_mutex_lock(&arena->lock);
+  unregister_superblock(arena, (uintptr_t)ptr);
+  pthread_mutex_unlock(&arena->lock);
   gpumem_status status =
       arena->global->ops->deallocate(arena->global, ptr, bytes, alignment, stream);
-  if (status == GPUMEM_OK) {
+  if (status != GPUMEM_OK) {
     pthread_mutex_lock(&arena->lock);
-    unregister_superblock(arena, (uintptr_t)ptr);
+    register_superblock(arena, (uintptr_t)ptr, bytes, local); /* room: it was just there */
     pthread_mutex_unlock(&arena->lock);
   }
   return status;
@@ -199,6 +210,10 @@ static gpumem_status local_for(arena_resource *arena, gpumem_stream stream, loca
   for (size_t i = 0; i < arena->local_count && !local; i++)
     if (arena->locals[i]->stream == stream)
       local = arena->locals[i];
+  if (!local && arena->local_count >= MAX_LOCALS) {
+    local = arena->locals[arena->next_shared++ % arena->local_count];
+    local->stream = stream; /* found under this stream from now on */
+  }
   if (!local)
     status = new_local(arena, stream, &local);
   pthread_mutex_unlock(&arena->lock);
@@ -213,17 +228,26 @@ static gpumem_status local_for(arena_resource *arena, gpumem_stream stream, loca
  * Allocate and free
  * ------------------------------------------------------------------------------------- */
 
+/* A copy of the list of local pools, taken under the arena's mutex, so that callers can
+ * call into the pools without it (a growing pool takes the mutex itself, for the
+ * registry). Locals are only removed when the arena is destroyed. NULL when empty or when
+ * host memory is exhausted. */
+static local_arena **snapshot_locals(arena_resource *arena, size_t *count) {
+  pthread_mutex_lock(&arena->lock);
+  *count = arena->local_count;
+  local_arena **locals = *count ? malloc(*count * sizeof *locals) : NULL;
+  if (locals)
+    memcpy(locals, arena->locals, *count * sizeof *locals);
+  else
+    *count = 0;
+  pthread_mutex_unlock(&arena->lock);
+  return locals;
+}
+
 /* Has every local pool give its free superblocks back to the global pool. */
 static void reclaim_superblocks(arena_resource *arena) {
-  pthread_mutex_lock(&arena->lock);
-  size_t count = arena->local_count;
-  local_arena **locals = malloc(count * sizeof *locals);
-  if (locals)
-    memcpy(locals, arena->locals, count * sizeof *locals);
-  pthread_mutex_unlock(&arena->lock);
-  if (!locals)
-    return;
-  /* Locals are never removed while the arena lives, so the copies stay valid. */
+  size_t count;
+  local_arena **locals = snapshot_locals(arena, &count);
   for (size_t i = 0; i < count; i++)
     gpumem_pool_trim(locals[i]->pool, NULL);
   free(locals);
@@ -313,10 +337,11 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
   default:
     return GPUMEM_ERR_UNSUPPORTED;
   }
-  pthread_mutex_lock(&arena->lock);
+  size_t count;
+  local_arena **locals = snapshot_locals(arena, &count);
   uint64_t value = fact(global, what);
-  for (size_t i = 0; i < arena->local_count; i++) {
-    const gpumem_resource *pool = arena->locals[i]->pool;
+  for (size_t i = 0; i < count; i++) {
+    const gpumem_resource *pool = locals[i]->pool;
     uint64_t local = fact(pool, what);
     if (what == GPUMEM_QUERY_LARGEST_FREE_BLOCK)
       value = local > value ? local : value;
@@ -325,9 +350,12 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
     if (what == GPUMEM_QUERY_LIVE_BYTES)
       value -= fact(pool, GPUMEM_QUERY_RESERVED_BYTES);
   }
-  if (what == GPUMEM_QUERY_LIVE_COUNT)
+  free(locals);
+  if (what == GPUMEM_QUERY_LIVE_COUNT) {
+    pthread_mutex_lock(&arena->lock);
     value -= arena->superblocks.count;
-  pthread_mutex_unlock(&arena->lock);
+    pthread_mutex_unlock(&arena->lock);
+  }
   *out = value;
   return GPUMEM_OK;
 }
@@ -351,6 +379,9 @@ static void free_arena(arena_resource *arena) {
 
 static gpumem_status arena_destroy(gpumem_resource *mr) {
   arena_resource *arena = (arena_resource *)mr;
+  /* A new id first: threads' caches then find no local pool of this arena, so none can
+   * reach one freed below even if this destroy fails half way and the arena lives on. */
+  arena->id = atomic_fetch_add(&next_arena_id, 1);
   /* Each local pool gives its superblocks back to the global pool as it goes. A local pool
    * that cannot stays, with the arena, for another release. */
   while (arena->local_count > 0) {

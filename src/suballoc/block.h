@@ -32,6 +32,7 @@ struct gpumem__block {
   };
   void *owner;      /* the suballocator part that holds the block (free set, arena) */
   uint32_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
+  uint32_t region;  /* the part of the suballocator's memory it belongs to */
 };
 
 /* ---- slab of block structs ---- */

@@ -36,6 +36,11 @@
 
 #define GROWTH_ROUNDING ((size_t)2 << 20)
 
+/* Most free sets a pool keeps: a program that makes streams without end must not grow them
+ * without end. Past this the pool waits for the device, after which every free block is
+ * safe for every stream, and folds them all into the fresh set. */
+#define MAX_SETS 64
+
 /* How many frees on a stream between two seals: one event record pays for this many. */
 #define SEAL_EVERY 16
 
@@ -57,9 +62,10 @@ typedef struct free_set {
   gpumem__event event; /* recorded on this stream at its last seal */
 } free_set;
 
-/* Where a region grows next, and its highest block, which that growth extends. */
+/* A region grows from `base` (0: wherever the upstream puts it); growth goes right after its
+ * highest block, `tail`, which it extends. */
 typedef struct region {
-  uintptr_t next; /* 0: wherever the upstream puts it */
+  uintptr_t base;
   gpumem__block *tail;
 } region;
 
@@ -81,7 +87,7 @@ typedef struct pool_resource {
   free_set *last_set;
   bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
   region regions[REGION_COUNT];
-  uintptr_t small_base; /* blocks at or above it are the small region's; UINTPTR_MAX: one */
+  bool split_regions; /* small requests have a region of their own (over vmm) */
   gpumem__block_map live;
   gpumem__block_slab slab;
   gpumem__sorted chunks; /* of chunk, by address */
@@ -92,17 +98,13 @@ typedef struct pool_resource {
  * Blocks
  * ------------------------------------------------------------------------------------- */
 
-static size_t region_index(const pool_resource *pool, uintptr_t addr) {
-  return addr >= pool->small_base ? REGION_SMALL : REGION_LARGE;
-}
-
 static region *region_of(pool_resource *pool, const gpumem__block *block) {
-  return &pool->regions[region_index(pool, block->addr)];
+  return &pool->regions[block->region];
 }
 
 /* The region a request of `size` bytes is served from. */
 static size_t region_for(const pool_resource *pool, size_t size) {
-  return pool->small_base != UINTPTR_MAX && size < SMALL_LIMIT ? REGION_SMALL : REGION_LARGE;
+  return pool->split_regions && size < SMALL_LIMIT ? REGION_SMALL : REGION_LARGE;
 }
 
 /* Cuts `block` at `offset`: it keeps the front, the returned new block the rest. NULL when
@@ -113,6 +115,7 @@ static gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t of
     return NULL;
   rest->addr = block->addr + offset;
   rest->size = block->size - offset;
+  rest->region = block->region;
   rest->prev_addr = block;
   rest->next_addr = block->next_addr;
   if (block->next_addr)
@@ -139,8 +142,7 @@ static void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block 
 
 static gpumem__free_index *index_of(const pool_resource *pool, free_set *set,
                                     const gpumem__block *block) {
-  size_t r = region_index(pool, block->addr);
-  return block->is_free == BLOCK_SEALED ? &set->sealed[r] : &set->open[r];
+  return block->is_free == BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
 }
 
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
@@ -149,8 +151,10 @@ static gpumem__free_index *index_of(const pool_resource *pool, free_set *set,
 static void release_block(pool_resource *pool, free_set *set, gpumem__block *block,
                           uint32_t state) {
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
-  bool merge_prev = prev && prev->is_free == state && prev->owner == set;
-  bool merge_following = next && next->is_free == state && next->owner == set;
+  bool merge_prev =
+      prev && prev->is_free == state && prev->owner == set && prev->region == block->region;
+  bool merge_following =
+      next && next->is_free == state && next->owner == set && next->region == block->region;
   if (merge_prev) {
     size_t old_size = prev->size;
     merge_next(pool, prev, block);
@@ -205,6 +209,7 @@ static bool add_set(pool_resource *pool, free_set *set) {
 }
 
 static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, free_set **out);
+static gpumem_status fold_into_fresh(pool_resource *pool, free_set *keep);
 
 /* The free set of `stream`, created on first use (the stream is checked then, once). */
 static inline gpumem_status set_for(pool_resource *pool, gpumem_stream stream, free_set **out) {
@@ -227,6 +232,8 @@ static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, 
   gpumem_status status = gpumem__check_stream(pool->header.dev, pool->header.device, stream);
   if (status != GPUMEM_OK)
     return status;
+  if (pool->set_count > MAX_SETS && fold_into_fresh(pool, NULL) != GPUMEM_OK)
+    gpumem__fail(GPUMEM_OK, "%s", ""); /* a failed fold only leaves the sets as they were */
   set = calloc(1, sizeof *set);
   if (!set || !add_set(pool, set)) {
     free(set);
@@ -250,7 +257,7 @@ static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, 
 
 typedef struct move_context {
   pool_resource *pool;
-  free_set *from, *to;
+  free_set *to;
   gpumem__free_index *from_index;
   uint32_t state;
 } move_context;
@@ -264,7 +271,7 @@ static void move_block(gpumem__block *block, void *user) {
 /* Moves every block of one index of `from` into `to` as `state`. */
 static void move_index(pool_resource *pool, free_set *from, gpumem__free_index *index, free_set *to,
                        uint32_t state) {
-  move_context move = {pool, from, to, index, state};
+  move_context move = {pool, to, index, state};
   gpumem__free_index_each(index, move_block, &move);
 }
 
@@ -360,79 +367,88 @@ static chunk *chunk_at(const pool_resource *pool, size_t at) {
   return gpumem__sorted_at(&pool->chunks, at);
 }
 
-/* How much to ask of the upstream for a request of `size` bytes, within the maximum; 0 when
- * the maximum leaves no room. */
-static size_t growth_step(const pool_resource *pool, size_t size) {
-  size_t step = gpumem__align_up(size, pool->growth_rounding);
+/* How much to ask of the upstream for `size` bytes: rounded up to the growth rounding (by
+ * division: it need not be a power of two) within the maximum. NULL and *step, or why not. */
+static const char *growth_step(const pool_resource *pool, size_t size, size_t *step) {
+  size_t rounding = pool->growth_rounding;
+  if (size > SIZE_MAX - rounding)
+    return "the request is larger than any pool can hold";
+  size_t rounded = (size + rounding - 1) / rounding * rounding;
   size_t max = pool->options.maximum_size;
-  if (!max)
-    return step;
-  uint64_t reserved = gpumem__stats_reserved(&pool->stats);
-  if (reserved >= max || max - reserved < size)
-    return 0;
-  return step <= max - reserved ? step : size;
+  if (max) {
+    uint64_t reserved = gpumem__stats_reserved(&pool->stats);
+    if (reserved >= max || max - reserved < size)
+      return "the pool has reached its maximum size";
+    if (rounded > max - reserved)
+      rounded = size;
+  }
+  *step = rounded;
+  return NULL;
 }
 
-/* Takes a chunk of at least `size` bytes from the upstream on `set`'s stream and files it
- * in `set`. On failure *why says why in words for the out-of-memory message. */
-/* Memory from the upstream for region `r`: right after the region's end when the pool grows
- * in place (so it merges with the region's last block), else wherever the upstream puts it. */
-static gpumem_status take_from_upstream(pool_resource *pool, region *r, size_t step,
-                                        gpumem_stream stream, void **memory) {
+/* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the
+ * region's last block; if that block is free in `set`, the two merge and only the shortfall
+ * is asked for. Otherwise, or when that address range is taken, the full step goes wherever
+ * the upstream puts it. */
+static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set *set, size_t size,
+                                        void **memory, size_t *taken, const char **why) {
+  size_t full;
+  if ((*why = growth_step(pool, size, &full)))
+    return GPUMEM_ERR_OUT_OF_MEMORY;
   gpumem_resource *up = pool->header.upstream;
-  if (pool->grows_in_place && r->next &&
-      gpumem__vmm_allocate_at(up, r->next, step, memory) == GPUMEM_OK)
-    return GPUMEM_OK;
-  return up->ops->allocate(up, step, GPUMEM_DEFAULT_ALIGNMENT, stream, memory);
+  const gpumem__block *tail = r->tail;
+  uintptr_t next = tail ? tail->addr + tail->size : r->base;
+  if (pool->grows_in_place && next) {
+    size_t wanted = full, shortfall;
+    uint32_t state = set->fresh ? BLOCK_SEALED : BLOCK_OPEN;
+    if (tail && tail->is_free == state && tail->owner == set && tail->size < size &&
+        !growth_step(pool, size - tail->size, &shortfall))
+      wanted = shortfall;
+    if (gpumem__vmm_allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+      *taken = wanted;
+      return GPUMEM_OK;
+    }
+  }
+  *taken = full;
+  *why = "its upstream could not give more memory";
+  return up->ops->allocate(up, full, GPUMEM_DEFAULT_ALIGNMENT, set->stream, memory);
 }
 
-/* Takes a chunk of at least `size` bytes from the upstream for region `ri` on `set`'s stream
- * and files it in `set`. On failure *why says why in words for the out-of-memory message. */
+/* Takes memory for at least `size` bytes from the upstream for region `ri` on `set`'s
+ * stream and files it in `set`. On failure *why says why, for the out-of-memory message. */
 static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
                           const char **why) {
-  /* Growing in place, a free last block of this set merges with the new memory: only the
-   * shortfall needs to be mapped. */
-  const gpumem__block *tail = pool->regions[ri].tail;
-  if (pool->grows_in_place && tail && tail->is_free == (set->fresh ? BLOCK_SEALED : BLOCK_OPEN) &&
-      tail->owner == set && tail->size < size)
-    size -= tail->size;
-  size_t step = growth_step(pool, size);
-  if (step == 0) {
-    *why = "the pool has reached its maximum size";
-    return GPUMEM_ERR_OUT_OF_MEMORY;
-  }
   gpumem__block *block = gpumem__block_new(&pool->slab);
   if (!block) {
     *why = "the host is out of memory for the pool's bookkeeping";
     return GPUMEM_ERR_OUT_OF_MEMORY;
   }
-  void *memory;
-  gpumem_resource *up = pool->header.upstream;
   region *r = &pool->regions[ri];
-  gpumem_status status = take_from_upstream(pool, r, step, set->stream, &memory);
+  void *memory;
+  size_t step = 0;
+  gpumem_status status = take_from_upstream(pool, r, set, size, &memory, &step, why);
   chunk grown = {(uintptr_t)memory, step};
   if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
+    gpumem_resource *up = pool->header.upstream;
     up->ops->deallocate(up, memory, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
+    *why = "the host is out of memory for the pool's bookkeeping";
     status = GPUMEM_ERR_OUT_OF_MEMORY;
   }
   if (status != GPUMEM_OK) {
     gpumem__block_delete(&pool->slab, block);
-    *why = "its upstream could not give more memory";
     return status;
   }
   block->addr = (uintptr_t)memory;
   block->size = step;
-  /* The chunk belongs to the region its address is in (it may have landed elsewhere). */
-  r = region_of(pool, block);
+  block->region = (uint32_t)ri;
   gpumem__block *last = r->tail;
   if (pool->grows_in_place && last && last->addr + last->size == block->addr) {
     block->prev_addr = last;
     last->next_addr = block;
   }
-  if (!last || block->addr > last->addr) {
+  /* The region's growth follows its highest chunk, wherever the upstream put it. */
+  if (!last || block->addr > last->addr)
     r->tail = block;
-    r->next = block->addr + step;
-  }
   gpumem__stats_add_reserved(&pool->stats, step);
   /* New memory has no pending work: sealed (free for all) in the fresh set, open in a
    * stream's set like anything that stream will use. */
@@ -453,6 +469,7 @@ static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, siz
     return NULL;
   front->addr = block->addr;
   front->size = size;
+  front->region = block->region;
   front->prev_addr = block->prev_addr;
   front->next_addr = block;
   if (block->prev_addr)
@@ -497,8 +514,6 @@ static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *b
   return taken;
 }
 
-/* Finds or makes a free block for the request: the stream's own blocks, then sealed blocks
- * of other streams, then growth, and last a wait for the whole device. */
 /* A fitting block of `set` in any region, or from another set's sealed blocks in any. */
 static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t search,
                                    gpumem__block **out) {
@@ -524,7 +539,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   if (status == GPUMEM_OK && !block) {
     status = grow(pool, set, ri, search, why);
     if (status == GPUMEM_OK)
-      status = find_anywhere(pool, set, search, &block); /* the chunk may be in another region */
+      block = find_in_set(set, ri, search);
   }
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     status = find_anywhere(pool, set, search, &block);
@@ -555,7 +570,6 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
     status = find_block(pool, set, search, &block, &why);
   if (status == GPUMEM_OK && block && (block = carve(pool, set, block, size, alignment))) {
     block->requested = bytes;
-    block->owner = set;
     if (GPUMEM_LIKELY(gpumem__block_map_insert(&pool->live, block))) {
       gpumem__stats_allocated(&pool->stats, bytes);
       gpumem__spin_unlock(&pool->lock);
@@ -598,17 +612,16 @@ static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_
 static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gpumem_stream stream,
                                 bool *owned) {
   gpumem__spin_lock(&pool->lock);
-  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
+  gpumem__block *block = gpumem__block_map_find(&pool->live, (uintptr_t)ptr);
   size_t requested = block ? block->requested : 0;
   if (GPUMEM_LIKELY(block && requested == bytes)) {
+    gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
     gpumem_status status = free_block(pool, block, bytes, stream);
     gpumem__spin_unlock(&pool->lock);
     if (owned)
       *owned = true;
     return status;
   }
-  if (block) /* put back: the call changes nothing */
-    gpumem__block_map_insert(&pool->live, block);
   gpumem__spin_unlock(&pool->lock);
   if (owned)
     *owned = block != NULL;
@@ -662,13 +675,14 @@ static void collect_block(gpumem__block *block, void *user) {
 
 /* Detaches `block` from its address neighbours (it is about to leave the pool). */
 static void unlink_block(pool_resource *pool, gpumem__block *block) {
-  if (block->prev_addr)
-    block->prev_addr->next_addr = NULL;
+  gpumem__block *prev = block->prev_addr;
+  if (prev)
+    prev->next_addr = NULL;
   if (block->next_addr)
     block->next_addr->prev_addr = NULL;
   region *r = region_of(pool, block);
-  if (r->tail == block)
-    r->tail = block->prev_addr;
+  if (r->tail == block) /* growth now continues after the region's block before it */
+    r->tail = prev && prev->region == block->region ? prev : NULL;
 }
 
 /* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh
@@ -836,7 +850,9 @@ bool gpumem__is_pool(const gpumem_resource *mr) {
 }
 
 void gpumem__pool_set_fixed_block(gpumem_resource *mr, size_t block_size) {
-  ((pool_resource *)mr)->fixed_block = block_size;
+  pool_resource *pool = (pool_resource *)mr;
+  pool->fixed_block = block_size;
+  pool->split_regions = false; /* equal blocks: no small requests to keep apart */
 }
 
 /* The default initial size: half the device's free memory for device-memory upstreams, none
@@ -873,15 +889,18 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
     gpumem__free_index_init(&pool->fresh.open[r]);
     gpumem__free_index_init(&pool->fresh.sealed[r]);
   }
-  pool->small_base = UINTPTR_MAX;
   if (pool->grows_in_place) {
-    /* Large requests grow up from the start of the vmm range, small ones from its middle. */
+    /* Growth steps are whole granules, or the vmm would map more than the pool counts. */
+    size_t granularity = gpumem__vmm_granularity(upstream);
+    pool->growth_rounding = (pool->growth_rounding + granularity - 1) / granularity * granularity;
+    /* Large requests grow up from the start of the vmm range, small ones from its middle;
+     * a pool of equal blocks has no use for two. */
     uintptr_t base;
     size_t size;
     gpumem__vmm_range(upstream, &base, &size);
-    pool->regions[REGION_LARGE].next = base;
-    pool->small_base = gpumem__align_up(base + size / 2, pool->growth_rounding);
-    pool->regions[REGION_SMALL].next = pool->small_base;
+    pool->regions[REGION_LARGE].base = base;
+    pool->regions[REGION_SMALL].base = base + size / 2 / granularity * granularity;
+    pool->split_regions = true;
   }
   gpumem__block_slab_init(&pool->slab);
   gpumem__stats_init(&pool->stats);
