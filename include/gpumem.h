@@ -378,8 +378,10 @@ GPUMEM_API gpumem_status gpumem_binning_create(gpumem_resource *upstream,
                                                gpumem_resource **out);
 
 /* Requests of at most `size` bytes (and more than the next smaller bin's) go to `bin`
- * (retained), or to a fixed_size bin over the upstream when `bin` is NULL. Not safe while
- * other threads allocate from the binning resource: add bins before sharing it. */
+ * (retained), or to a fixed_size bin over the upstream when `bin` is NULL. A bin of a size
+ * already present is replaced; GPUMEM_ERR_MISUSE, with nothing changed, while the old bin
+ * holds live allocations. Not safe while other threads allocate from the binning resource:
+ * add bins before sharing it. */
 GPUMEM_API gpumem_status gpumem_binning_add_bin(gpumem_resource *binning, size_t size,
                                                 gpumem_resource *bin);
 
@@ -536,8 +538,7 @@ GPUMEM_API gpumem_status gpumem_memcpy_async(void *dst, const void *src, size_t 
 /* Prefetches `bytes` bytes of managed memory at ptr to `device` (or GPUMEM_CURRENT_DEVICE),
  * ordered on stream. Returns GPUMEM_ERR_UNSUPPORTED, and changes nothing, for memory that is
  * not managed (a caller may treat that as "nothing to move"). */
-GPUMEM_API gpumem_status gpumem_prefetch(void *ptr, size_t bytes, int device,
-                                         gpumem_stream stream);
+GPUMEM_API gpumem_status gpumem_prefetch(void *ptr, size_t bytes, int device, gpumem_stream stream);
 
 /* Sets `bytes` bytes at device address dst to `value`, ordered on stream. */
 GPUMEM_API gpumem_status gpumem_memset_async(void *dst, int value, size_t bytes,

@@ -147,6 +147,19 @@ static void test_growth_in_place(void) {
   CHECK_OK(gpumem_pool_trim(mr, &released));
   CHECK_EQ(released, count * step);
   CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+
+  /* Trimmed to nothing, the pool grows again, in place, and trims again. */
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 2; i++)
+      CHECK_OK(gpumem_allocate(mr, step, NULL, &blocks[i]));
+    CHECK_PTR_EQ(blocks[1], (char *)blocks[0] + step);
+    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2 * step);
+    for (int i = 0; i < 2; i++)
+      CHECK_OK(gpumem_deallocate(mr, blocks[i], step, NULL));
+    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+    CHECK_OK(gpumem_pool_trim(mr, &released));
+    CHECK_EQ(released, 2 * step);
+  }
   CHECK_OK(gpumem_resource_release(mr));
   printf("growth in place over vmm passed\n");
 }

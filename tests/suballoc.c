@@ -5,6 +5,10 @@
  *   unsupported, a wrong size is misuse.
  * - binning: nothing is taken at creation (bins are made when first used); requests go to
  *   the right bin, large ones to the upstream, and to bins added by the program.
+ * - Over vmm, whose mappings come in granules (2 MiB), fixed_size and binning round their
+ *   growth to whole granules and reserve no more than that; over cuda, exactly `prealloc`
+ *   blocks at a time, whatever the block size.
+ * - A bin of a size already present is replaced, but not while it holds live allocations.
  * - reinitialize: the resource each option set builds, per device, all or nothing. */
 #include "check.h"
 #include "gpumem/sim.h"
@@ -111,6 +115,63 @@ static void test_binning(void) {
   printf("binning passed\n");
 }
 
+/* 129 blocks of 3 KiB, 128 at a time: over cuda two growths of exactly 384 KiB; over vmm
+ * one growth rounded up to a whole 2 MiB granule, which holds them all. */
+static void test_growth_rounding(void) {
+  static const struct {
+    const char *spec;
+    uint64_t reserved;
+  } cases[] = {
+      {"fixed_size(cuda, block=3072, prealloc=128)", 2 * 128 * 3072},
+      {"fixed_size(vmm, block=3072, prealloc=128)", 2 << 20},
+      {"binning(vmm, min=10, max=16)", 2 << 20}, /* the 4 KiB bin: one 2 MiB chunk */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    gpumem_resource *mr;
+    CHECK_OK(gpumem_resource_from_spec(cases[c].spec, &mr));
+    void *blocks[129];
+    for (int i = 0; i < 129; i++)
+      CHECK_OK(gpumem_allocate(mr, 3000, NULL, &blocks[i]));
+    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), cases[c].reserved);
+    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 129);
+    for (int i = 0; i < 129; i++)
+      CHECK_OK(gpumem_deallocate(mr, blocks[i], 3000, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+  printf("growth rounding passed\n");
+}
+
+static void test_binning_replace(void) {
+  gpumem_resource *cuda, *mr, *first, *second;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+  CHECK_OK(gpumem_binning_create(cuda, NULL, &mr));
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &first));
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &second));
+  CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, first));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
+  CHECK_U64_EQ(query(first, GPUMEM_QUERY_LIVE_COUNT), 1);
+
+  /* The first bin holds a live block, whose free must still find it. */
+  CHECK_FAILS_WITH(gpumem_binning_add_bin(mr, 1 << 20, second), GPUMEM_ERR_MISUSE,
+                   "1 live allocations");
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+  CHECK_U64_EQ(query(first, GPUMEM_QUERY_LIVE_COUNT), 0);
+
+  CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, second));
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
+  CHECK_U64_EQ(query(second, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_U64_EQ(query(first, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+  /* The binning resource let go of the first pool and holds the second. */
+  CHECK_OK(gpumem_resource_release(first));
+  CHECK_OK(gpumem_resource_release(second));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("binning replace passed\n");
+}
+
 static void describe_current(int device, char *spec, size_t size) {
   gpumem_resource *mr;
   CHECK_OK(gpumem_get_per_device_resource(device, &mr));
@@ -193,6 +254,8 @@ int main(void) {
   check_init_backend();
   test_fixed_size();
   test_binning();
+  test_growth_rounding();
+  test_binning_replace();
   test_reinitialize(true);
   return 0;
 }

@@ -167,20 +167,31 @@ static const gpumem__resource_ops binning_ops = {
     .destroy = binning_destroy,
 };
 
-/* Inserts a bin in size order; a bin of an existing size replaces its resource. */
+/* Inserts a bin in size order, retaining `resource` only once it is stored. A bin of an
+ * existing size has its resource replaced, but only when the old one holds no live
+ * allocations: their frees would otherwise reach the new resource. */
 static gpumem_status insert_bin(binning_resource *self, size_t size, gpumem_resource *resource) {
   size_t at = 0;
   while (at < self->bin_count && self->bins[at].size < size)
     at++;
   if (at < self->bin_count && self->bins[at].size == size) {
-    gpumem_resource *old = atomic_exchange(&self->bins[at].resource, resource);
+    gpumem_resource *old = atomic_load(&self->bins[at].resource);
+    if (old == resource)
+      return GPUMEM_OK;
+    uint64_t live = 0;
+    if (old && gpumem_resource_query(old, GPUMEM_QUERY_LIVE_COUNT, &live) == GPUMEM_OK && live)
+      return gpumem__fail(GPUMEM_ERR_MISUSE,
+                          "gpumem_binning_add_bin: the bin of %zu bytes has %llu live "
+                          "allocations; free them before replacing it",
+                          size, (unsigned long long)live);
+    atomic_store(&self->bins[at].resource, gpumem_resource_retain(resource));
     return gpumem_resource_release(old);
   }
   if (self->bin_count == MAX_BINS)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "binning: at most %d bins", MAX_BINS);
   memmove(&self->bins[at + 1], &self->bins[at], (self->bin_count - at) * sizeof(bin));
   self->bins[at].size = size;
-  atomic_init(&self->bins[at].resource, resource);
+  atomic_init(&self->bins[at].resource, gpumem_resource_retain(resource));
   self->bin_count++;
   return GPUMEM_OK;
 }
@@ -196,10 +207,8 @@ gpumem_status gpumem_binning_add_bin(gpumem_resource *mr, size_t size,
                         size);
   binning_resource *self = (binning_resource *)mr;
   pthread_mutex_lock(&self->lock);
-  gpumem_status status = insert_bin(self, size, gpumem_resource_retain(bin_resource));
+  gpumem_status status = insert_bin(self, size, bin_resource);
   pthread_mutex_unlock(&self->lock);
-  if (status != GPUMEM_OK)
-    gpumem_resource_release(bin_resource);
   return status;
 }
 
