@@ -453,11 +453,14 @@ GPUMEM_API gpumem_status gpumem_resource_from_spec_for_device(const char *spec, 
  * ------------------------------------------------------------------------------------- */
 
 /* The current device's resource. *mr is borrowed: it stays valid until the device's
- * resource is replaced; retain it to keep it longer. */
+ * resource is replaced and, after that, for as long as allocations made from it are live
+ * (so they can be freed through it); retain it to keep it longer. */
 GPUMEM_API gpumem_status gpumem_get_current_device_resource(gpumem_resource **mr);
 
 /* Makes mr the resource of the resource's own device (gpumem_resource_device) and retains
- * it; the previous one is released. The caller may release its own reference after. */
+ * it; the previous one is released. The caller may release its own reference after. A
+ * previous resource that still has live allocations is not destroyed but retired: it
+ * is destroyed by the first later call that finds its allocations all freed. */
 GPUMEM_API gpumem_status gpumem_set_current_device_resource(gpumem_resource *mr);
 
 GPUMEM_API gpumem_status gpumem_get_per_device_resource(int device, gpumem_resource **mr);

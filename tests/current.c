@@ -1,6 +1,8 @@
 /* current.c: the current resource of each device: the default (a cuda resource, or the
  * spec in GPUMEM_RESOURCE), get and set per device and per thread (each thread's current
- * device picks its resource), retention by the setter, and concurrent use.
+ * device picks its resource), retention by the setter, replacement of a resource whose
+ * allocations are still live (it stays usable until they are freed, then is destroyed),
+ * and concurrent use.
  *
  * Modes (argv[1]): none - the general checks; "env SPEC NAME" - GPUMEM_RESOURCE is set and
  * every device's default resource must be called NAME; "env-bad" - GPUMEM_RESOURCE is a bad
@@ -39,6 +41,35 @@ static void test_default_and_set(void) {
   CHECK_OK(gpumem_set_per_device_resource(0, NULL));
   CHECK_OK(gpumem_get_per_device_resource(0, &current));
   CHECK(strcmp(gpumem_resource_name(current), "cuda") == 0);
+}
+
+/* A pool made current, used, and replaced while one of its blocks is live: the block stays
+ * valid and is freed through the old pool, which the next replacement destroys (its memory
+ * goes back to the cuda resource beneath). */
+static void test_replace_with_live_allocations(void) {
+  gpumem_resource *cuda, *pool, *current;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+  CHECK_OK(gpumem_pool_create(cuda, NULL, &pool));
+  CHECK_OK(gpumem_set_per_device_resource(0, pool));
+  CHECK_OK(gpumem_resource_release(pool)); /* the slot holds the only reference */
+  CHECK_OK(gpumem_get_per_device_resource(0, &current));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(current, 1000, NULL, &ptr));
+
+  CHECK_OK(gpumem_set_per_device_resource(0, NULL));
+  uint64_t live = 0;
+  CHECK_OK(gpumem_resource_query(current, GPUMEM_QUERY_LIVE_COUNT, &live));
+  CHECK_U64_EQ(live, 1);
+  CHECK_OK(gpumem_memset_async(ptr, 0, 1000, NULL));
+  CHECK_OK(gpumem_stream_synchronize(NULL));
+  CHECK_OK(gpumem_deallocate(current, ptr, 1000, NULL));
+  CHECK_OK(gpumem_resource_query(cuda, GPUMEM_QUERY_LIVE_COUNT, &live));
+  CHECK(live > 0); /* the retired pool still holds its memory */
+
+  CHECK_OK(gpumem_set_per_device_resource(0, NULL));
+  CHECK_OK(gpumem_resource_query(cuda, GPUMEM_QUERY_LIVE_COUNT, &live));
+  CHECK_U64_EQ(live, 0);
+  CHECK_OK(gpumem_resource_release(cuda));
 }
 
 static void test_per_device(void) {
@@ -155,6 +186,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   test_default_and_set();
+  test_replace_with_live_allocations();
   test_per_device();
   test_per_thread();
   test_concurrent_set_get();

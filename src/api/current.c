@@ -3,14 +3,60 @@
  * Each device has one slot. An empty slot is filled on first use with the default: the
  * spec in GPUMEM_RESOURCE (the same spec for every device, built for that device), else a
  * cuda resource. Reads are a single atomic load so that libraries asking for the current
- * resource on every allocation pay nothing; writes take a lock and retain what they store. */
+ * resource on every allocation pay nothing; writes take a lock and retain what they store.
+ *
+ * A replaced resource whose allocations are still live cannot be destroyed: the program may
+ * free them later, through it. It is retired instead, kept in a list, and each later write
+ * destroys the retired resources whose allocations have all been freed. */
 #include "core/internal.h"
 #include "device/device.h"
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
 
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(gpumem_resource *) slots[GPUMEM_MAX_DEVICES];
+static gpumem_resource **retired; /* guarded by slots_lock */
+static size_t retired_count, retired_capacity;
+
+static uint64_t live_count_of(gpumem_resource *mr) {
+  uint64_t live = 0;
+  gpumem_resource_query(mr, GPUMEM_QUERY_LIVE_COUNT, &live);
+  return live;
+}
+
+/* Drops the slot's reference to a replaced resource. The last reference to a resource with
+ * live allocations moves to the retired list rather than failing. Under slots_lock. */
+static void retire(gpumem_resource *previous) {
+  if (!previous)
+    return;
+  bool last = atomic_load_explicit(&previous->refcount, memory_order_acquire) == 1;
+  if (!last || live_count_of(previous) == 0) {
+    gpumem_resource_release(previous);
+    return;
+  }
+  if (retired_count == retired_capacity) {
+    size_t capacity = retired_capacity ? 2 * retired_capacity : 8;
+    gpumem_resource **grown = realloc(retired, capacity * sizeof *grown);
+    if (!grown)
+      return; /* out of host memory: keep it alive forever, its memory stays valid */
+    retired = grown;
+    retired_capacity = capacity;
+  }
+  retired[retired_count++] = previous;
+}
+
+/* Destroys the retired resources that no longer hold live allocations. Under slots_lock. */
+static void destroy_freed_retired(void) {
+  size_t kept = 0;
+  for (size_t i = 0; i < retired_count; i++) {
+    if (live_count_of(retired[i]) == 0 && gpumem_resource_release(retired[i]) == GPUMEM_OK)
+      continue;
+    retired[kept++] = retired[i];
+  }
+  retired_count = kept;
+}
 
 static gpumem_status resolve(const char *caller, int device, int *resolved) {
   gpumem_status status;
@@ -73,10 +119,9 @@ gpumem_status gpumem_set_per_device_resource(int device, gpumem_resource *mr) {
   gpumem_resource_retain(mr);
   pthread_mutex_lock(&slots_lock);
   gpumem_resource *previous = atomic_exchange_explicit(&slots[device], mr, memory_order_acq_rel);
+  destroy_freed_retired();
+  retire(previous);
   pthread_mutex_unlock(&slots_lock);
-  /* A previous resource with live allocations refuses to die and stays alive, which keeps
-   * that memory valid; that is the right outcome here, not an error of this call. */
-  gpumem_resource_release(previous);
   return GPUMEM_OK;
 }
 
