@@ -155,7 +155,9 @@ GPUMEM_API const char *gpumem_settings(void);
 GPUMEM_API gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream,
                                          void **ptr);
 
-/* As gpumem_allocate with an alignment: a power of two; below 256 means 256. */
+/* As gpumem_allocate with an alignment: a power of two (else GPUMEM_ERR_INVALID_ARGUMENT);
+ * below 256 means 256. A resource that cannot give the alignment says
+ * GPUMEM_ERR_UNSUPPORTED (fixed_size, above 256). */
 GPUMEM_API gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes,
                                                  size_t alignment, gpumem_stream stream,
                                                  void **ptr);
@@ -312,6 +314,11 @@ GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
  * the granularity over vmm) from its upstream, up to maximum_size. Over a vmm upstream the
  * new memory is mapped right after the old, so growth steps coalesce into one range and
  * the pool never needs a large initial size.
+ *
+ * Out of memory: before failing, a pool serving several streams waits for its device so that every
+ * stream's free blocks can serve the request. A failed allocation changes no allocation;
+ * when host memory ran out after the pool grew, the grown memory stays in its free blocks
+ * (gpumem_pool_trim gives it back).
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_pool_options {
@@ -325,7 +332,8 @@ GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
                                             const gpumem_pool_options *opts, gpumem_resource **out);
 
 /* Gives every whole free upstream chunk back to the upstream (over vmm: unmaps free
- * memory). *released (may be NULL) receives the bytes given back. */
+ * memory). Synchronizes the pool's device first, so that blocks freed on any stream count
+ * as free. *released (may be NULL) receives the bytes given back. */
 GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
 
 /* ---------------------------------------------------------------------------------------

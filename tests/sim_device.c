@@ -430,7 +430,7 @@ static uint64_t reserved(gpumem__mempool pool) {
 
 static void *pool_alloc(gpumem__mempool pool, size_t bytes, gpumem_stream stream) {
   void *p = NULL;
-  CHECK_OK(dev->pool_alloc_async(pool, bytes, stream, &p));
+  CHECK_OK(dev->pool_alloc_async(0, pool, bytes, stream, &p));
   CHECK(p != NULL);
   return p;
 }
@@ -445,6 +445,10 @@ static void test_pool_reuse(void) {
   CHECK_OK(dev->pool_create(0, GPUMEM_IPC_POSIX_FD, &pool));
   CHECK_OK(dev->pool_set_release_threshold(pool, UINT64_MAX));
   gpumem_stream a = new_stream(0), b = new_stream(0);
+  void *wrong = NULL; /* callers name the pool's device; another is caught */
+  CHECK_FAILS_WITH(dev->pool_alloc_async(1, pool, MiB, a, &wrong), GPUMEM_ERR_INVALID_DEVICE,
+                   "belongs to device 0, not device 1");
+  CHECK(wrong == NULL);
 
   void *p1 = pool_alloc(pool, MiB, a);
   CHECK_U64_EQ(reserved(pool), MiB);
@@ -505,7 +509,7 @@ static void test_pool_reuse(void) {
 
   CHECK_OK(dev->stream_destroy(a));
   CHECK_OK(dev->stream_destroy(b));
-  CHECK_OK(dev->pool_destroy(pool));
+  CHECK_OK(dev->pool_destroy(0, pool));
   CHECK_FAILS_WITH(dev->pool_reserved(pool, &(uint64_t){0}), GPUMEM_ERR_INVALID_ARGUMENT,
                    "not a driver pool");
 }
@@ -531,14 +535,14 @@ static void test_pool_events_and_destroy(void) {
 
   /* Out of device memory: the pool says so, naming the device. */
   void *untouched = (void *)0x1;
-  CHECK_FAILS_WITH(dev->pool_alloc_async(pool, (size_t)CAPACITY, b, &untouched),
+  CHECK_FAILS_WITH(dev->pool_alloc_async(0, pool, (size_t)CAPACITY, b, &untouched),
                    GPUMEM_ERR_OUT_OF_MEMORY, "simulated device 0");
   CHECK_PTR_EQ(untouched, (void *)0x1);
 
   /* Destroy frees everything, live blocks included, after the pending work. */
   CHECK_OK(gpumem_sim_launch(b, q, 4096, 2));
   CHECK_U64_EQ(used(0), 4096);
-  CHECK_OK(dev->pool_destroy(pool));
+  CHECK_OK(dev->pool_destroy(0, pool));
   CHECK_U64_EQ(used(0), 0);
   CHECK_U64_EQ(pending(a), 0);
   CHECK_U64_EQ(pending(b), 0);
@@ -676,7 +680,7 @@ static void test_fault_injection(void) {
   gpumem__mempool pool = NULL;
   CHECK_OK(dev->pool_create(0, GPUMEM_IPC_NONE, &pool));
   CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_POOL_ALLOC, 1));
-  CHECK_FAILS_WITH(dev->pool_alloc_async(pool, 4096, s, &untouched), GPUMEM_ERR_OUT_OF_MEMORY,
+  CHECK_FAILS_WITH(dev->pool_alloc_async(0, pool, 4096, s, &untouched), GPUMEM_ERR_OUT_OF_MEMORY,
                    "pool_alloc_async");
   CHECK_U64_EQ(reserved(pool), 0);
 
@@ -689,7 +693,7 @@ static void test_fault_injection(void) {
   CHECK_FAILS_WITH(gpumem_sim_fail_call(GPUMEM_SIM_CALL_KIND_COUNT, 1), GPUMEM_ERR_INVALID_ARGUMENT,
                    "call kind");
 
-  CHECK_OK(dev->pool_destroy(pool));
+  CHECK_OK(dev->pool_destroy(0, pool));
   CHECK_OK(dev->event_destroy(e));
   CHECK_OK(dev->stream_destroy(s));
   CHECK_OK(dev->mem_free(0, first));
@@ -754,7 +758,7 @@ static void *work(void *arg) {
     void *p = NULL;
     bool from_pool = round % 3 == 0 && w->index % 2 == 0;
     if (from_pool)
-      CHECK_OK(dev->pool_alloc_async(w->pool, bytes, s, &p));
+      CHECK_OK(dev->pool_alloc_async(0, w->pool, bytes, s, &p));
     else
       CHECK_OK(dev->mem_alloc(w->index % 2, bytes, &p));
     dev->note_handout(p, bytes, s);
@@ -794,7 +798,7 @@ static void test_threads(void) {
   }
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   CHECK_OK(dev->stream_destroy(shared));
-  CHECK_OK(dev->pool_destroy(pool));
+  CHECK_OK(dev->pool_destroy(0, pool));
   CHECK_U64_EQ(used(0), 0);
   CHECK_U64_EQ(used(1), 0);
 }

@@ -97,15 +97,6 @@ static CUdevice device_handles[GPUMEM_MAX_DEVICES];
 static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic(CUcontext) primary_contexts[GPUMEM_MAX_DEVICES];
 
-/* Driver pools and their devices, for allocations on the special streams (NULL means the
- * current context's stream, so the pool's device must be current). Pools are few. */
-#define GPUMEM__MAX_POOLS 1024
-static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-  CUmemoryPool pool;
-  int device;
-} pool_devices[GPUMEM__MAX_POOLS];
-
 /* ---------------------------------------------------------------------------------------
  * Errors
  * ------------------------------------------------------------------------------------- */
@@ -275,7 +266,10 @@ static gpumem_status load_functions(void *library, int driver_version) {
                         driver_version, #name, no_gpu_hint);
   GPUMEM__CUDA_FUNCTIONS(GPUMEM__LOAD_FN_)
 #undef GPUMEM__LOAD_FN_
-  if (get_proc("cuStreamGetDevice", (void **)&cu.cuStreamGetDevice, driver_version,
+  /* Asked at the same ABI as the rest, for the same reason: the prototype is 12.8's. */
+  int stream_device_abi =
+      driver_version < GPUMEM__DRIVER_ABI_VERSION ? driver_version : GPUMEM__DRIVER_ABI_VERSION;
+  if (get_proc("cuStreamGetDevice", (void **)&cu.cuStreamGetDevice, stream_device_abi,
                CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS)
     cu.cuStreamGetDevice = NULL;
   return GPUMEM_OK;
@@ -419,7 +413,12 @@ static gpumem_status cuda_stream_device(gpumem_stream stream, int *device) {
     cu.cuCtxPopCurrent(&ctx);
     CU_CHECK(result, "cuCtxGetDevice");
   }
-  *device = ordinal_of(handle);
+  int ordinal = ordinal_of(handle);
+  if (ordinal < 0)
+    return gpumem__fail(GPUMEM_ERR_INVALID_DEVICE,
+                        "stream %p belongs to a device gpumem does not know (driver device %d)",
+                        stream, (int)handle);
+  *device = ordinal;
   return GPUMEM_OK;
 }
 
@@ -499,42 +498,6 @@ static gpumem_status cuda_host_free(int device, void *ptr) {
  * Driver pools
  * ------------------------------------------------------------------------------------- */
 
-static void remember_pool(CUmemoryPool pool, int device) {
-  pthread_mutex_lock(&pools_lock);
-  for (int i = 0; i < GPUMEM__MAX_POOLS; i++) {
-    if (pool_devices[i].pool == NULL) {
-      pool_devices[i].pool = pool;
-      pool_devices[i].device = device;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&pools_lock);
-}
-
-static int forget_pool(CUmemoryPool pool) {
-  int device = -1;
-  pthread_mutex_lock(&pools_lock);
-  for (int i = 0; i < GPUMEM__MAX_POOLS; i++) {
-    if (pool_devices[i].pool == pool) {
-      device = pool_devices[i].device;
-      pool_devices[i].pool = NULL;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&pools_lock);
-  return device;
-}
-
-static int device_of_pool(CUmemoryPool pool) {
-  int device = 0;
-  pthread_mutex_lock(&pools_lock);
-  for (int i = 0; i < GPUMEM__MAX_POOLS; i++)
-    if (pool_devices[i].pool == pool)
-      device = pool_devices[i].device;
-  pthread_mutex_unlock(&pools_lock);
-  return device;
-}
-
 static gpumem_status cuda_pool_create(int device, gpumem_ipc_handle ipc, gpumem__mempool *pool) {
   CUmemPoolProps props = {0};
   props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -551,14 +514,12 @@ static gpumem_status cuda_pool_create(int device, gpumem_ipc_handle ipc, gpumem_
   CUresult result = cu.cuMemPoolCreate(&created, &props);
   leave_device(&scope);
   CU_CHECK(result, "cuMemPoolCreate");
-  remember_pool(created, device);
   *pool = (gpumem__mempool)created;
   return GPUMEM_OK;
 }
 
-static gpumem_status cuda_pool_destroy(gpumem__mempool pool) {
-  int device = forget_pool((CUmemoryPool)pool);
-  IN_DEVICE(device < 0 ? 0 : device, cu.cuMemPoolDestroy((CUmemoryPool)pool), "cuMemPoolDestroy");
+static gpumem_status cuda_pool_destroy(int device, gpumem__mempool pool) {
+  IN_DEVICE(device, cu.cuMemPoolDestroy((CUmemoryPool)pool), "cuMemPoolDestroy");
 }
 
 static gpumem_status cuda_pool_set_release_threshold(gpumem__mempool pool, uint64_t bytes) {
@@ -582,11 +543,12 @@ static gpumem_status cuda_pool_trim(gpumem__mempool pool, size_t keep) {
   return GPUMEM_OK;
 }
 
-static gpumem_status cuda_pool_alloc_async(gpumem__mempool pool, size_t bytes, gpumem_stream stream,
-                                           void **ptr) {
+static gpumem_status cuda_pool_alloc_async(int device, gpumem__mempool pool, size_t bytes,
+                                           gpumem_stream stream, void **ptr) {
+  /* The special streams mean the current context's: make it the pool's device's. */
   if (is_special_stream(stream))
     IN_DEVICE(
-        device_of_pool((CUmemoryPool)pool),
+        device,
         cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool, (CUstream)stream),
         "cuMemAllocFromPoolAsync");
   ON_STREAM(

@@ -67,14 +67,15 @@ typedef struct gpumem__device_ops {
 
   /* ---- driver memory pools (cuMemPoolCreate and stream-ordered allocation) ---- */
   gpumem_status (*pool_create)(int device, gpumem_ipc_handle ipc, gpumem__mempool *pool);
-  gpumem_status (*pool_destroy)(gpumem__mempool pool);
+  /* `device` is the one the pool was created for: the driver needs a context of it. */
+  gpumem_status (*pool_destroy)(int device, gpumem__mempool pool);
   gpumem_status (*pool_set_release_threshold)(gpumem__mempool pool, uint64_t bytes);
   /* Bytes the pool holds from the device (cuMemPoolAttrReservedMemCurrent). */
   gpumem_status (*pool_reserved)(gpumem__mempool pool, uint64_t *bytes);
   /* Releases free memory above `keep` bytes (cuMemPoolTrimTo). */
   gpumem_status (*pool_trim)(gpumem__mempool pool, size_t keep);
-  gpumem_status (*pool_alloc_async)(gpumem__mempool pool, size_t bytes, gpumem_stream stream,
-                                    void **ptr);
+  gpumem_status (*pool_alloc_async)(int device, gpumem__mempool pool, size_t bytes,
+                                    gpumem_stream stream, void **ptr);
   gpumem_status (*free_async)(void *ptr, gpumem_stream stream);
 
   /* ---- streams and events ---- */

@@ -217,12 +217,12 @@ gpumem_status gpumem__sim_advise(void *ptr, size_t bytes, unsigned advice, int d
 gpumem_status gpumem__sim_host_alloc(int device, size_t bytes, unsigned flags, void **ptr);
 gpumem_status gpumem__sim_host_free(int device, void *ptr);
 gpumem_status gpumem__sim_pool_create(int device, gpumem_ipc_handle ipc, gpumem__mempool *pool);
-gpumem_status gpumem__sim_pool_destroy(gpumem__mempool pool);
+gpumem_status gpumem__sim_pool_destroy(int device, gpumem__mempool pool);
 gpumem_status gpumem__sim_pool_set_release_threshold(gpumem__mempool pool, uint64_t bytes);
 gpumem_status gpumem__sim_pool_reserved(gpumem__mempool pool, uint64_t *bytes);
 gpumem_status gpumem__sim_pool_trim(gpumem__mempool pool, size_t keep);
-gpumem_status gpumem__sim_pool_alloc_async(gpumem__mempool pool, size_t bytes, gpumem_stream stream,
-                                           void **ptr);
+gpumem_status gpumem__sim_pool_alloc_async(int device, gpumem__mempool pool, size_t bytes,
+                                           gpumem_stream stream, void **ptr);
 gpumem_status gpumem__sim_free_async(void *ptr, gpumem_stream stream);
 
 /* sim_vmm.c */

@@ -494,6 +494,18 @@ static gpumem_status find_pool(const char *call, gpumem__mempool handle, sim_poo
                       call, (void *)handle);
 }
 
+/* The device layer's callers name the pool's device (the real driver needs a context of
+ * it); a wrong one is a bug in gpumem, caught here. */
+static gpumem_status find_pool_of_device(const char *call, int device, gpumem__mempool handle,
+                                         sim_pool **pool) {
+  gpumem_status status = find_pool(call, handle, pool);
+  if (status == GPUMEM_OK && (*pool)->device != device)
+    return gpumem__fail(GPUMEM_ERR_INVALID_DEVICE,
+                        "simulated device: %s: pool %p belongs to device %d, not device %d", call,
+                        (void *)handle, (*pool)->device, device);
+  return status;
+}
+
 static gpumem_status check_ipc(gpumem_ipc_handle ipc) {
   if (ipc == GPUMEM_IPC_NONE || ipc == GPUMEM_IPC_POSIX_FD)
     return GPUMEM_OK;
@@ -531,10 +543,10 @@ gpumem_status gpumem__sim_pool_create(int device, gpumem_ipc_handle ipc, gpumem_
   return status;
 }
 
-gpumem_status gpumem__sim_pool_destroy(gpumem__mempool handle) {
+gpumem_status gpumem__sim_pool_destroy(int device, gpumem__mempool handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_pool *pool = NULL;
-  gpumem_status status = find_pool("pool_destroy", handle, &pool);
+  gpumem_status status = find_pool_of_device("pool_destroy", device, handle, &pool);
   if (status == GPUMEM_OK) {
     gpumem__sim_run_device(pool->device);
     while (pool->blocks)
@@ -579,7 +591,7 @@ gpumem_status gpumem__sim_pool_trim(gpumem__mempool handle, size_t keep) {
   return status;
 }
 
-gpumem_status gpumem__sim_pool_alloc_async(gpumem__mempool handle, size_t bytes,
+gpumem_status gpumem__sim_pool_alloc_async(int device, gpumem__mempool handle, size_t bytes,
                                            gpumem_stream stream_handle, void **ptr) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_pool *pool = NULL;
@@ -587,7 +599,7 @@ gpumem_status gpumem__sim_pool_alloc_async(gpumem__mempool handle, size_t bytes,
   sim_alloc *block = NULL;
   gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_POOL_ALLOC);
   if (status == GPUMEM_OK)
-    status = find_pool("pool_alloc_async", handle, &pool);
+    status = find_pool_of_device("pool_alloc_async", device, handle, &pool);
   if (status == GPUMEM_OK)
     status = gpumem__sim_resolve_stream("pool_alloc_async", stream_handle, &stream);
   if (status == GPUMEM_OK && rounded_size(bytes) == 0)

@@ -18,7 +18,8 @@ typedef struct async_resource {
 static gpumem_status async_raw_allocate(gpumem__base_resource *base_self, size_t bytes,
                                         gpumem_stream stream, void **base) {
   async_resource *self = (async_resource *)base_self;
-  return base_self->header.dev->pool_alloc_async(self->pool, bytes, stream, base);
+  return base_self->header.dev->pool_alloc_async(base_self->header.device, self->pool, bytes,
+                                                 stream, base);
 }
 
 static gpumem_status async_raw_free(gpumem__base_resource *self, void *base, size_t bytes,
@@ -50,7 +51,7 @@ static void async_describe(const gpumem_resource *mr, char *buf, size_t size) {
 
 static gpumem_status async_destroy(gpumem_resource *mr) {
   async_resource *self = (async_resource *)mr;
-  gpumem_status status = mr->dev->pool_destroy(self->pool);
+  gpumem_status status = mr->dev->pool_destroy(mr->device, self->pool);
   if (status != GPUMEM_OK)
     return status;
   gpumem__base_fini(&self->base);
@@ -69,16 +70,21 @@ static const gpumem__resource_ops async_ops = {
 };
 
 /* Grows the pool to `bytes` once, so the first allocations find memory ready: allocate,
- * free, and wait for the free, with the release threshold keeping the memory. */
-static gpumem_status warm_pool(const gpumem__device_ops *dev, gpumem__mempool pool, size_t bytes) {
-  void *ptr;
-  gpumem_status status = dev->pool_alloc_async(pool, bytes, NULL, &ptr);
+ * free, and wait for the free, with the release threshold keeping the memory. On a stream
+ * of the pool's own device, whichever device is current. */
+static gpumem_status warm_pool(const gpumem__device_ops *dev, int device, gpumem__mempool pool,
+                               size_t bytes) {
+  gpumem_stream stream;
+  gpumem_status status = dev->stream_create(device, &stream);
   if (status != GPUMEM_OK)
     return status;
-  status = dev->free_async(ptr, NULL);
+  void *ptr;
+  status = dev->pool_alloc_async(device, pool, bytes, stream, &ptr);
   if (status == GPUMEM_OK)
-    status = dev->stream_synchronize(NULL);
-  return status;
+    status = dev->free_async(ptr, stream);
+  gpumem_status synced = dev->stream_synchronize(stream);
+  gpumem_status destroyed = dev->stream_destroy(stream);
+  return status != GPUMEM_OK ? status : synced != GPUMEM_OK ? synced : destroyed;
 }
 
 gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
@@ -109,13 +115,13 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
   if (status == GPUMEM_OK)
     status = dev->pool_set_release_threshold(pool, options.release_threshold);
   if (status == GPUMEM_OK && options.initial_size > 0)
-    status = warm_pool(dev, pool, options.initial_size);
+    status = warm_pool(dev, device, pool, options.initial_size);
   async_resource *self = NULL;
   if (status == GPUMEM_OK && !(self = calloc(1, sizeof *self)))
     status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "out of host memory");
   if (status != GPUMEM_OK) {
     if (pool)
-      dev->pool_destroy(pool);
+      dev->pool_destroy(device, pool);
     return gpumem__fail_context(status, "gpumem_async_create on device %d", device);
   }
   gpumem__base_init(&self->base, &async_ops, &async_impl, device, dev);

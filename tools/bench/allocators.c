@@ -124,7 +124,7 @@ static gpumem_status cumemalloc_deallocate(bench_allocator *self, void *ptr, siz
 
 static gpumem_status driver_close(bench_allocator *self) {
   driver_allocator *d = driver_of(self);
-  gpumem_status status = d->pool ? d->dev->pool_destroy(d->pool) : GPUMEM_OK;
+  gpumem_status status = d->pool ? d->dev->pool_destroy(d->device, d->pool) : GPUMEM_OK;
   free(d);
   return status;
 }
@@ -135,7 +135,8 @@ static gpumem_status async_allocate(bench_allocator *self, size_t bytes, gpumem_
     *ptr = NULL;
     return GPUMEM_OK;
   }
-  return driver_of(self)->dev->pool_alloc_async(driver_of(self)->pool, bytes, stream, ptr);
+  driver_allocator *d = driver_of(self);
+  return d->dev->pool_alloc_async(d->device, d->pool, bytes, stream, ptr);
 }
 
 static gpumem_status async_deallocate(bench_allocator *self, void *ptr, size_t bytes,
@@ -157,7 +158,7 @@ static gpumem_status create_driver_pool(driver_allocator *d) {
     return status;
   status = d->dev->pool_set_release_threshold(d->pool, UINT64_MAX);
   if (status != GPUMEM_OK) {
-    d->dev->pool_destroy(d->pool);
+    d->dev->pool_destroy(d->device, d->pool);
     d->pool = NULL;
   }
   return status;
