@@ -315,10 +315,10 @@ GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
  * new memory is mapped right after the old, so growth steps coalesce into one range and
  * the pool never needs a large initial size.
  *
- * Out of memory: before failing, a pool serving several streams waits for its device so that every
- * stream's free blocks can serve the request. A failed allocation changes no allocation;
- * when host memory ran out after the pool grew, the grown memory stays in its free blocks
- * (gpumem_pool_trim gives it back).
+ * Out of memory: before failing, a pool serving several streams waits for its device, so
+ * that every stream's free blocks can serve the request. A failed allocation changes no
+ * allocation; when host memory ran out after the pool grew, the grown memory stays in its
+ * free blocks (gpumem_pool_trim gives it back).
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_pool_options {
