@@ -9,11 +9,14 @@
  * - Trim gives whole free chunks back.
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
- * - Many threads on one pool, freeing each other's blocks. */
+ * - Many threads on one pool, freeing each other's blocks.
+ * - An arena queried while threads on their own streams make it grow; an arena whose last
+ *   release failed half way (a driver free failing) still serves, and releases later. */
 #include "check.h"
 #include "gpumem/sim.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -362,6 +365,97 @@ static void test_threads(const char *spec) {
   printf("%-34s %d threads freeing each other's blocks passed\n", spec, thread_count);
 }
 
+/* ---- arena: queries while growing, and a release that fails half way ---- */
+
+enum { arena_workers = 4, arena_rounds = 300 };
+static gpumem_resource *growing_arena;
+static atomic_int workers_running;
+
+static void *arena_worker(void *arg) {
+  (void)arg;
+  gpumem_stream stream;
+  CHECK_OK(gpumem_stream_create(0, &stream));
+  void *held[32];
+  for (int round = 0; round < arena_rounds; round++) {
+    size_t bytes = (size_t)(round % 7 + 1) * 3000;
+    for (int i = 0; i < 32; i++)
+      CHECK_OK(gpumem_allocate(growing_arena, bytes, stream, &held[i]));
+    for (int i = 0; i < 32; i++)
+      CHECK_OK(gpumem_deallocate(growing_arena, held[i], bytes, stream));
+  }
+  CHECK_OK(gpumem_stream_synchronize(stream));
+  CHECK_OK(gpumem_stream_destroy(stream));
+  atomic_fetch_sub(&workers_running, 1);
+  return NULL;
+}
+
+static void test_arena_query_while_growing(void) {
+  CHECK_OK(gpumem_resource_from_spec("arena(cuda, size=1, superblock=1MiB)", &growing_arena));
+  atomic_store(&workers_running, arena_workers);
+  pthread_t threads[arena_workers];
+  for (int i = 0; i < arena_workers; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, arena_worker, NULL), 0);
+  uint64_t queries = 0;
+  while (atomic_load(&workers_running) > 0) {
+    /* Each figure is read alone, so only bounds that hold for any single read apply. */
+    uint64_t live = query(growing_arena, GPUMEM_QUERY_LIVE_COUNT);
+    CHECK(live <= (uint64_t)arena_workers * 32);
+    query(growing_arena, GPUMEM_QUERY_FREE_BLOCKS);
+    query(growing_arena, GPUMEM_QUERY_LARGEST_FREE_BLOCK);
+    CHECK(query(growing_arena, GPUMEM_QUERY_RESERVED_BYTES) <= (uint64_t)1 << 30);
+    queries++;
+  }
+  for (int i = 0; i < arena_workers; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  CHECK_U64_EQ(query(growing_arena, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(growing_arena));
+  printf("arena queried %llu times while %d streams grew it passed\n", (unsigned long long)queries,
+         arena_workers);
+}
+
+/* The driver's free fails on the nth chunk the arena gives back at its last release: the
+ * release reports it, the arena (what is left of it) still serves both streams, and the
+ * next release frees everything. */
+static void test_arena_failed_release(void) {
+  if (!on_sim())
+    return;
+  uint64_t used_before = 0, used = 0;
+  CHECK_OK(gpumem_sim_device_used(0, &used_before));
+  for (uint64_t nth = 1; nth <= 3; nth++) {
+    gpumem_resource *arena;
+    CHECK_OK(gpumem_resource_from_spec("arena(cuda, size=1, superblock=1MiB)", &arena));
+    gpumem_stream streams[2];
+    for (int s = 0; s < 2; s++)
+      CHECK_OK(gpumem_stream_create(0, &streams[s]));
+    for (int round = 0; round < 2; round++) {
+      void *ptrs[2][3];
+      static const size_t sizes[3] = {1000, 200000, 3 << 20};
+      for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 3; i++) {
+          CHECK_OK(gpumem_allocate(arena, sizes[i], streams[s], &ptrs[s][i]));
+          CHECK_OK(gpumem_memset_async(ptrs[s][i], s, sizes[i], streams[s]));
+        }
+      for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 3; i++)
+          CHECK_OK(gpumem_deallocate(arena, ptrs[s][i], sizes[i], streams[s]));
+      if (round == 0) {
+        CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEM_FREE, nth));
+        CHECK_FAILS_WITH(gpumem_resource_release(arena), GPUMEM_ERR_CUDA, "release it again");
+        CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEM_FREE, 0));
+      }
+    }
+    for (int s = 0; s < 2; s++) {
+      CHECK_OK(gpumem_stream_synchronize(streams[s]));
+      CHECK_OK(gpumem_stream_destroy(streams[s]));
+    }
+    CHECK_OK(gpumem_resource_release(arena));
+    CHECK_OK(gpumem_sim_device_used(0, &used));
+    CHECK_U64_EQ(used, used_before);
+  }
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  printf("arena used again after a failed release passed\n");
+}
+
 int main(void) {
   check_init_backend();
   test_model("pool(cuda, initial=32MiB)");
@@ -378,5 +472,7 @@ int main(void) {
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");
   test_threads("arena(vmm)");
+  test_arena_query_while_growing();
+  test_arena_failed_release();
   return 0;
 }
