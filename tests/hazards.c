@@ -28,7 +28,7 @@ static gpumem_status cache_allocate(gpumem_resource *mr, size_t bytes, size_t al
   cache_resource *self = (cache_resource *)mr;
   if (self->cached && self->cached_bytes == bytes) {
     if (self->wait_for_free && self->freed_on != stream) {
-      gpumem_status status = mr->dev->stream_wait_event(stream, self->freed_event);
+      gpumem_status status = mr->dev->stream_wait_event(0, stream, self->freed_event);
       if (status != GPUMEM_OK)
         return status;
     }
@@ -47,7 +47,7 @@ static gpumem_status cache_deallocate(gpumem_resource *mr, void *ptr, size_t byt
   self->cached = ptr;
   self->cached_bytes = bytes;
   self->freed_on = stream;
-  return mr->dev->event_record(self->freed_event, stream);
+  return mr->dev->event_record(0, self->freed_event, stream);
 }
 
 static gpumem_status cache_destroy(gpumem_resource *mr) {

@@ -10,6 +10,8 @@
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
  * - Many threads on one pool, freeing each other's blocks.
+ * - A pool of device 1 used with the default streams while device 0 is current: they mean
+ *   device 1's default stream, so its frees (which record events there) succeed.
  * - An arena queried while threads on their own streams make it grow; an arena whose last
  *   release failed half way (a driver free failing) still serves, and releases later. */
 #include "check.h"
@@ -456,6 +458,44 @@ static void test_arena_failed_release(void) {
   printf("arena used again after a failed release passed\n");
 }
 
+/* ---- default streams of another device ---- */
+
+static void test_default_streams_of_another_device(void) {
+  int count = 0;
+  CHECK_OK(gpumem_device_count(&count));
+  if (count < 2)
+    return;
+  CHECK_OK(gpumem_set_device(0));
+  gpumem_resource *cuda, *pool;
+  CHECK_OK(gpumem_cuda_create(1, &cuda));
+  gpumem_pool_options options = {.initial_size = 2 << 20};
+  CHECK_OK(gpumem_pool_create(cuda, &options, &pool));
+  /* NULL, then the per-thread default stream (2): two streams, so frees record events. */
+  gpumem_stream per_thread = (gpumem_stream)(uintptr_t)2;
+  void *a, *b;
+  CHECK_OK(gpumem_allocate(pool, 100, NULL, &a));
+  CHECK_OK(gpumem_allocate(pool, 100, per_thread, &b));
+  for (int round = 0; round < 40; round++) { /* past a seal of both streams' frees */
+    CHECK_OK(gpumem_deallocate(pool, a, 100, NULL));
+    CHECK_OK(gpumem_deallocate(pool, b, 100, per_thread));
+    CHECK_OK(gpumem_allocate(pool, 100, per_thread, &a)); /* may take NULL's block */
+    CHECK_OK(gpumem_allocate(pool, 100, NULL, &b));
+    void *swap = a;
+    a = b;
+    b = swap;
+  }
+  CHECK_OK(gpumem_deallocate(pool, a, 100, NULL));
+  CHECK_OK(gpumem_deallocate(pool, b, 100, per_thread));
+  CHECK_U64_EQ(query(pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_set_device(1));
+  CHECK_OK(gpumem_stream_synchronize(NULL));
+  CHECK_OK(gpumem_set_device(0));
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_OK(gpumem_resource_release(pool));
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("pool of device 1 on the default streams with device 0 current passed\n");
+}
+
 int main(void) {
   check_init_backend();
   test_model("pool(cuda, initial=32MiB)");
@@ -472,6 +512,7 @@ int main(void) {
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");
   test_threads("arena(vmm)");
+  test_default_streams_of_another_device();
   test_arena_query_while_growing();
   test_arena_failed_release();
   return 0;

@@ -310,9 +310,9 @@ static void test_events(void) {
   CHECK_OK(dev->event_query(e)); /* never recorded: nothing to wait for */
 
   CHECK_OK(gpumem_sim_launch(a, first, 256, 1));
-  CHECK_OK(dev->event_record(e, a));
+  CHECK_OK(dev->event_record(0, e, a));
   CHECK_OK(gpumem_sim_launch(a, second, 256, 2));
-  CHECK_OK(dev->stream_wait_event(b, e));
+  CHECK_OK(dev->stream_wait_event(0, b, e));
   CHECK_STATUS(dev->event_query(e), GPUMEM_ERR_NOT_READY);
   CHECK_U64_EQ(pending(b), 1);
 
@@ -325,7 +325,7 @@ static void test_events(void) {
   CHECK_STATUS(dev->stream_query(a), GPUMEM_ERR_NOT_READY);
 
   /* Event synchronization runs exactly the recorded work. */
-  CHECK_OK(dev->event_record(e, a));
+  CHECK_OK(dev->event_record(0, e, a));
   CHECK_OK(gpumem_sim_launch(a, first, 256, 3));
   CHECK_OK(dev->event_synchronize(e));
   CHECK(all_bytes(second, 2, 256));
@@ -334,10 +334,10 @@ static void test_events(void) {
 
   /* Recording on a stream of another device is refused, as CUDA does. */
   gpumem_stream other_device = new_stream(1);
-  CHECK_FAILS_WITH(dev->event_record(e, other_device), GPUMEM_ERR_INVALID_STREAM, "device");
+  CHECK_FAILS_WITH(dev->event_record(0, e, other_device), GPUMEM_ERR_INVALID_STREAM, "device");
 
   /* A destroyed stream's work has run, so its events are complete. */
-  CHECK_OK(dev->event_record(e, a));
+  CHECK_OK(dev->event_record(0, e, a));
   CHECK_OK(dev->stream_destroy(a));
   CHECK(all_bytes(first, 3, 256));
   CHECK_OK(dev->event_query(e));
@@ -376,17 +376,17 @@ static void test_hazards(void) {
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
 
   /* An event recorded after the use and waited on by B orders B after it. */
-  CHECK_OK(dev->event_record(e, a));
-  CHECK_OK(dev->stream_wait_event(b, e));
+  CHECK_OK(dev->event_record(0, e, a));
+  CHECK_OK(dev->stream_wait_event(0, b, e));
   dev->note_handout(block, 64 * KiB, b);
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
 
   /* Transitively: A -> C (another device) -> B covers A's new use. */
   CHECK_OK(gpumem_sim_launch(a, block, 64, 2));
-  CHECK_OK(dev->event_record(e, a));
-  CHECK_OK(dev->stream_wait_event(c, e));
-  CHECK_OK(dev->event_record(ec, c));
-  CHECK_OK(dev->stream_wait_event(b, ec));
+  CHECK_OK(dev->event_record(0, e, a));
+  CHECK_OK(dev->stream_wait_event(0, c, e));
+  CHECK_OK(dev->event_record(1, ec, c));
+  CHECK_OK(dev->stream_wait_event(1, b, ec));
   dev->note_handout(block, 64, b);
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
 
@@ -526,8 +526,8 @@ static void test_pool_events_and_destroy(void) {
   void *p = pool_alloc(pool, 4096, a);
   CHECK_OK(gpumem_sim_launch(a, p, 4096, 1));
   CHECK_OK(dev->free_async(p, a));
-  CHECK_OK(dev->event_record(e, a));
-  CHECK_OK(dev->stream_wait_event(b, e));
+  CHECK_OK(dev->event_record(0, e, a));
+  CHECK_OK(dev->stream_wait_event(0, b, e));
   void *q = pool_alloc(pool, 4096, b);
   CHECK_PTR_EQ(q, p);
   dev->note_handout(q, 4096, b);
@@ -674,7 +674,7 @@ static void test_fault_injection(void) {
   CHECK_OK(dev->event_create(0, &e));
   CHECK_OK(gpumem_sim_launch(s, first, 64, 2));
   CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_EVENT_RECORD, 1));
-  CHECK_FAILS_WITH(dev->event_record(e, s), GPUMEM_ERR_CUDA, "event_record");
+  CHECK_FAILS_WITH(dev->event_record(0, e, s), GPUMEM_ERR_CUDA, "event_record");
   CHECK_OK(dev->event_query(e));
 
   gpumem__mempool pool = NULL;
@@ -763,8 +763,9 @@ static void *work(void *arg) {
       CHECK_OK(dev->mem_alloc(w->index % 2, bytes, &p));
     dev->note_handout(p, bytes, s);
     CHECK_OK(dev->memset_async(p, value, bytes, s));
-    CHECK_OK(dev->event_record(e, s));
-    CHECK_OK(dev->stream_wait_event(w->shared, e)); /* other threads' streams wait too */
+    CHECK_OK(dev->event_record(w->index % 2, e, s));
+    CHECK_OK(
+        dev->stream_wait_event(w->index % 2, w->shared, e)); /* other threads' streams wait too */
     CHECK_OK(dev->memcpy_async(host, p, bytes, s));
     CHECK_OK(dev->stream_synchronize(s));
     if (!all_bytes(host, value, bytes))

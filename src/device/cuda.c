@@ -601,7 +601,9 @@ static gpumem_status cuda_event_destroy(gpumem__event event) {
   ON_STREAM(NULL, cu.cuEventDestroy((CUevent)event), "cuEventDestroy");
 }
 
-static gpumem_status cuda_event_record(gpumem__event event, gpumem_stream stream) {
+static gpumem_status cuda_event_record(int device, gpumem__event event, gpumem_stream stream) {
+  if (is_special_stream(stream))
+    IN_DEVICE(device, cu.cuEventRecord((CUevent)event, (CUstream)stream), "cuEventRecord");
   ON_STREAM(stream, cu.cuEventRecord((CUevent)event, (CUstream)stream), "cuEventRecord");
 }
 
@@ -620,7 +622,10 @@ static gpumem_status cuda_event_synchronize(gpumem__event event) {
   ON_STREAM(NULL, cu.cuEventSynchronize((CUevent)event), "cuEventSynchronize");
 }
 
-static gpumem_status cuda_stream_wait_event(gpumem_stream stream, gpumem__event event) {
+static gpumem_status cuda_stream_wait_event(int device, gpumem_stream stream, gpumem__event event) {
+  if (is_special_stream(stream))
+    IN_DEVICE(device, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0),
+              "cuStreamWaitEvent");
   ON_STREAM(stream, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0), "cuStreamWaitEvent");
 }
 

@@ -91,12 +91,16 @@ typedef struct gpumem__device_ops {
   /* An event without timing, on `device`. */
   gpumem_status (*event_create)(int device, gpumem__event *event);
   gpumem_status (*event_destroy)(gpumem__event event);
-  gpumem_status (*event_record)(gpumem__event event, gpumem_stream stream);
+  /* `device` is the event's device. A special stream (NULL, legacy, per-thread) means that
+   * device's default stream, whichever device is current: a resource of device 1 given the
+   * default stream means device 1's. */
+  gpumem_status (*event_record)(int device, gpumem__event event, gpumem_stream stream);
   /* GPUMEM_OK when the recorded work is done, GPUMEM_ERR_NOT_READY when not. */
   gpumem_status (*event_query)(gpumem__event event);
   gpumem_status (*event_synchronize)(gpumem__event event);
-  /* Work enqueued on `stream` after this call waits for the event's recorded work. */
-  gpumem_status (*stream_wait_event)(gpumem_stream stream, gpumem__event event);
+  /* Work enqueued on `stream` after this call waits for the event's recorded work. `device`
+   * is the event's device, whose default stream a special stream means (as event_record). */
+  gpumem_status (*stream_wait_event)(int device, gpumem_stream stream, gpumem__event event);
 
   /* ---- copies ---- */
   /* Any direction (unified addressing). From pageable host memory the source has been

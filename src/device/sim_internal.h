@@ -143,6 +143,9 @@ bool gpumem__sim_stream_register(sim_stream *stream);
  * legacy and per-thread handles. GPUMEM_ERR_INVALID_ARGUMENT for an unknown handle. */
 gpumem_status gpumem__sim_resolve_stream(const char *call, gpumem_stream handle,
                                          sim_stream **stream);
+/* As gpumem__sim_resolve_stream, but a special stream means `device`'s default stream. */
+gpumem_status gpumem__sim_resolve_stream_of(const char *call, int device, gpumem_stream handle,
+                                            sim_stream **stream);
 
 /* Whether the stream with that id has run its work up to `point` (a stream that no longer
  * exists has run everything: destroying a stream runs its work). */
@@ -243,10 +246,10 @@ gpumem_status gpumem__sim_stream_synchronize(gpumem_stream stream);
 gpumem_status gpumem__sim_stream_query(gpumem_stream stream);
 gpumem_status gpumem__sim_event_create(int device, gpumem__event *event);
 gpumem_status gpumem__sim_event_destroy(gpumem__event event);
-gpumem_status gpumem__sim_event_record(gpumem__event event, gpumem_stream stream);
+gpumem_status gpumem__sim_event_record(int device, gpumem__event event, gpumem_stream stream);
 gpumem_status gpumem__sim_event_query(gpumem__event event);
 gpumem_status gpumem__sim_event_synchronize(gpumem__event event);
-gpumem_status gpumem__sim_stream_wait_event(gpumem_stream stream, gpumem__event event);
+gpumem_status gpumem__sim_stream_wait_event(int device, gpumem_stream stream, gpumem__event event);
 gpumem_status gpumem__sim_memcpy_async(void *dst, const void *src, size_t bytes,
                                        gpumem_stream stream);
 gpumem_status gpumem__sim_memset_async(void *dst, unsigned char value, size_t bytes,

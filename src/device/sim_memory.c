@@ -601,7 +601,7 @@ gpumem_status gpumem__sim_pool_alloc_async(int device, gpumem__mempool handle, s
   if (status == GPUMEM_OK)
     status = find_pool_of_device("pool_alloc_async", device, handle, &pool);
   if (status == GPUMEM_OK)
-    status = gpumem__sim_resolve_stream("pool_alloc_async", stream_handle, &stream);
+    status = gpumem__sim_resolve_stream_of("pool_alloc_async", device, stream_handle, &stream);
   if (status == GPUMEM_OK && rounded_size(bytes) == 0)
     status = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                           "simulated device: pool_alloc_async: cannot allocate %zu bytes", bytes);

@@ -106,6 +106,24 @@ gpumem_status gpumem__sim_resolve_stream(const char *call, gpumem_stream handle,
                       call, (void *)handle);
 }
 
+gpumem_status gpumem__sim_resolve_stream_of(const char *call, int device, gpumem_stream handle,
+                                            sim_stream **stream) {
+  if (is_special_handle(handle)) {
+    *stream = gpumem__sim.default_stream[device];
+    return GPUMEM_OK;
+  }
+  return gpumem__sim_resolve_stream(call, handle, stream);
+}
+
+/* The device layer's callers name the event's device; a wrong one is a bug in gpumem. */
+static gpumem_status check_event_device(const char *call, const sim_event *event, int device) {
+  if (event->device == device)
+    return GPUMEM_OK;
+  return gpumem__fail(GPUMEM_ERR_INVALID_DEVICE,
+                      "simulated device: %s: the event belongs to device %d, not device %d", call,
+                      event->device, device);
+}
+
 bool gpumem__sim_stream_reached(uint64_t stream_id, uint64_t point) {
   const sim_stream *stream = gpumem__sim_index_get(&gpumem__sim.streams_by_id, stream_id);
   return !stream || stream->completed >= point;
@@ -409,7 +427,8 @@ static gpumem_status record(sim_event *event, sim_stream *stream) {
   return GPUMEM_OK;
 }
 
-gpumem_status gpumem__sim_event_record(gpumem__event handle, gpumem_stream stream_handle) {
+gpumem_status gpumem__sim_event_record(int device, gpumem__event handle,
+                                       gpumem_stream stream_handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_event *event = NULL;
   sim_stream *stream = NULL;
@@ -417,7 +436,9 @@ gpumem_status gpumem__sim_event_record(gpumem__event handle, gpumem_stream strea
   if (status == GPUMEM_OK)
     status = find_event("event_record", handle, &event);
   if (status == GPUMEM_OK)
-    status = gpumem__sim_resolve_stream("event_record", stream_handle, &stream);
+    status = check_event_device("event_record", event, device);
+  if (status == GPUMEM_OK)
+    status = gpumem__sim_resolve_stream_of("event_record", device, stream_handle, &stream);
   if (status == GPUMEM_OK)
     status = record(event, stream);
   pthread_mutex_unlock(&gpumem__sim.lock);
@@ -475,7 +496,8 @@ static gpumem_status wait_event(sim_stream *stream, const sim_event *event) {
   return GPUMEM_OK;
 }
 
-gpumem_status gpumem__sim_stream_wait_event(gpumem_stream stream_handle, gpumem__event handle) {
+gpumem_status gpumem__sim_stream_wait_event(int device, gpumem_stream stream_handle,
+                                            gpumem__event handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_event *event = NULL;
   sim_stream *stream = NULL;
@@ -483,7 +505,9 @@ gpumem_status gpumem__sim_stream_wait_event(gpumem_stream stream_handle, gpumem_
   if (status == GPUMEM_OK)
     status = find_event("stream_wait_event", handle, &event);
   if (status == GPUMEM_OK)
-    status = gpumem__sim_resolve_stream("stream_wait_event", stream_handle, &stream);
+    status = check_event_device("stream_wait_event", event, device);
+  if (status == GPUMEM_OK)
+    status = gpumem__sim_resolve_stream_of("stream_wait_event", device, stream_handle, &stream);
   if (status == GPUMEM_OK)
     status = wait_event(stream, event);
   pthread_mutex_unlock(&gpumem__sim.lock);

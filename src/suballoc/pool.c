@@ -283,7 +283,7 @@ static gpumem_status seal(pool_resource *pool, free_set *set) {
   if (!set->event)
     status = dev->event_create(pool->header.device, &set->event);
   if (status == GPUMEM_OK)
-    status = dev->event_record(set->event, set->stream);
+    status = dev->event_record(pool->header.device, set->event, set->stream);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: recording the event that lets other streams "
                                         "reuse this stream's frees");
@@ -324,7 +324,8 @@ static gpumem_status steal(pool_resource *pool, free_set *to, size_t r, size_t s
         !gpumem__free_index_find(&from->sealed[r], size))
       continue;
     if (!from->fresh) {
-      gpumem_status status = pool->header.dev->stream_wait_event(to->stream, from->event);
+      gpumem_status status =
+          pool->header.dev->stream_wait_event(pool->header.device, to->stream, from->event);
       if (status != GPUMEM_OK)
         return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
     }
