@@ -155,9 +155,10 @@ static Py_ssize_t buffer_length(py_buffer *self) {
 
 typedef gpumem_status (*sizing_fn)(gpumem_buffer *, size_t, gpumem_stream);
 
-/* resize / reserve: (size, stream=None) */
-static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, sizing_fn fn) {
-  static char *keywords[] = {"new_size", "stream", NULL};
+/* resize(new_size, stream=None) / reserve(new_capacity, stream=None): `keywords` holds the
+ * size's name, RMM's for each. */
+static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, char **keywords,
+                        sizing_fn fn) {
   Py_ssize_t size;
   PyObject *stream_object = Py_None;
   gpumem_stream stream;
@@ -171,11 +172,13 @@ static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, sizin
 }
 
 static PyObject *buffer_resize(py_buffer *self, PyObject *args, PyObject *kwargs) {
-  return sizing(self, args, kwargs, gpumem_buffer_resize);
+  static char *keywords[] = {"new_size", "stream", NULL};
+  return sizing(self, args, kwargs, keywords, gpumem_buffer_resize);
 }
 
 static PyObject *buffer_reserve(py_buffer *self, PyObject *args, PyObject *kwargs) {
-  return sizing(self, args, kwargs, gpumem_buffer_reserve);
+  static char *keywords[] = {"new_capacity", "stream", NULL};
+  return sizing(self, args, kwargs, keywords, gpumem_buffer_reserve);
 }
 
 /* ---------------------------------------------------------------------------------------

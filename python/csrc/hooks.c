@@ -58,11 +58,15 @@ PyTypeObject gpumem_py_allocation_type = {
  * CuPy
  * ------------------------------------------------------------------------------------- */
 
+/* Cython exports a module-level cpdef function with a flag argument (skip_dispatch), which
+ * the capsule's name shows; older exports take none. */
 typedef intptr_t (*current_stream_fn)(void);
+typedef intptr_t (*current_stream_flag_fn)(int skip_dispatch);
 
 /* What the CuPy hook needs from CuPy, looked up once. */
 static struct {
   current_stream_fn current_stream;
+  current_stream_flag_fn current_stream_with_flag; /* instead, when exported that way */
   PyObject *unowned_memory, *memory_pointer;
 } cupy;
 
@@ -75,10 +79,15 @@ static int load_cupy(void) {
   PyObject *capsule = capi ? PyDict_GetItemString(capi, "get_current_stream_ptr") : NULL;
   if (capi && !capsule)
     PyErr_SetString(gpumem_py_error, "this CuPy does not export get_current_stream_ptr");
-  if (capsule)
-    cupy.current_stream =
-        (current_stream_fn)PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
-  if (cupy.current_stream && memory_module) {
+  if (capsule) {
+    const char *signature = PyCapsule_GetName(capsule);
+    void *function = PyCapsule_GetPointer(capsule, signature);
+    if (function && signature && strstr(signature, "skip_dispatch"))
+      cupy.current_stream_with_flag = (current_stream_flag_fn)function;
+    else if (function)
+      cupy.current_stream = (current_stream_fn)function;
+  }
+  if ((cupy.current_stream || cupy.current_stream_with_flag) && memory_module) {
     cupy.unowned_memory = PyObject_GetAttrString(memory_module, "UnownedMemory");
     cupy.memory_pointer = PyObject_GetAttrString(memory_module, "MemoryPointer");
   }
@@ -98,7 +107,9 @@ static PyObject *py_cupy_allocator(PyObject *module, PyObject *nbytes_object) {
   Py_ssize_t nbytes = PyLong_AsSsize_t(nbytes_object);
   if ((nbytes == -1 && PyErr_Occurred()) || !load_cupy())
     return NULL;
-  intptr_t stream = cupy.current_stream();
+  /* skip_dispatch 0: a module-level function has no Python override to look for. */
+  intptr_t stream =
+      cupy.current_stream_with_flag ? cupy.current_stream_with_flag(0) : cupy.current_stream();
   if (stream == -1 && PyErr_Occurred())
     return NULL;
   int device = 0;

@@ -30,10 +30,19 @@ static int stream_from_attribute(PyObject *value, gpumem_stream *stream) {
     Py_INCREF(number);
   if (!number)
     return 0;
+  if (number != Py_None && !PyLong_Check(number)) {
+    PyErr_Format(gpumem_py_invalid_error, "a stream handle must be an integer, not %.100s",
+                 Py_TYPE(number)->tp_name);
+    Py_DECREF(number);
+    return 0;
+  }
   uintptr_t handle = number == Py_None ? 0 : (uintptr_t)PyLong_AsUnsignedLongLong(number);
   Py_DECREF(number);
-  if (PyErr_Occurred())
+  if (PyErr_Occurred()) { /* negative or wider than a pointer */
+    PyErr_Clear();
+    PyErr_Format(gpumem_py_invalid_error, "%R is not a stream handle (0 to 2**64 - 1)", value);
     return 0;
+  }
   *stream = (gpumem_stream)handle;
   return 1;
 }

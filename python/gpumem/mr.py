@@ -10,6 +10,7 @@ None (the default stream), an int, or a CuPy, Numba or PyTorch stream object. Si
 ints or strings such as "1GiB" or "50%" (of the device's memory).
 """
 from . import _lib
+from ._lib import InvalidArgumentError
 
 MemoryResource = _lib.Resource
 
@@ -25,6 +26,7 @@ __all__ = [
     "PinnedHostMemoryResource",
     "PoolMemoryResource",
     "SystemMemoryResource",
+    "UpstreamMemoryResource",
     "VmmMemoryResource",
     "available_device_memory",
     "from_spec",
@@ -43,7 +45,7 @@ def _size(value, device=None):
         return _lib.parse_size(value, device)
     value = int(value)
     if value < 0:
-        raise ValueError(f"a size must not be negative: {value}")
+        raise InvalidArgumentError(f"a size must not be negative: {value}")
     return value
 
 
@@ -67,6 +69,9 @@ class ManagedMemoryResource(MemoryResource):
     def __init__(self, device=None, prefetch=False, advice=()):
         flags = 0
         for name in advice:
+            if name not in _ADVICE:
+                raise InvalidArgumentError(
+                    f"unknown memory advice {name!r}: one of {', '.join(_ADVICE)}")
             flags |= _ADVICE[name]
         _lib.init_base(self, "managed", device, int(bool(prefetch)), flags)
 
@@ -108,7 +113,19 @@ class VmmMemoryResource(MemoryResource):
         _lib.init_base(self, "vmm", device, _size(reserve_size, device))
 
 
-class PoolMemoryResource(MemoryResource):
+class UpstreamMemoryResource(MemoryResource):
+    """A resource over another: the Python upstream object stays alive with it."""
+
+    @property
+    def upstream_mr(self):
+        """The resource given as upstream (the same Python object)."""
+        return self._upstream
+
+    def get_upstream(self):
+        return self._upstream
+
+
+class PoolMemoryResource(UpstreamMemoryResource):
     """A coalescing pool over upstream_mr, with per-stream free lists. initial_pool_size
     None: half of the device's free memory (nothing over a VmmMemoryResource, which grows
     in place); maximum_pool_size None: no limit."""
@@ -124,7 +141,7 @@ class PoolMemoryResource(MemoryResource):
         return _lib.pool_trim(self)
 
 
-class ArenaMemoryResource(MemoryResource):
+class ArenaMemoryResource(UpstreamMemoryResource):
     """A pool per stream over one global pool, for many threads at once. arena_size: the
     global pool's initial size (None as for PoolMemoryResource)."""
 
@@ -136,7 +153,7 @@ class ArenaMemoryResource(MemoryResource):
         self._upstream = upstream_mr
 
 
-class FixedSizeMemoryResource(MemoryResource):
+class FixedSizeMemoryResource(UpstreamMemoryResource):
     """Blocks of one size (block_size), taken from upstream_mr blocks_to_preallocate at a
     time; larger requests raise OutOfMemoryError."""
 
@@ -146,7 +163,7 @@ class FixedSizeMemoryResource(MemoryResource):
         self._upstream = upstream_mr
 
 
-class BinningMemoryResource(MemoryResource):
+class BinningMemoryResource(UpstreamMemoryResource):
     """Requests go to the smallest bin that holds them, larger ones to upstream_mr. With
     min_size_exponent and max_size_exponent, bins of 2**min .. 2**max bytes (fixed-size
     resources, made when first used); add_bin adds more."""
@@ -171,7 +188,7 @@ class BinningMemoryResource(MemoryResource):
         return list(self._bins)
 
 
-class FaultyMemoryResource(MemoryResource):
+class FaultyMemoryResource(UpstreamMemoryResource):
     """Fails the fail_at-th allocation, or every fail_every-th, for tests."""
 
     def __init__(self, upstream_mr, fail_at=0, fail_every=0):
@@ -193,7 +210,14 @@ _current = {}
 
 
 def _device_index(device):
-    return _lib.get_device() if device is None else int(device)
+    """A device index: None means the current device; negative numbers are refused (the C
+    library reads -1 as "the current device", which would file the object under -1)."""
+    if device is None:
+        return _lib.get_device()
+    index = int(device)
+    if index < 0:
+        raise InvalidArgumentError(f"device {index} does not exist: devices are numbered from 0")
+    return index
 
 
 def _forget_current(devices):

@@ -17,41 +17,41 @@ no legacy IPC handle.
 import ctypes
 
 from numba import cuda
-from numba.cuda import HostOnlyCUDAMemoryManager, IpcHandle, MemoryPointer
+from numba.cuda import GetIpcHandleMixin, HostOnlyCUDAMemoryManager, MemoryInfo, MemoryPointer
 
 from .. import _lib
 
 
-class GpumemNumbaManager(HostOnlyCUDAMemoryManager):
-    """Numba EMM plugin: device memory from gpumem, host memory as Numba manages it."""
+def _device_pointer(address):
+    """The pointer type Numba's driver layer expects: the NVIDIA bindings' CUdeviceptr when
+    Numba uses them (the default of recent Numba), else a ctypes integer."""
+    from numba.cuda.cudadrv import driver
+
+    uses_nvidia_binding = getattr(driver, "USE_NV_BINDING", None)
+    if uses_nvidia_binding is None:  # newer Numba: the NVIDIA bindings are the only ones
+        uses_nvidia_binding = hasattr(driver, "binding")
+    if uses_nvidia_binding:
+        return driver.binding.CUdeviceptr(address)
+    return ctypes.c_uint64(address)
+
+
+class GpumemNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
+    """Numba EMM plugin: device memory from gpumem, host memory as Numba manages it. IPC
+    handles come from Numba's own mixin, which finds the driver allocation a block lies in
+    and its offset there."""
 
     def initialize(self):
         _lib.init()
 
     def memalloc(self, size):
         owner = _lib.allocation(size, None)
-        ptr = ctypes.c_uint64(owner.ptr)
         # The finalizer holds the owner: the block is freed when Numba drops the pointer.
-        return MemoryPointer(self.context, ptr, size, finalizer=_releaser(owner))
+        return MemoryPointer(self.context, _device_pointer(owner.ptr), size,
+                             finalizer=_releaser(owner))
 
     def get_memory_info(self):
-        return _lib.memory_info(None)
-
-    def get_ipc_handle(self, memory):
-        """An IPC handle for the block: the handle of the driver allocation it lies in, and
-        its offset there."""
-        from numba.cuda.cudadrv import driver, drvapi
-
-        start, _size = driver.device_extents(memory)
-        if driver.USE_NV_BINDING:
-            base = int(start)
-            handle = driver.binding.cuIpcGetMemHandle(start)
-        else:
-            base = start
-            handle = drvapi.cu_ipc_mem_handle()
-            driver.driver.cuIpcGetMemHandle(ctypes.byref(handle), start)
-        offset = memory.handle.value - base
-        return IpcHandle(memory, handle, memory.size, offset=offset)
+        free, total = _lib.memory_info(None)
+        return MemoryInfo(free=free, total=total)
 
     @property
     def interface_version(self):
