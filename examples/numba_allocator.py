@@ -21,13 +21,19 @@ from _device import choose_backend
 if choose_backend() != "cuda":
     print("skipped: Numba's CUDA target needs a GPU (this run uses gpumem's simulated device)")
     sys.exit(0)
+
+import numpy as np  # noqa: E402
+
+# numba-cuda releases that still register np.row_stack fail to compile any kernel on NumPy
+# releases without it (a Numba problem, not gpumem's): give them the alias they expect.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 try:
     from numba import cuda
 except Exception as error:  # not installed, or not working with this numpy or CUDA
     print(f"skipped: Numba is not usable here ({type(error).__name__}: {error})")
     sys.exit(0)
-
-import numpy as np  # noqa: E402
 
 import gpumem  # noqa: E402
 from gpumem.allocators.numba import GpumemNumbaManager  # noqa: E402

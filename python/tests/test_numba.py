@@ -12,13 +12,18 @@ KERNEL_SCRIPT = """
 import gc
 import sys
 
+import numpy as np
+
+# numba-cuda releases that still register np.row_stack fail to compile any kernel on NumPy
+# releases without it (a Numba problem, not gpumem's): give them the alias they expect.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
+
 try:
     from numba import cuda
 except Exception as error:  # missing, or not working with this numpy or CUDA
     print(f"skipped: Numba is not usable here ({type(error).__name__}: {error})")
     sys.exit(0)
-
-import numpy as np
 
 import gpumem
 from gpumem.allocators.numba import GpumemNumbaManager  # must import wherever Numba does
