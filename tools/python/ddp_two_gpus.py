@@ -12,8 +12,9 @@ import sys
 
 
 def worker(rank, world_size, port):
-    # Per-process set-up, the pattern the README shows: device first, then gpumem, then
-    # PyTorch's allocator, before any CUDA allocation.
+    # Per-process set-up, the pattern the README shows: PyTorch's allocator first (PyTorch
+    # refuses to swap it once it has touched CUDA, which torch.cuda.set_device does), then
+    # the device, then gpumem's pool for it.
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
     import torch.distributed as dist
@@ -21,9 +22,9 @@ def worker(rank, world_size, port):
     import gpumem
     from gpumem.allocators.torch import gpumem_torch_allocator
 
+    torch.cuda.memory.change_current_allocator(gpumem_torch_allocator)
     torch.cuda.set_device(rank)
     gpumem.reinitialize(pool_allocator=True, devices=[rank])
-    torch.cuda.memory.change_current_allocator(gpumem_torch_allocator)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size)
     torch.manual_seed(0)
@@ -40,7 +41,7 @@ def worker(rank, world_size, port):
         loss = torch.nn.functional.cross_entropy(ddp(inputs), targets)
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     pool = gpumem.mr.get_per_device_resource(rank)
     live_while_training = pool.live_count
     # The same parameters on every rank: the gradient all-reduce worked.
