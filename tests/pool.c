@@ -12,6 +12,8 @@
  * - Many threads on one pool, freeing each other's blocks.
  * - A pool of device 1 used with the default streams while device 0 is current: they mean
  *   device 1's default stream, so its frees (which record events there) succeed.
+ * - More streams than the pool keeps sets for (64): it folds them together (after waiting
+ *   for the device), and the arena more streams than it keeps pools for (256): they share.
  * - An arena queried while threads on their own streams make it grow; an arena whose last
  *   release failed half way (a driver free failing) still serves, and releases later. */
 #include "check.h"
@@ -496,6 +498,39 @@ static void test_default_streams_of_another_device(void) {
   printf("pool of device 1 on the default streams with device 0 current passed\n");
 }
 
+/* ---- many streams ---- */
+
+static void test_many_streams(const char *spec, int stream_count) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  gpumem_stream *streams = calloc((size_t)stream_count, sizeof *streams);
+  void **held = calloc((size_t)stream_count, sizeof *held);
+  CHECK(streams && held);
+  for (int round = 0; round < 3; round++) {
+    for (int s = 0; s < stream_count; s++) {
+      if (round == 0)
+        CHECK_OK(gpumem_stream_create(0, &streams[s]));
+      size_t bytes = 1000 + (size_t)s * 64;
+      CHECK_OK(gpumem_allocate(mr, bytes, streams[s], &held[s]));
+      CHECK_OK(gpumem_memset_async(held[s], s & 0xff, bytes, streams[s]));
+    }
+    for (int s = 0; s < stream_count; s++) /* each freed on the next stream */
+      CHECK_OK(
+          gpumem_deallocate(mr, held[s], 1000 + (size_t)s * 64, streams[(s + 1) % stream_count]));
+  }
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BYTES), query(mr, GPUMEM_QUERY_RESERVED_BYTES));
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  for (int s = 0; s < stream_count; s++) {
+    CHECK_OK(gpumem_stream_synchronize(streams[s]));
+    CHECK_OK(gpumem_stream_destroy(streams[s]));
+  }
+  free(streams);
+  free(held);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("%-34s %d streams passed\n", spec, stream_count);
+}
+
 int main(void) {
   check_init_backend();
   test_model("pool(cuda, initial=32MiB)");
@@ -512,6 +547,8 @@ int main(void) {
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");
   test_threads("arena(vmm)");
+  test_many_streams("pool(cuda, initial=16MiB)", 100);
+  test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();
   test_arena_query_while_growing();
   test_arena_failed_release();

@@ -57,6 +57,10 @@ gpumem_status gpumem__fail(gpumem_status status, const char *format, ...) {
   return status;
 }
 
+void gpumem__clear_error(void) {
+  last_message[0] = '\0';
+}
+
 gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...) {
   char context[GPUMEM__MESSAGE_SIZE];
   va_list args;

@@ -71,6 +71,10 @@ void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops,
 gpumem_status gpumem__fail(gpumem_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Forgets the thread's message: for a failure that was absorbed, so that a call that goes
+ * on to succeed leaves no stale message behind. */
+void gpumem__clear_error(void);
+
 /* Prepends context to the thread's message: "<context>: <old message>". Returns status. */
 gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
