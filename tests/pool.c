@@ -401,9 +401,11 @@ static void test_arena_query_while_growing(void) {
     CHECK_EQ(pthread_create(&threads[i], NULL, arena_worker, NULL), 0);
   uint64_t queries = 0;
   while (atomic_load(&workers_running) > 0) {
-    /* Each figure is read alone, so only bounds that hold for any single read apply. */
+    /* Each figure is read alone, and a live count sums pieces read one after another while
+     * superblocks move between them, so it may be off by the few moved meanwhile; but it
+     * never wraps below zero into nonsense. */
     uint64_t live = query(growing_arena, GPUMEM_QUERY_LIVE_COUNT);
-    CHECK(live <= (uint64_t)arena_workers * 32);
+    CHECK(live <= (uint64_t)arena_workers * 32 + 64);
     query(growing_arena, GPUMEM_QUERY_FREE_BLOCKS);
     query(growing_arena, GPUMEM_QUERY_LARGEST_FREE_BLOCK);
     CHECK(query(growing_arena, GPUMEM_QUERY_RESERVED_BYTES) <= (uint64_t)1 << 30);

@@ -337,26 +337,29 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
   default:
     return GPUMEM_ERR_UNSUPPORTED;
   }
+  /* The pieces are read one after another while other threads may move superblocks between
+   * the global pool and the local ones, so the sum can be off by the superblocks moved
+   * meanwhile: it is kept signed and never reported below zero. */
+  pthread_mutex_lock(&arena->lock);
+  int64_t superblocks = (int64_t)arena->superblocks.count;
+  pthread_mutex_unlock(&arena->lock);
   size_t count;
   local_arena **locals = snapshot_locals(arena, &count);
-  uint64_t value = fact(global, what);
+  int64_t value = (int64_t)fact(global, what);
   for (size_t i = 0; i < count; i++) {
     const gpumem_resource *pool = locals[i]->pool;
-    uint64_t local = fact(pool, what);
+    int64_t local = (int64_t)fact(pool, what);
     if (what == GPUMEM_QUERY_LARGEST_FREE_BLOCK)
       value = local > value ? local : value;
     else
       value += local;
     if (what == GPUMEM_QUERY_LIVE_BYTES)
-      value -= fact(pool, GPUMEM_QUERY_RESERVED_BYTES);
+      value -= (int64_t)fact(pool, GPUMEM_QUERY_RESERVED_BYTES);
   }
   free(locals);
-  if (what == GPUMEM_QUERY_LIVE_COUNT) {
-    pthread_mutex_lock(&arena->lock);
-    value -= arena->superblocks.count;
-    pthread_mutex_unlock(&arena->lock);
-  }
-  *out = value;
+  if (what == GPUMEM_QUERY_LIVE_COUNT)
+    value -= superblocks;
+  *out = value > 0 ? (uint64_t)value : 0;
   return GPUMEM_OK;
 }
 
