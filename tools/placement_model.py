@@ -1,0 +1,210 @@
+"""placement_model.py: an offline model of the pool's placement over vmm, for asking what a
+placement or mapping policy would do to a trace's peak reserved over peak live before
+building it.
+
+    python3 tools/placement_model.py data/torch_bert_varlen_infer.csv [--policy now|move]
+
+The model follows the pool: requests rounded to 256 bytes; two regions (under 1 MiB and
+the rest), each one address range that grows at its end in 2 MiB granules, merging with a
+free last block; best fit (smallest free block, then lowest address), carved from the
+front; frees merge with free neighbours. Reserved is mapped physical memory.
+
+Policies:
+  now   the pool as built: every granule of the address range stays mapped. It reproduces
+        gpumem-bench's reserved over live for pool(vmm) on every trace.
+  move  physical granules move: placement goes only to mapped free space; a request that
+        fits nowhere goes to the end of its region, and the granules it needs are taken
+        from whole free granules inside holes (unmapped there, mapped at the end) before
+        new physical memory. It reports the moves, each an unmap and a map on a GPU.
+
+Each trace is replayed twice on the same state (a cold and a warm pass, each ending by
+freeing what the trace left live), as gpumem-bench replay does, whose figure is the cold
+pass's; the ratio after the warm pass says whether a loop of the workload keeps growing.
+"""
+import argparse
+import bisect
+
+GRANULE = 2 << 20
+UNIT = 256
+SMALL_LIMIT = 1 << 20
+
+
+def round_up(value, to):
+    return (value + to - 1) // to * to
+
+
+class Region:
+    """Blocks [addr, size, free] in address order over one growing address range."""
+
+    def __init__(self):
+        self.blocks = []
+        self.starts = []
+        self.end = 0
+
+    def best_fit(self, size):
+        best = None
+        for i, (addr, block_size, free) in enumerate(self.blocks):
+            if free and block_size >= size and (best is None or block_size < self.blocks[best][1]):
+                best = i
+                if block_size == size:
+                    break
+        return best
+
+    def grow(self, size):
+        """Extends the range for `size` bytes; the index of the free last block."""
+        if self.blocks and self.blocks[-1][2]:
+            step = round_up(size - self.blocks[-1][1], GRANULE)
+            self.blocks[-1][1] += step
+        else:
+            step = round_up(size, GRANULE)
+            self.blocks.append([self.end, step, True])
+            self.starts.append(self.end)
+        self.end += step
+        return len(self.blocks) - 1, step
+
+    def carve(self, i, addr, size):
+        """Takes [addr, addr + size) out of free block i; returns addr."""
+        block = self.blocks[i]
+        if addr > block[0]:
+            front = [block[0], addr - block[0], True]
+            self.blocks.insert(i, front)
+            self.starts.insert(i, front[0])
+            i += 1
+            block[0], block[1] = addr, block[1] - front[1]
+            self.starts[i] = addr
+        if block[1] == size:
+            block[2] = False
+            return addr
+        self.blocks.insert(i, [addr, size, False])
+        self.starts.insert(i, addr)
+        block[0] += size
+        block[1] -= size
+        self.starts[i + 1] = block[0]
+        return addr
+
+    def free(self, addr):
+        i = bisect.bisect_left(self.starts, addr)
+        block = self.blocks[i]
+        block[2] = True
+        if i + 1 < len(self.blocks) and self.blocks[i + 1][2]:
+            block[1] += self.blocks[i + 1][1]
+            del self.blocks[i + 1], self.starts[i + 1]
+        if i > 0 and self.blocks[i - 1][2]:
+            self.blocks[i - 1][1] += block[1]
+            del self.blocks[i], self.starts[i]
+
+
+def mapped_runs(block, mapped, region):
+    """The mapped stretches [start, end) of a free block."""
+    runs, start, addr, end = [], None, block[0], block[0] + block[1]
+    while addr < end:
+        granule_end = min((addr // GRANULE + 1) * GRANULE, end)
+        if (region, addr // GRANULE) in mapped:
+            start = addr if start is None else start
+        elif start is not None:
+            runs.append((start, addr))
+            start = None
+        addr = granule_end
+    if start is not None:
+        runs.append((start, end))
+    return runs
+
+
+class Model:
+    def __init__(self, policy):
+        self.policy = policy
+        self.regions = [Region(), Region()]
+        self.mapped = set()  # (region, granule), for "move"
+        self.physical = self.peak_physical = 0
+        self.moves = self.new_granules = 0
+
+    def add_physical(self, granules):
+        self.physical += granules
+        self.peak_physical = max(self.peak_physical, self.physical)
+
+    def spare_granule(self, needed):
+        for r, region in enumerate(self.regions):
+            for addr, size, free in region.blocks:
+                if not free or size < GRANULE:
+                    continue
+                for granule in range(round_up(addr, GRANULE) // GRANULE, (addr + size) // GRANULE):
+                    if (r, granule) in self.mapped and (r, granule) not in needed:
+                        return (r, granule)
+        return None
+
+    def allocate(self, size):
+        r = 1 if size < SMALL_LIMIT else 0
+        region = self.regions[r]
+        if self.policy == "now":
+            i = region.best_fit(size)
+            if i is None:
+                i, step = region.grow(size)
+                self.add_physical(step // GRANULE)
+            return r, region.carve(i, region.blocks[i][0], size)
+        best = None
+        for i, block in enumerate(region.blocks):
+            if block[2] and block[1] >= size:
+                for start, end in mapped_runs(block, self.mapped, r):
+                    if end - start >= size and (best is None or end - start < best[2]):
+                        best = (i, start, end - start)
+        if best:
+            return r, region.carve(best[0], best[1], size)
+        i = len(region.blocks) - 1
+        if not (region.blocks and region.blocks[-1][2] and region.blocks[-1][1] >= size):
+            i, _ = region.grow(size)
+        addr = region.carve(i, region.blocks[i][0], size)
+        needed = {(r, g) for g in range(addr // GRANULE, (addr + size - 1) // GRANULE + 1)}
+        for key in sorted(needed - self.mapped):
+            source = self.spare_granule(needed)
+            if source:
+                self.mapped.discard(source)
+                self.moves += 1
+            else:
+                self.add_physical(1)
+                self.new_granules += 1
+            self.mapped.add(key)
+        return r, addr
+
+
+def replay(path, policy, passes=2):
+    events = []
+    with open(path) as trace:
+        next(trace)
+        for line in trace:
+            fields = line.rstrip("\n").split(",")
+            events.append((fields[2] == "allocate", fields[3], int(fields[4])))
+    model = Model(policy)
+    peak_live, report = 0, []
+    for number in range(passes):
+        live, live_bytes = {}, 0
+        moves_before = model.moves
+        for is_allocation, pointer, size in events:
+            if is_allocation:
+                live[pointer] = model.allocate(round_up(max(size, 1), UNIT)) + (size,)
+                live_bytes += size
+                peak_live = max(peak_live, live_bytes)
+            elif pointer in live:
+                r, addr, size = live.pop(pointer)
+                model.regions[r].free(addr)
+                live_bytes -= size
+        for r, addr, size in live.values():  # what the trace left live, as the bench does
+            model.regions[r].free(addr)
+        ratio = model.peak_physical * GRANULE / peak_live
+        moves = f", {model.moves - moves_before} moves" if policy == "move" else ""
+        report.append(f"after pass {number + 1}: {ratio:.3f}{moves}")
+    return report
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="+")
+    parser.add_argument("--policy", choices=["now", "move"], default="now")
+    args = parser.parse_args()
+    for path in args.traces:
+        report = replay(path, args.policy)
+        print(f"{path.split('/')[-1]:30} {args.policy:5} peak reserved over peak live "
+              + "; ".join(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
