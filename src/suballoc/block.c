@@ -259,10 +259,6 @@ bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
   return true;
 }
 
-gpumem__block *gpumem__block_map_find(const gpumem__block_map *map, uintptr_t addr) {
-  return map->slots[slot_of(map, addr)];
-}
-
 gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
   size_t mask = map->capacity - 1;
   size_t hole = slot_of(map, addr);

@@ -96,6 +96,5 @@ void gpumem__block_map_destroy(gpumem__block_map *map);
 bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block);
 /* The block at addr, removed from the map; NULL when absent. */
 gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr);
-gpumem__block *gpumem__block_map_find(const gpumem__block_map *map, uintptr_t addr);
 
 #endif /* GPUMEM_SUBALLOC_BLOCK_H */

@@ -613,16 +613,17 @@ static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_
 static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gpumem_stream stream,
                                 bool *owned) {
   gpumem__spin_lock(&pool->lock);
-  gpumem__block *block = gpumem__block_map_find(&pool->live, (uintptr_t)ptr);
-  size_t requested = block ? block->requested : 0;
-  if (GPUMEM_LIKELY(block && requested == bytes)) {
-    gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
+  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
+  if (GPUMEM_LIKELY(block && block->requested == bytes)) {
     gpumem_status status = free_block(pool, block, bytes, stream);
     gpumem__spin_unlock(&pool->lock);
     if (owned)
       *owned = true;
     return status;
   }
+  size_t requested = block ? block->requested : 0;
+  if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
+    gpumem__block_map_insert(&pool->live, block);
   gpumem__spin_unlock(&pool->lock);
   if (owned)
     *owned = block != NULL;
