@@ -8,10 +8,6 @@
 
 #include <string.h>
 
-static bool on_sim(void) {
-  return strcmp(gpumem_backend_name(), "sim") == 0;
-}
-
 typedef struct snapshot {
   uint64_t live_count, live_bytes;
 } snapshot;
@@ -235,7 +231,7 @@ static void rows_for_buffers(gpumem_resource *mr) {
   CHECK_FAILS_WITH(gpumem_buffer_create_from_host(NULL, 10, NULL, mr, &buf),
                    GPUMEM_ERR_INVALID_ARGUMENT, "src is NULL");
   /* Growing past what the resource can give fails and leaves the buffer as it was. */
-  if (on_sim()) {
+  if (check_on_sim()) {
     CHECK_STATUS(gpumem_buffer_resize(buf, (size_t)1 << 50, NULL), GPUMEM_ERR_OUT_OF_MEMORY);
     CHECK_EQ(gpumem_buffer_size(buf), 300);
   }
@@ -247,11 +243,11 @@ static void rows_for_buffers(gpumem_resource *mr) {
 
 static void rows_for_backend(void) {
   /* The backend is in use: choosing the other one now is refused. */
-  gpumem_backend other = on_sim() ? GPUMEM_BACKEND_CUDA : GPUMEM_BACKEND_SIM;
+  gpumem_backend other = check_on_sim() ? GPUMEM_BACKEND_CUDA : GPUMEM_BACKEND_SIM;
   CHECK_FAILS_WITH(gpumem_select_backend(other), GPUMEM_ERR_MISUSE, "already in use");
   CHECK_FAILS_WITH(gpumem_select_backend((gpumem_backend)42), GPUMEM_ERR_INVALID_ARGUMENT,
                    "unknown backend");
-  CHECK_OK(gpumem_select_backend(on_sim() ? GPUMEM_BACKEND_SIM : GPUMEM_BACKEND_CUDA));
+  CHECK_OK(gpumem_select_backend(check_on_sim() ? GPUMEM_BACKEND_SIM : GPUMEM_BACKEND_CUDA));
   CHECK(strcmp(gpumem_status_name((gpumem_status)999), "GPUMEM_STATUS_UNKNOWN") == 0);
   CHECK(strcmp(gpumem_status_name(GPUMEM_ERR_OUT_OF_MEMORY), "GPUMEM_ERR_OUT_OF_MEMORY") == 0);
   CHECK(strcmp(gpumem_status_string(GPUMEM_OK), "success") == 0);

@@ -27,12 +27,6 @@ static void check_pattern(const gpumem_buffer *buf, size_t size) {
       CHECK_FAIL_("byte %zu is %d, expected %d", i, host[i], pattern_byte(i));
 }
 
-static uint64_t live_count(gpumem_resource *mr) {
-  uint64_t count;
-  CHECK_OK(gpumem_resource_query(mr, GPUMEM_QUERY_LIVE_COUNT, &count));
-  return count;
-}
-
 static void test_create_and_sizes(gpumem_resource *mr, gpumem_stream stream) {
   gpumem_buffer *empty;
   CHECK_OK(gpumem_buffer_create(0, stream, mr, &empty));
@@ -48,9 +42,9 @@ static void test_create_and_sizes(gpumem_resource *mr, gpumem_stream stream) {
   CHECK_EQ(gpumem_buffer_capacity(buf), base_size);
   CHECK_PTR_EQ(gpumem_buffer_stream(buf), stream);
   CHECK_PTR_EQ(gpumem_buffer_resource(buf), mr);
-  CHECK_EQ(live_count(mr), 1);
+  CHECK_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 1);
   gpumem_buffer_destroy(buf);
-  CHECK_EQ(live_count(mr), 0);
+  CHECK_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
 }
 
 static void test_resize_reserve_shrink(gpumem_resource *mr, gpumem_stream stream) {
@@ -75,7 +69,7 @@ static void test_resize_reserve_shrink(gpumem_resource *mr, gpumem_stream stream
   CHECK_EQ(gpumem_buffer_size(buf), 3 * base_size);
   CHECK_EQ(gpumem_buffer_capacity(buf), 3 * base_size);
   check_pattern(buf, base_size);
-  CHECK_EQ(live_count(mr), 1);
+  CHECK_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 1);
 
   /* Reserve grows the capacity only. */
   CHECK_OK(gpumem_buffer_resize(buf, base_size, stream));
@@ -94,7 +88,7 @@ static void test_resize_reserve_shrink(gpumem_resource *mr, gpumem_stream stream
   CHECK_OK(gpumem_buffer_shrink_to_fit(buf, stream));
   CHECK_EQ(gpumem_buffer_capacity(buf), 0);
   CHECK_PTR_EQ(gpumem_buffer_data(buf), NULL);
-  CHECK_EQ(live_count(mr), 0);
+  CHECK_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
   gpumem_buffer_destroy(buf);
 }
 
@@ -198,7 +192,7 @@ int main(void) {
     test_streams(mr, stream);
     CHECK_OK(gpumem_stream_synchronize(stream));
     CHECK_OK(gpumem_stream_destroy(stream));
-    CHECK_EQ(live_count(mr), 0);
+    CHECK_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
     CHECK_OK(gpumem_resource_release(mr));
     printf("%-12s buffer semantics passed\n", specs[i]);
   }

@@ -92,4 +92,16 @@ static inline void check_init_backend(void) {
   printf("backend: %s\n", gpumem_backend_name());
 }
 
+/* True when the tests run on the simulated device. */
+static inline bool check_on_sim(void) {
+  return strcmp(gpumem_backend_name(), "sim") == 0;
+}
+
+/* A fact the resource must answer (gpumem_resource_query), failing the test otherwise. */
+static inline uint64_t check_query(gpumem_resource *mr, gpumem_query what) {
+  uint64_t value = 0;
+  CHECK_OK(gpumem_resource_query(mr, what, &value));
+  return value;
+}
+
 #endif /* GPUMEM_TESTS_CHECK_H */

@@ -36,16 +36,6 @@ static const char *const default_specs[] = {
     "binning(pool(vmm), min=10, max=22)",
 };
 
-static bool on_sim(void) {
-  return strcmp(gpumem_backend_name(), "sim") == 0;
-}
-
-static uint64_t query(gpumem_resource *mr, gpumem_query what) {
-  uint64_t value = 0;
-  CHECK_OK(gpumem_resource_query(mr, what, &value));
-  return value;
-}
-
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the
  * start and at the end: the block is real memory of the size asked. */
 static void check_usable(void *ptr, size_t bytes, int value, gpumem_stream stream) {
@@ -79,7 +69,7 @@ static size_t largest_request(gpumem_resource *mr) {
 }
 
 static void case_sizes(gpumem_resource *mr, gpumem_stream stream) {
-  uint64_t live_before = query(mr, GPUMEM_QUERY_LIVE_BYTES);
+  uint64_t live_before = check_query(mr, GPUMEM_QUERY_LIVE_BYTES);
   for (size_t bytes = 4; bytes <= (1u << 30); bytes *= 4) {
     void *ptr = NULL;
     if (bytes > largest_request(mr)) {
@@ -90,11 +80,11 @@ static void case_sizes(gpumem_resource *mr, gpumem_stream stream) {
     CHECK_OK(gpumem_allocate(mr, bytes, stream, &ptr));
     CHECK(ptr != NULL);
     CHECK_EQ((uintptr_t)ptr % GPUMEM_DEFAULT_ALIGNMENT, 0);
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_BYTES), live_before + bytes);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES), live_before + bytes);
     check_usable(ptr, bytes, (int)(bytes % 251), stream);
     CHECK_OK(gpumem_deallocate(mr, ptr, bytes, stream));
   }
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_BYTES), live_before);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES), live_before);
 }
 
 static void case_alignments(gpumem_resource *mr, gpumem_stream stream) {
@@ -118,11 +108,11 @@ static void case_alignments(gpumem_resource *mr, gpumem_stream stream) {
 static void case_out_of_memory(gpumem_resource *mr, const char *spec) {
   /* Asking a real GPU for more managed memory than it has can hang it for everyone; the
    * simulated device covers that path. */
-  if (!on_sim() && strstr(spec, "managed")) {
+  if (!check_on_sim() && strstr(spec, "managed")) {
     printf("  out of memory: not tried with managed memory on a real GPU\n");
     return;
   }
-  uint64_t live_before = query(mr, GPUMEM_QUERY_LIVE_COUNT);
+  uint64_t live_before = check_query(mr, GPUMEM_QUERY_LIVE_COUNT);
   void *ptr = (void *)0x1234;
   size_t huge = (size_t)1 << 50; /* 1 PiB */
   CHECK_FAILS_WITH(gpumem_allocate(mr, huge, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY,
@@ -130,7 +120,7 @@ static void case_out_of_memory(gpumem_resource *mr, const char *spec) {
   CHECK_CONTAINS(gpumem_last_error_message(), gpumem_resource_name(mr));
   CHECK_CONTAINS(gpumem_last_error_message(), "1 PiB");
   CHECK_PTR_EQ(ptr, (void *)0x1234);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), live_before);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), live_before);
   CHECK_OK(gpumem_allocate(mr, 4096, NULL, &ptr));
   CHECK_OK(gpumem_deallocate(mr, ptr, 4096, NULL));
 }
@@ -214,7 +204,7 @@ static void *random_worker(void *arg) {
 }
 
 static void case_threads(gpumem_resource *mr) {
-  uint64_t live_before = query(mr, GPUMEM_QUERY_LIVE_COUNT);
+  uint64_t live_before = check_query(mr, GPUMEM_QUERY_LIVE_COUNT);
   pthread_t threads[threads_count];
   worker_args args[threads_count];
   for (unsigned i = 0; i < threads_count; i++) {
@@ -224,7 +214,7 @@ static void case_threads(gpumem_resource *mr) {
   for (int i = 0; i < threads_count; i++)
     CHECK_EQ(pthread_join(threads[i], NULL), 0);
   CHECK_EQ(all_live_count, 0);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), live_before);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), live_before);
 }
 
 /* Producer on one stream, consumer on another, freed by the consumer; the producer's
@@ -292,7 +282,7 @@ static void check_spec(const char *spec) {
   case_threads(mr);
   case_cross_stream(mr);
   CHECK_OK(gpumem_stream_destroy(stream));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_resource_release(mr));
   case_release_with_live_memory(spec);
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);

@@ -57,18 +57,15 @@ static void test_replace_with_live_allocations(void) {
   CHECK_OK(gpumem_allocate(current, 1000, NULL, &ptr));
 
   CHECK_OK(gpumem_set_per_device_resource(0, NULL));
-  uint64_t live = 0;
-  CHECK_OK(gpumem_resource_query(current, GPUMEM_QUERY_LIVE_COUNT, &live));
-  CHECK_U64_EQ(live, 1);
+  CHECK_U64_EQ(check_query(current, GPUMEM_QUERY_LIVE_COUNT), 1);
   CHECK_OK(gpumem_memset_async(ptr, 0, 1000, NULL));
   CHECK_OK(gpumem_stream_synchronize(NULL));
   CHECK_OK(gpumem_deallocate(current, ptr, 1000, NULL));
-  CHECK_OK(gpumem_resource_query(cuda, GPUMEM_QUERY_LIVE_COUNT, &live));
-  CHECK(live > 0); /* the retired pool still holds its memory */
+  /* the retired pool still holds its memory */
+  CHECK(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT) > 0);
 
   CHECK_OK(gpumem_set_per_device_resource(0, NULL));
-  CHECK_OK(gpumem_resource_query(cuda, GPUMEM_QUERY_LIVE_COUNT, &live));
-  CHECK_U64_EQ(live, 0);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_resource_release(cuda));
 }
 

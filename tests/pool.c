@@ -24,16 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool on_sim(void) {
-  return strcmp(gpumem_backend_name(), "sim") == 0;
-}
-
-static uint64_t query(gpumem_resource *mr, gpumem_query what) {
-  uint64_t value = 0;
-  CHECK_OK(gpumem_resource_query(mr, what, &value));
-  return value;
-}
-
 static size_t rounded(size_t bytes) {
   return (bytes + 255) & ~(size_t)255;
 }
@@ -70,16 +60,16 @@ static void check_model(gpumem_resource *mr, const model *m) {
       CHECK_FAIL_("live blocks overlap: %#lx-%#lx and %#lx-%#lx", (unsigned long)spans[i - 1][0],
                   (unsigned long)spans[i - 1][1], (unsigned long)spans[i][0],
                   (unsigned long)spans[i][1]);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), count);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES),
-               m->live_rounded + query(mr, GPUMEM_QUERY_FREE_BYTES));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), count);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES),
+               m->live_rounded + check_query(mr, GPUMEM_QUERY_FREE_BYTES));
 }
 
 static void test_model(const char *spec) {
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec(spec, &mr));
-  uint64_t initial_reserved = query(mr, GPUMEM_QUERY_RESERVED_BYTES);
-  uint64_t initial_blocks = query(mr, GPUMEM_QUERY_FREE_BLOCKS);
+  uint64_t initial_reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  uint64_t initial_blocks = check_query(mr, GPUMEM_QUERY_FREE_BLOCKS);
   gpumem_stream stream;
   CHECK_OK(gpumem_stream_create(0, &stream));
   static model m;
@@ -112,14 +102,15 @@ static void test_model(const char *spec) {
       CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], stream));
   /* Everything free again: each chunk is one free block again (over vmm, whose growth steps
    * merged, one per region), nothing live. */
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BYTES), query(mr, GPUMEM_QUERY_RESERVED_BYTES));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES),
+               check_query(mr, GPUMEM_QUERY_RESERVED_BYTES));
   if (strncmp(spec, "arena", 5) == 0)
     ; /* stream pools keep their superblocks: no single initial state to compare with */
   else if (strstr(spec, "vmm")) /* one block per region: small requests and the rest */
-    CHECK(query(mr, GPUMEM_QUERY_FREE_BLOCKS) <= 2);
-  else if (initial_reserved == query(mr, GPUMEM_QUERY_RESERVED_BYTES))
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), initial_blocks);
+    CHECK(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS) <= 2);
+  else if (initial_reserved == check_query(mr, GPUMEM_QUERY_RESERVED_BYTES))
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), initial_blocks);
   CHECK_OK(gpumem_stream_synchronize(stream));
   CHECK_OK(gpumem_stream_destroy(stream));
   CHECK_OK(gpumem_resource_release(mr));
@@ -131,20 +122,20 @@ static void test_model(const char *spec) {
 static void test_growth_in_place(void) {
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
   enum { step = 2 << 20, count = 6 };
   void *blocks[count];
   for (int i = 0; i < count; i++)
     CHECK_OK(gpumem_allocate(mr, step, NULL, &blocks[i]));
   for (int i = 1; i < count; i++)
     CHECK_PTR_EQ(blocks[i], (char *)blocks[i - 1] + step); /* each growth step follows */
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), count * step);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), count * step);
   for (int i = 0; i < count; i += 2)
     CHECK_OK(gpumem_deallocate(mr, blocks[i], step, NULL));
   for (int i = 1; i < count; i += 2)
     CHECK_OK(gpumem_deallocate(mr, blocks[i], step, NULL));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), count * step);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), count * step);
   /* One block spanning every growth step. */
   void *all;
   CHECK_OK(gpumem_allocate(mr, count * step, NULL, &all));
@@ -153,17 +144,17 @@ static void test_growth_in_place(void) {
   size_t released = 0;
   CHECK_OK(gpumem_pool_trim(mr, &released));
   CHECK_EQ(released, count * step);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
 
   /* Trimmed to nothing, the pool grows again, in place, and trims again. */
   for (int round = 0; round < 2; round++) {
     for (int i = 0; i < 2; i++)
       CHECK_OK(gpumem_allocate(mr, step, NULL, &blocks[i]));
     CHECK_PTR_EQ(blocks[1], (char *)blocks[0] + step);
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2 * step);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2 * step);
     for (int i = 0; i < 2; i++)
       CHECK_OK(gpumem_deallocate(mr, blocks[i], step, NULL));
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
     CHECK_OK(gpumem_pool_trim(mr, &released));
     CHECK_EQ(released, 2 * step);
   }
@@ -186,7 +177,7 @@ static void test_maximum(void) {
   CHECK_CONTAINS(gpumem_last_error_message(), "maximum size");
   CHECK_CONTAINS(gpumem_last_error_message(), "pool(cuda");
   CHECK_EQ(count, 16);
-  CHECK(query(mr, GPUMEM_QUERY_RESERVED_BYTES) <= (16u << 20));
+  CHECK(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES) <= (16u << 20));
   /* Still usable: a freed block is handed out again. */
   CHECK_OK(gpumem_deallocate(mr, blocks[5], block, NULL));
   void *again;
@@ -216,18 +207,18 @@ static void test_trim(void) {
   CHECK_OK(gpumem_allocate(mr, 1000, NULL, &small));
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpumem_allocate(mr, 3 << 20, NULL, &big[i]));
-  uint64_t reserved = query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
   CHECK(reserved >= (2u << 20) + 4 * (3u << 20));
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpumem_deallocate(mr, big[i], 3 << 20, NULL));
   size_t released = 0;
   CHECK_OK(gpumem_pool_trim(mr, &released));
   /* The growth chunks went back; the initial chunk holds a live block and stays. */
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2u << 20);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2u << 20);
   CHECK_U64_EQ(released, reserved - (2u << 20));
   CHECK_OK(gpumem_deallocate(mr, small, 1000, NULL));
   CHECK_OK(gpumem_pool_trim(mr, &released));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
   CHECK_FAILS_WITH(gpumem_pool_trim(NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "not a pool");
   CHECK_OK(gpumem_resource_release(mr));
   printf("trim passed\n");
@@ -238,7 +229,7 @@ static void test_trim(void) {
 enum { seal_every = 16 }; /* the pool's batch: one event record per this many frees */
 
 static void test_cross_stream(void) {
-  if (!on_sim()) {
+  if (!check_on_sim()) {
     printf("cross-stream event counting: simulated device only\n");
     return;
   }
@@ -267,7 +258,7 @@ static void test_cross_stream(void) {
   /* Stream a's kernels are pending; b takes a's sealed memory only after waiting on it. */
   gpumem_sim_reset_hazards();
   uint64_t waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
-  uint64_t reserved = query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
   for (int i = 0; i < count; i++) {
     CHECK_OK(gpumem_allocate(mr, bytes, b, &blocks[i]));
     CHECK_OK(gpumem_sim_launch(b, blocks[i], bytes, i));
@@ -275,11 +266,12 @@ static void test_cross_stream(void) {
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT) - waits <= 2);
   /* At most the last unsealed batch had to come from new memory. */
-  CHECK(query(mr, GPUMEM_QUERY_RESERVED_BYTES) - reserved <= (uint64_t)seal_every * 2 * bytes);
+  CHECK(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES) - reserved <=
+        (uint64_t)seal_every * 2 * bytes);
 
   /* A seal whose event record fails is a failed free: nothing changes, and it can be
    * freed again. */
-  uint64_t live = query(mr, GPUMEM_QUERY_LIVE_COUNT);
+  uint64_t live = check_query(mr, GPUMEM_QUERY_LIVE_COUNT);
   int freed = 0;
   for (; freed < count; freed++) {
     CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_EVENT_RECORD, 1));
@@ -287,7 +279,7 @@ static void test_cross_stream(void) {
     if (status != GPUMEM_OK) {
       CHECK_STATUS(status, GPUMEM_ERR_CUDA);
       CHECK_CONTAINS(gpumem_last_error_message(), "event");
-      CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), live - (uint64_t)freed);
+      CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), live - (uint64_t)freed);
       CHECK_OK(gpumem_deallocate(mr, blocks[freed], bytes, b));
       freed++;
       break;
@@ -361,9 +353,9 @@ static void test_threads(const char *spec) {
   for (int i = 0; i < thread_count; i++)
     for (int j = 0; j < mailboxes[i].count; j++)
       CHECK_OK(gpumem_deallocate(shared_pool, mailboxes[i].ptr[j], mailboxes[i].bytes[j], NULL));
-  CHECK_U64_EQ(query(shared_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
-  CHECK_U64_EQ(query(shared_pool, GPUMEM_QUERY_FREE_BYTES),
-               query(shared_pool, GPUMEM_QUERY_RESERVED_BYTES));
+  CHECK_U64_EQ(check_query(shared_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(shared_pool, GPUMEM_QUERY_FREE_BYTES),
+               check_query(shared_pool, GPUMEM_QUERY_RESERVED_BYTES));
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   CHECK_OK(gpumem_resource_release(shared_pool));
   printf("%-34s %d threads freeing each other's blocks passed\n", spec, thread_count);
@@ -404,16 +396,16 @@ static void test_arena_query_while_growing(void) {
     /* Each figure is read alone, and a live count sums pieces read one after another while
      * superblocks move between them, so it may be off by the few moved meanwhile; but it
      * never wraps below zero into nonsense. */
-    uint64_t live = query(growing_arena, GPUMEM_QUERY_LIVE_COUNT);
+    uint64_t live = check_query(growing_arena, GPUMEM_QUERY_LIVE_COUNT);
     CHECK(live <= (uint64_t)arena_workers * 32 + 64);
-    query(growing_arena, GPUMEM_QUERY_FREE_BLOCKS);
-    query(growing_arena, GPUMEM_QUERY_LARGEST_FREE_BLOCK);
-    CHECK(query(growing_arena, GPUMEM_QUERY_RESERVED_BYTES) <= (uint64_t)1 << 30);
+    check_query(growing_arena, GPUMEM_QUERY_FREE_BLOCKS);
+    check_query(growing_arena, GPUMEM_QUERY_LARGEST_FREE_BLOCK);
+    CHECK(check_query(growing_arena, GPUMEM_QUERY_RESERVED_BYTES) <= (uint64_t)1 << 30);
     queries++;
   }
   for (int i = 0; i < arena_workers; i++)
     CHECK_EQ(pthread_join(threads[i], NULL), 0);
-  CHECK_U64_EQ(query(growing_arena, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(growing_arena, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_resource_release(growing_arena));
   printf("arena queried %llu times while %d streams grew it passed\n", (unsigned long long)queries,
          arena_workers);
@@ -423,7 +415,7 @@ static void test_arena_query_while_growing(void) {
  * release reports it, the arena (what is left of it) still serves both streams, and the
  * next release frees everything. */
 static void test_arena_failed_release(void) {
-  if (!on_sim())
+  if (!check_on_sim())
     return;
   uint64_t used_before = 0, used = 0;
   CHECK_OK(gpumem_sim_device_used(0, &used_before));
@@ -490,7 +482,7 @@ static void test_default_streams_of_another_device(void) {
   }
   CHECK_OK(gpumem_deallocate(pool, a, 100, NULL));
   CHECK_OK(gpumem_deallocate(pool, b, 100, per_thread));
-  CHECK_U64_EQ(query(pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(pool, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_set_device(1));
   CHECK_OK(gpumem_stream_synchronize(NULL));
   CHECK_OK(gpumem_set_device(0));
@@ -520,8 +512,9 @@ static void test_many_streams(const char *spec, int stream_count) {
       CHECK_OK(
           gpumem_deallocate(mr, held[s], 1000 + (size_t)s * 64, streams[(s + 1) % stream_count]));
   }
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_FREE_BYTES), query(mr, GPUMEM_QUERY_RESERVED_BYTES));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES),
+               check_query(mr, GPUMEM_QUERY_RESERVED_BYTES));
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   for (int s = 0; s < stream_count; s++) {
     CHECK_OK(gpumem_stream_synchronize(streams[s]));

@@ -17,27 +17,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static uint64_t query(gpumem_resource *mr, gpumem_query what) {
-  uint64_t value = 0;
-  CHECK_OK(gpumem_resource_query(mr, what, &value));
-  return value;
-}
-
 static void test_fixed_size(void) {
   gpumem_resource *cuda, *mr;
   CHECK_OK(gpumem_cuda_create(0, &cuda));
   gpumem_fixed_size_options options = {.block_size = 64 << 10, .blocks_to_preallocate = 4};
   CHECK_OK(gpumem_fixed_size_create(cuda, &options, &mr));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
   void *blocks[5];
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpumem_allocate(mr, 1 + i * 1000, NULL, &blocks[i]));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 4 * (64 << 10));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 4 * (64 << 10));
   for (int i = 1; i < 4; i++) /* whole blocks, one after another in the chunk */
     CHECK_EQ((char *)blocks[i] - (char *)blocks[i - 1], 64 << 10);
   CHECK_OK(gpumem_allocate(mr, 64 << 10, NULL, &blocks[4]));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), 8 * (64 << 10));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_BYTES), 1 + 1001 + 2001 + 3001 + (64 << 10));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 8 * (64 << 10));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES), 1 + 1001 + 2001 + 3001 + (64 << 10));
 
   /* A freed block comes back. */
   CHECK_OK(gpumem_deallocate(mr, blocks[2], 2001, NULL));
@@ -63,7 +57,7 @@ static void test_fixed_size(void) {
   CHECK_OK(gpumem_resource_describe(mr, spec, sizeof spec));
   CHECK_CONTAINS(spec, "fixed_size(cuda, block=65536, prealloc=4)");
   CHECK_OK(gpumem_resource_release(mr));
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_resource_release(cuda));
   printf("fixed_size passed\n");
 }
@@ -74,19 +68,19 @@ static void test_binning(void) {
   gpumem_binning_options options = {.min_exponent = 10, .max_exponent = 16};
   CHECK_OK(gpumem_binning_create(cuda, &options, &mr));
   /* Bins are made when first used: creation takes nothing. */
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 0);
 
   void *small, *medium, *large;
   CHECK_OK(gpumem_allocate(mr, 100, NULL, &small)); /* the 1 KiB bin: one 2 MiB chunk */
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 2 << 20);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 2 << 20);
   CHECK_OK(gpumem_allocate(mr, 50000, NULL, &medium)); /* the 64 KiB bin */
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 4 << 20);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_RESERVED_BYTES), 4 << 20);
   CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, &large)); /* beyond the bins: the upstream */
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 3);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 3);
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_BYTES), 100 + 50000 + (1 << 20));
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 3);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 3);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES), 100 + 50000 + (1 << 20));
   CHECK_OK(gpumem_deallocate(mr, large, 1 << 20, NULL));
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 2);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 2);
 
   /* A bin the program adds: requests above 64 KiB up to 2 MiB go to it. */
   gpumem_resource *pool;
@@ -94,14 +88,14 @@ static void test_binning(void) {
   CHECK_OK(gpumem_binning_add_bin(mr, 2 << 20, pool));
   void *custom;
   CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, &custom));
-  CHECK_U64_EQ(query(pool, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_U64_EQ(check_query(pool, GPUMEM_QUERY_LIVE_COUNT), 1);
   CHECK_OK(gpumem_deallocate(mr, custom, 1 << 20, NULL));
-  CHECK_U64_EQ(query(pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(pool, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_resource_release(pool)); /* the binning resource retained it */
 
   CHECK_OK(gpumem_deallocate(mr, small, 100, NULL));
   CHECK_OK(gpumem_deallocate(mr, medium, 50000, NULL));
-  CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
 
   CHECK_FAILS_WITH(gpumem_binning_add_bin(cuda, 1024, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
                    "not a binning resource");
@@ -132,8 +126,8 @@ static void test_growth_rounding(void) {
     void *blocks[129];
     for (int i = 0; i < 129; i++)
       CHECK_OK(gpumem_allocate(mr, 3000, NULL, &blocks[i]));
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_RESERVED_BYTES), cases[c].reserved);
-    CHECK_U64_EQ(query(mr, GPUMEM_QUERY_LIVE_COUNT), 129);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), cases[c].reserved);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 129);
     for (int i = 0; i < 129; i++)
       CHECK_OK(gpumem_deallocate(mr, blocks[i], 3000, NULL));
     CHECK_OK(gpumem_resource_release(mr));
@@ -150,24 +144,24 @@ static void test_binning_replace(void) {
   CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, first));
   void *ptr;
   CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
-  CHECK_U64_EQ(query(first, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_U64_EQ(check_query(first, GPUMEM_QUERY_LIVE_COUNT), 1);
 
   /* The first bin holds a live block, whose free must still find it. */
   CHECK_FAILS_WITH(gpumem_binning_add_bin(mr, 1 << 20, second), GPUMEM_ERR_MISUSE,
                    "1 live allocations");
   CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
-  CHECK_U64_EQ(query(first, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(first, GPUMEM_QUERY_LIVE_COUNT), 0);
 
   CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, second));
   CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
-  CHECK_U64_EQ(query(second, GPUMEM_QUERY_LIVE_COUNT), 1);
-  CHECK_U64_EQ(query(first, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(second, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_U64_EQ(check_query(first, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
   /* The binning resource let go of the first pool and holds the second. */
   CHECK_OK(gpumem_resource_release(first));
   CHECK_OK(gpumem_resource_release(second));
   CHECK_OK(gpumem_resource_release(mr));
-  CHECK_U64_EQ(query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem_resource_release(cuda));
   printf("binning replace passed\n");
 }
