@@ -48,6 +48,17 @@ void *gpumem__sim_index_get(const sim_index *index, uint64_t key) {
   return at < index->count && index->items[at].key == key ? index->items[at].value.ptr : NULL;
 }
 
+gpumem_status gpumem__sim_find_handle(const sim_index *index, const char *call, const char *what,
+                                      const void *handle, void **out) {
+  *out = gpumem__sim_index_get(index, (uintptr_t)handle);
+  if (*out)
+    return GPUMEM_OK;
+  return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                      "simulated device: %s: %p is not %s of the simulated device (never "
+                      "created, or destroyed)",
+                      call, handle, what);
+}
+
 void *gpumem__sim_index_floor(const sim_index *index, uint64_t key) {
   size_t at = lower_bound(index, key);
   if (at < index->count && index->items[at].key == key)

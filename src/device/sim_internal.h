@@ -42,6 +42,11 @@ typedef struct sim_index {
 
 /* The object stored under exactly `key`, or NULL. */
 void *gpumem__sim_index_get(const sim_index *index, uint64_t key);
+/* The object a handle given to the simulated device names: *out and GPUMEM_OK, or
+ * INVALID_ARGUMENT saying that `handle` is not `what` ("a stream") of the simulated
+ * device, for `call`. */
+gpumem_status gpumem__sim_find_handle(const sim_index *index, const char *call, const char *what,
+                                      const void *handle, void **out);
 /* The object with the greatest key <= `key`, or NULL. */
 void *gpumem__sim_index_floor(const sim_index *index, uint64_t key);
 /* Makes room for `extra` more entries, so that the inserts after it cannot fail; false

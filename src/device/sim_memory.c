@@ -485,13 +485,7 @@ static gpumem_status grow_pool(sim_pool *pool, size_t bytes, sim_alloc **out) {
  * ------------------------------------------------------------------------------------- */
 
 static gpumem_status find_pool(const char *call, gpumem__mempool handle, sim_pool **pool) {
-  *pool = gpumem__sim_index_get(&gpumem__sim.pools, (uintptr_t)handle);
-  if (*pool)
-    return GPUMEM_OK;
-  return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                      "simulated device: %s: %p is not a driver pool of the simulated device "
-                      "(never created, or destroyed)",
-                      call, (void *)handle);
+  return gpumem__sim_find_handle(&gpumem__sim.pools, call, "a driver pool", handle, (void **)pool);
 }
 
 /* The device layer's callers name the pool's device (the real driver needs a context of

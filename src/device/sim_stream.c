@@ -84,26 +84,9 @@ bool gpumem__sim_stream_register(sim_stream *stream) {
   return true;
 }
 
-/* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: the current device's default stream. */
+/* NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: a device's default stream. */
 static bool is_special_handle(gpumem_stream handle) {
   return (uintptr_t)handle <= 2;
-}
-
-gpumem_status gpumem__sim_resolve_stream(const char *call, gpumem_stream handle,
-                                         sim_stream **stream) {
-  if (is_special_handle(handle)) {
-    *stream = gpumem__sim.default_stream[gpumem__sim_current_device()];
-    return GPUMEM_OK;
-  }
-  sim_stream *found = gpumem__sim_index_get(&gpumem__sim.streams_by_handle, (uintptr_t)handle);
-  if (found) {
-    *stream = found;
-    return GPUMEM_OK;
-  }
-  return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                      "simulated device: %s: %p is not a stream of the simulated device (never "
-                      "created, or destroyed)",
-                      call, (void *)handle);
 }
 
 gpumem_status gpumem__sim_resolve_stream_of(const char *call, int device, gpumem_stream handle,
@@ -112,16 +95,13 @@ gpumem_status gpumem__sim_resolve_stream_of(const char *call, int device, gpumem
     *stream = gpumem__sim.default_stream[device];
     return GPUMEM_OK;
   }
-  return gpumem__sim_resolve_stream(call, handle, stream);
+  return gpumem__sim_find_handle(&gpumem__sim.streams_by_handle, call, "a stream", handle,
+                                 (void **)stream);
 }
 
-/* The device layer's callers name the event's device; a wrong one is a bug in gpumem. */
-static gpumem_status check_event_device(const char *call, const sim_event *event, int device) {
-  if (event->device == device)
-    return GPUMEM_OK;
-  return gpumem__fail(GPUMEM_ERR_INVALID_DEVICE,
-                      "simulated device: %s: the event belongs to device %d, not device %d", call,
-                      event->device, device);
+gpumem_status gpumem__sim_resolve_stream(const char *call, gpumem_stream handle,
+                                         sim_stream **stream) {
+  return gpumem__sim_resolve_stream_of(call, gpumem__sim_current_device(), handle, stream);
 }
 
 bool gpumem__sim_stream_reached(uint64_t stream_id, uint64_t point) {
@@ -354,13 +334,7 @@ gpumem_status gpumem__sim_stream_query(gpumem_stream handle) {
  * ------------------------------------------------------------------------------------- */
 
 static gpumem_status find_event(const char *call, gpumem__event handle, sim_event **event) {
-  *event = gpumem__sim_index_get(&gpumem__sim.events, (uintptr_t)handle);
-  if (*event)
-    return GPUMEM_OK;
-  return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                      "simulated device: %s: %p is not an event of the simulated device (never "
-                      "created, or destroyed)",
-                      call, (void *)handle);
+  return gpumem__sim_find_handle(&gpumem__sim.events, call, "an event", handle, (void **)event);
 }
 
 gpumem_status gpumem__sim_event_create(int device, gpumem__event *out) {
@@ -427,18 +401,38 @@ static gpumem_status record(sim_event *event, sim_stream *stream) {
   return GPUMEM_OK;
 }
 
+/* The device layer's callers name the event's device; a wrong one is a bug in gpumem. */
+static gpumem_status check_event_device(const char *call, const sim_event *event, int device) {
+  if (event->device == device)
+    return GPUMEM_OK;
+  return gpumem__fail(GPUMEM_ERR_INVALID_DEVICE,
+                      "simulated device: %s: the event belongs to device %d, not device %d", call,
+                      event->device, device);
+}
+
+/* What event_record and stream_wait_event share, under the lock: the call counted (and
+ * failed when planned), the event found and checked to be `device`'s, and the stream
+ * resolved (a default stream means that device's). */
+static gpumem_status event_and_stream(gpumem_sim_call kind, const char *call, int device,
+                                      gpumem__event event_handle, gpumem_stream stream_handle,
+                                      sim_event **event, sim_stream **stream) {
+  gpumem_status status = gpumem__sim_enter(kind);
+  if (status == GPUMEM_OK)
+    status = find_event(call, event_handle, event);
+  if (status == GPUMEM_OK)
+    status = check_event_device(call, *event, device);
+  if (status == GPUMEM_OK)
+    status = gpumem__sim_resolve_stream_of(call, device, stream_handle, stream);
+  return status;
+}
+
 gpumem_status gpumem__sim_event_record(int device, gpumem__event handle,
                                        gpumem_stream stream_handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_event *event = NULL;
   sim_stream *stream = NULL;
-  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_EVENT_RECORD);
-  if (status == GPUMEM_OK)
-    status = find_event("event_record", handle, &event);
-  if (status == GPUMEM_OK)
-    status = check_event_device("event_record", event, device);
-  if (status == GPUMEM_OK)
-    status = gpumem__sim_resolve_stream_of("event_record", device, stream_handle, &stream);
+  gpumem_status status = event_and_stream(GPUMEM_SIM_CALL_EVENT_RECORD, "event_record", device,
+                                          handle, stream_handle, &event, &stream);
   if (status == GPUMEM_OK)
     status = record(event, stream);
   pthread_mutex_unlock(&gpumem__sim.lock);
@@ -501,13 +495,8 @@ gpumem_status gpumem__sim_stream_wait_event(int device, gpumem_stream stream_han
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_event *event = NULL;
   sim_stream *stream = NULL;
-  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_STREAM_WAIT);
-  if (status == GPUMEM_OK)
-    status = find_event("stream_wait_event", handle, &event);
-  if (status == GPUMEM_OK)
-    status = check_event_device("stream_wait_event", event, device);
-  if (status == GPUMEM_OK)
-    status = gpumem__sim_resolve_stream_of("stream_wait_event", device, stream_handle, &stream);
+  gpumem_status status = event_and_stream(GPUMEM_SIM_CALL_STREAM_WAIT, "stream_wait_event", device,
+                                          handle, stream_handle, &event, &stream);
   if (status == GPUMEM_OK)
     status = wait_event(stream, event);
   pthread_mutex_unlock(&gpumem__sim.lock);
