@@ -33,6 +33,16 @@ static int stream_or_own(py_buffer *self, PyObject *object, gpumem_stream *strea
   return gpumem_py_stream(object, stream);
 }
 
+/* The arguments of a method whose only one is stream=None (the buffer's own). */
+static int only_stream_argument(py_buffer *self, PyObject *args, PyObject *kwargs,
+                                gpumem_stream *stream) {
+  static char *keywords[] = {"stream", NULL};
+  PyObject *stream_object = Py_None;
+  return need_buffer(self) &&
+         PyArg_ParseTupleAndKeywords(args, kwargs, "|O", keywords, &stream_object) &&
+         stream_or_own(self, stream_object, stream);
+}
+
 static int wait_for(gpumem_stream stream) {
   gpumem_status status;
   Py_BEGIN_ALLOW_THREADS;
@@ -168,7 +178,7 @@ static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, char 
     return NULL;
   if (size < 0)
     return PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
-  return ok_or_raise(fn(self->buf, (size_t)size, stream)) ? Py_NewRef(Py_None) : NULL;
+  return gpumem_py_none_or_raise(fn(self->buf, (size_t)size, stream));
 }
 
 static PyObject *buffer_resize(py_buffer *self, PyObject *args, PyObject *kwargs) {
@@ -186,12 +196,8 @@ static PyObject *buffer_reserve(py_buffer *self, PyObject *args, PyObject *kwarg
  * ------------------------------------------------------------------------------------- */
 
 static PyObject *buffer_copy(py_buffer *self, PyObject *args, PyObject *kwargs) {
-  static char *keywords[] = {"stream", NULL};
-  PyObject *stream_object = Py_None;
   gpumem_stream stream;
-  if (!need_buffer(self) ||
-      !PyArg_ParseTupleAndKeywords(args, kwargs, "|O", keywords, &stream_object) ||
-      !stream_or_own(self, stream_object, &stream))
+  if (!only_stream_argument(self, args, kwargs, &stream))
     return NULL;
   py_buffer *copy = new_object();
   if (!copy || !ok_or_raise(gpumem_buffer_copy(self->buf, stream, NULL, &copy->buf))) {
@@ -253,12 +259,8 @@ static PyObject *buffer_copy_to_host(py_buffer *self, PyObject *args, PyObject *
 }
 
 static PyObject *buffer_tobytes(py_buffer *self, PyObject *args, PyObject *kwargs) {
-  static char *keywords[] = {"stream", NULL};
-  PyObject *stream_object = Py_None;
   gpumem_stream stream;
-  if (!need_buffer(self) ||
-      !PyArg_ParseTupleAndKeywords(args, kwargs, "|O", keywords, &stream_object) ||
-      !stream_or_own(self, stream_object, &stream))
+  if (!only_stream_argument(self, args, kwargs, &stream))
     return NULL;
   PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)gpumem_buffer_size(self->buf));
   if (bytes && !copy_out(self, PyBytes_AS_STRING(bytes), stream))
@@ -337,7 +339,7 @@ static PyObject *buffer_prefetch(py_buffer *self, PyObject *args, PyObject *kwar
   /* Memory that is not managed has nothing to move: as RMM's prefetch, a no-op. */
   if (status == GPUMEM_ERR_UNSUPPORTED)
     status = GPUMEM_OK;
-  return ok_or_raise(status) ? Py_NewRef(Py_None) : NULL;
+  return gpumem_py_none_or_raise(status);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ extern PyObject *gpumem_py_error, *gpumem_py_oom_error, *gpumem_py_invalid_error
 
 /* Raises the exception for `status` with the library's message; returns NULL. */
 PyObject *gpumem_py_raise(gpumem_status status);
+/* None for GPUMEM_OK, else raises as gpumem_py_raise: the result of a call returning
+ * nothing. */
+PyObject *gpumem_py_none_or_raise(gpumem_status status);
 
 /* A stream given as None, an int, or an object with a CUDA stream (cupy .ptr, torch
  * .cuda_stream, numba .handle). Returns 0 and sets an exception when it is none of those. */

@@ -21,6 +21,10 @@ PyObject *gpumem_py_raise(gpumem_status status) {
   return NULL;
 }
 
+PyObject *gpumem_py_none_or_raise(gpumem_status status) {
+  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+}
+
 /* The integer value of a stream-like attribute (an int, or a ctypes value with .value). */
 static int stream_from_attribute(PyObject *value, gpumem_stream *stream) {
   PyObject *number = value;
@@ -99,7 +103,7 @@ static PyObject *py_select_backend(PyObject *self, PyObject *name) {
   if ((int)backend == -1)
     return PyErr_Format(gpumem_py_invalid_error, "backend must be 'cuda' or 'sim', not %R", name);
   gpumem_status status = gpumem_select_backend(backend);
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 static PyObject *py_backend_name(PyObject *self, PyObject *unused) {
@@ -108,7 +112,7 @@ static PyObject *py_backend_name(PyObject *self, PyObject *unused) {
 
 static PyObject *py_init(PyObject *self, PyObject *unused) {
   gpumem_status status = gpumem_init();
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 static PyObject *py_settings(PyObject *self, PyObject *unused) {
@@ -132,7 +136,7 @@ static PyObject *py_set_device(PyObject *self, PyObject *arg) {
   if (!gpumem_py_device(arg, &device))
     return NULL;
   gpumem_status status = gpumem_set_device(device);
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 static PyObject *py_memory_info(PyObject *self, PyObject *args) {
@@ -168,7 +172,7 @@ static PyObject *py_synchronize(PyObject *self, PyObject *args) {
     return NULL;
   gpumem_status status;
   Py_BEGIN_ALLOW_THREADS status = gpumem_stream_synchronize(stream);
-  Py_END_ALLOW_THREADS return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  Py_END_ALLOW_THREADS return gpumem_py_none_or_raise(status);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -225,7 +229,7 @@ static PyObject *py_reinitialize(PyObject *self, PyObject *args) {
                                          .devices = list,
                                          .device_count = (size_t)count};
   gpumem_status status = gpumem_reinitialize(&options);
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 /* get_per_device_resource(device): a base Resource object holding its own reference. */
@@ -252,7 +256,7 @@ static PyObject *py_set_per_device_resource(PyObject *self, PyObject *args) {
   if (device == GPUMEM_CURRENT_DEVICE && mr)
     device = gpumem_resource_device(mr);
   gpumem_status status = gpumem_set_per_device_resource(device, mr);
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -261,7 +265,7 @@ static PyObject *py_set_per_device_resource(PyObject *self, PyObject *args) {
 
 static PyObject *py_sim_complete_all(PyObject *self, PyObject *unused) {
   gpumem_status status = gpumem_sim_complete_all();
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 static PyObject *py_sim_hazard_count(PyObject *self, PyObject *unused) {

@@ -84,7 +84,7 @@ static PyObject *resource_deallocate(gpumem_py_resource *self, PyObject *args, P
   if (PyErr_Occurred())
     return NULL;
   gpumem_status status = gpumem_deallocate(self->mr, ptr, (size_t)nbytes, stream);
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 static PyObject *resource_name(gpumem_py_resource *self, void *closure) {
@@ -303,7 +303,7 @@ static PyObject *py_binning_add_bin(PyObject *module, PyObject *args) {
   if (bin_object != Py_None && !(bin = gpumem_py_resource_handle(bin_object)))
     return NULL;
   gpumem_status status = gpumem_binning_add_bin(mr, (size_t)size, bin);
-  return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
+  return gpumem_py_none_or_raise(status);
 }
 
 /* pool_trim(self) -> bytes given back */
