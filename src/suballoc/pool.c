@@ -53,7 +53,6 @@ enum { REGION_LARGE = 0, REGION_SMALL = 1, REGION_COUNT = 2 };
 
 typedef struct free_set {
   gpumem_stream stream;
-  bool fresh; /* memory no stream has used yet: taking it needs no wait */
   /* Freed on this stream since its last seal: only this stream may reuse them. */
   gpumem__free_index open[REGION_COUNT];
   /* Covered by `event`: another stream may take them after waiting on it. */
@@ -81,7 +80,7 @@ typedef struct pool_resource {
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
   size_t growth_rounding;
-  free_set fresh;
+  free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;
   free_set *last_set;
@@ -107,8 +106,9 @@ static size_t region_for(const pool_resource *pool, size_t size) {
   return pool->split_regions && size < SMALL_LIMIT ? REGION_SMALL : REGION_LARGE;
 }
 
-/* Cuts `block` at `offset`: it keeps the front, the returned new block the rest. NULL when
- * host memory is exhausted (nothing changed then). */
+/* Cuts `block` at `offset`: it keeps the front, the returned new block the rest, in the
+ * same state and set (and in no index). NULL when host memory is exhausted (nothing changed
+ * then). */
 static gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t offset) {
   gpumem__block *rest = gpumem__block_new(&pool->slab);
   if (!rest)
@@ -116,6 +116,8 @@ static gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t of
   rest->addr = block->addr + offset;
   rest->size = block->size - offset;
   rest->region = block->region;
+  rest->is_free = block->is_free;
+  rest->owner = block->owner;
   rest->prev_addr = block;
   rest->next_addr = block->next_addr;
   if (block->next_addr)
@@ -140,30 +142,45 @@ static void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block 
   gpumem__block_delete(&pool->slab, next);
 }
 
-static gpumem__free_index *index_of(const pool_resource *pool, free_set *set,
-                                    const gpumem__block *block) {
+static bool is_fresh(const pool_resource *pool, const free_set *set) {
+  return set == &pool->fresh;
+}
+
+/* The state new memory joins `set` in: it has no pending work, so it is sealed (free for
+ * all) in the fresh set, and open in a stream's set like anything that stream will use. */
+static uint32_t growth_state(const pool_resource *pool, const free_set *set) {
+  return is_fresh(pool, set) ? BLOCK_SEALED : BLOCK_OPEN;
+}
+
+static gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
   return block->is_free == BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
 }
 
+static bool free_in(const gpumem__block *block, const free_set *set, uint32_t state) {
+  return block->is_free == state && block->owner == set;
+}
+
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
- * and state (an open block merged into a sealed one would unseal it). A neighbour that
- * absorbs the block grows in place in the index. */
-static void release_block(pool_resource *pool, free_set *set, gpumem__block *block,
-                          uint32_t state) {
+ * and state (an open block merged into a sealed one would unseal it; address neighbours
+ * are always of the same region, as only a region's own tail is linked to its growth). A
+ * neighbour that absorbs the block grows in place in the index. Returns the free block
+ * that holds the block's memory now. */
+static gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__block *block,
+                                    uint32_t state) {
+  gpumem__free_index *index =
+      state == BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
-  bool merge_prev =
-      prev && prev->is_free == state && prev->owner == set && prev->region == block->region;
-  bool merge_following =
-      next && next->is_free == state && next->owner == set && next->region == block->region;
+  bool merge_prev = prev && free_in(prev, set, state);
+  bool merge_following = next && free_in(next, set, state);
   if (merge_prev) {
     size_t old_size = prev->size;
     merge_next(pool, prev, block);
     if (merge_following) {
-      gpumem__free_index_remove(index_of(pool, set, next), next);
+      gpumem__free_index_remove(index, next);
       merge_next(pool, prev, next);
     }
-    gpumem__free_index_resized(index_of(pool, set, prev), prev, old_size);
-    return;
+    gpumem__free_index_resized(index, prev, old_size);
+    return prev;
   }
   if (merge_following) {
     /* `next` takes the block's place: it starts earlier and keeps its index entry. */
@@ -174,12 +191,13 @@ static void release_block(pool_resource *pool, free_set *set, gpumem__block *blo
     if (prev)
       prev->next_addr = next;
     gpumem__block_delete(&pool->slab, block);
-    gpumem__free_index_resized(index_of(pool, set, next), next, old_size);
-    return;
+    gpumem__free_index_resized(index, next, old_size);
+    return next;
   }
   block->is_free = state;
   block->owner = set;
-  gpumem__free_index_insert(index_of(pool, set, block), block);
+  gpumem__free_index_insert(index, block);
+  return block;
 }
 
 /* The best fitting free block of `set` in region `r` for `size` bytes, open or sealed. */
@@ -268,8 +286,8 @@ static void move_block(gpumem__block *block, void *user) {
   release_block(move->pool, move->to, block, move->state);
 }
 
-/* Moves every block of one index of `from` into `to` as `state`. */
-static void move_index(pool_resource *pool, free_set *from, gpumem__free_index *index, free_set *to,
+/* Moves every block of `index` (of another set, or of `to` itself) into `to` as `state`. */
+static void move_index(pool_resource *pool, gpumem__free_index *index, free_set *to,
                        uint32_t state) {
   move_context move = {pool, to, index, state};
   gpumem__free_index_each(index, move_block, &move);
@@ -288,7 +306,7 @@ static gpumem_status seal(pool_resource *pool, free_set *set) {
     return gpumem__fail_context(status, "pool: recording the event that lets other streams "
                                         "reuse this stream's frees");
   for (size_t r = 0; r < REGION_COUNT; r++)
-    move_index(pool, set, &set->open[r], set, BLOCK_SEALED);
+    move_index(pool, &set->open[r], set, BLOCK_SEALED);
   set->open_frees = 0;
   return GPUMEM_OK;
 }
@@ -323,7 +341,7 @@ static gpumem_status steal(pool_resource *pool, free_set *to, size_t r, size_t s
     if (from == to || from->sealed[r].total_bytes < size ||
         !gpumem__free_index_find(&from->sealed[r], size))
       continue;
-    if (!from->fresh) {
+    if (!is_fresh(pool, from)) {
       gpumem_status status =
           pool->header.dev->stream_wait_event(pool->header.device, to->stream, from->event);
       if (status != GPUMEM_OK)
@@ -332,8 +350,8 @@ static gpumem_status steal(pool_resource *pool, free_set *to, size_t r, size_t s
     /* Taken blocks are open in `to`: their last use is on another stream, which only
      * `to`'s own next seal covers for third streams. The wait covers both regions. */
     for (size_t other = 0; other < REGION_COUNT; other++)
-      move_index(pool, from, &from->sealed[other], to, BLOCK_OPEN);
-    if (!from->fresh && open_blocks(from) == 0)
+      move_index(pool, &from->sealed[other], to, BLOCK_OPEN);
+    if (!is_fresh(pool, from) && open_blocks(from) == 0)
       drop_set(pool, i);
     *out = find_in_set(to, r, size);
     return GPUMEM_OK;
@@ -351,8 +369,8 @@ static gpumem_status fold_into_fresh(pool_resource *pool, free_set *keep) {
   for (size_t i = pool->set_count; i-- > 1;) {
     free_set *set = pool->sets[i];
     for (size_t r = 0; r < REGION_COUNT; r++) {
-      move_index(pool, set, &set->open[r], &pool->fresh, BLOCK_SEALED);
-      move_index(pool, set, &set->sealed[r], &pool->fresh, BLOCK_SEALED);
+      move_index(pool, &set->open[r], &pool->fresh, BLOCK_SEALED);
+      move_index(pool, &set->sealed[r], &pool->fresh, BLOCK_SEALED);
     }
     if (set != keep)
       drop_set(pool, i);
@@ -401,8 +419,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
   if (pool->grows_in_place && next) {
     size_t wanted = full, shortfall;
-    uint32_t state = set->fresh ? BLOCK_SEALED : BLOCK_OPEN;
-    if (tail && tail->is_free == state && tail->owner == set && tail->size < size &&
+    if (tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
         !growth_step(pool, size - tail->size, &shortfall))
       wanted = shortfall;
     if (gpumem__vmm_allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
@@ -416,9 +433,11 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
 }
 
 /* Takes memory for at least `size` bytes from the upstream for region `ri` on `set`'s
- * stream and files it in `set`. On failure *why says why, for the out-of-memory message. */
+ * stream and files it in `set`; *grown_block: the free block holding it now (merged with
+ * the region's free tail when it grew in place). On failure *why says why, for the
+ * out-of-memory message. */
 static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
-                          const char **why) {
+                          const char **why, gpumem__block **grown_block) {
   gpumem__block *block = gpumem__block_new(&pool->slab);
   if (!block) {
     *why = "the host is out of memory for the pool's bookkeeping";
@@ -451,9 +470,7 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t 
   if (!last || block->addr > last->addr)
     r->tail = block;
   gpumem__stats_add_reserved(&pool->stats, step);
-  /* New memory has no pending work: sealed (free for all) in the fresh set, open in a
-   * stream's set like anything that stream will use. */
-  release_block(pool, set, block, set->fresh ? BLOCK_SEALED : BLOCK_OPEN);
+  *grown_block = release_block(pool, set, block, growth_state(pool, set));
   return GPUMEM_OK;
 }
 
@@ -488,8 +505,7 @@ static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, siz
  * (nothing changed then). */
 static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block, size_t size,
                             size_t alignment) {
-  gpumem__free_index *index = index_of(pool, set, block);
-  uint32_t state = block->is_free;
+  gpumem__free_index *index = index_of(set, block);
   uintptr_t start = gpumem__align_up(block->addr, alignment);
   if (start != block->addr) {
     /* The skipped piece keeps the block's struct and index entry; the rest is cut after it. */
@@ -498,8 +514,6 @@ static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *b
     if (!rest)
       return NULL;
     gpumem__free_index_resized(index, block, old_size);
-    rest->is_free = state;
-    rest->owner = set;
     gpumem__free_index_insert(index, rest);
     block = rest;
   }
@@ -537,11 +551,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   gpumem_status status = GPUMEM_OK;
   if (!block)
     status = steal(pool, set, ri, search, &block);
-  if (status == GPUMEM_OK && !block) {
-    status = grow(pool, set, ri, search, why);
-    if (status == GPUMEM_OK)
-      block = find_in_set(set, ri, search);
-  }
+  if (status == GPUMEM_OK && !block)
+    status = grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     status = find_anywhere(pool, set, search, &block);
     if (status == GPUMEM_OK && !block && pool->set_count > 1) {
@@ -684,7 +695,7 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
     block->next_addr->prev_addr = NULL;
   region *r = region_of(pool, block);
   if (r->tail == block) /* growth now continues after the region's block before it */
-    r->tail = prev && prev->region == block->region ? prev : NULL;
+    r->tail = prev;
 }
 
 /* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh
@@ -692,7 +703,7 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
 static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
   gpumem_resource *up = pool->header.upstream;
   free_set *set = &pool->fresh;
-  gpumem__free_index *index = index_of(pool, set, block); /* every piece stays in its region */
+  gpumem__free_index *index = index_of(set, block); /* every piece stays in its region */
   gpumem__free_index_remove(index, block);
   size_t at = gpumem__sorted_lower_bound(&pool->chunks, block->addr);
   while (at < pool->chunks.count && block) {
@@ -704,18 +715,12 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
       piece = split(pool, block, c.addr - block->addr);
       if (!piece)
         break;
-      piece->is_free = BLOCK_SEALED;
-      piece->owner = set;
       gpumem__free_index_insert(index, block);
     }
     if (piece->size > c.size && !(after = split(pool, piece, c.size))) {
       release_block(pool, set, piece, BLOCK_SEALED);
       block = NULL;
       break;
-    }
-    if (after) {
-      after->is_free = BLOCK_SEALED;
-      after->owner = set;
     }
     /* The device was synchronized before the trim: no work uses the chunk any more, and
      * the default stream, unlike a freeing stream, cannot have been destroyed. */
@@ -813,7 +818,7 @@ static void free_structures(pool_resource *pool) {
   for (size_t i = 0; i < pool->set_count; i++) {
     if (pool->sets[i]->event)
       pool->header.dev->event_destroy(pool->sets[i]->event);
-    if (pool->sets[i] != &pool->fresh)
+    if (!is_fresh(pool, pool->sets[i]))
       free(pool->sets[i]);
   }
   free(pool->sets);
@@ -886,7 +891,6 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
     pool->growth_rounding = gpumem__vmm_granularity(upstream);
   if (growth_rounding)
     pool->growth_rounding = growth_rounding;
-  pool->fresh.fresh = true;
   for (size_t r = 0; r < REGION_COUNT; r++) {
     gpumem__free_index_init(&pool->fresh.open[r]);
     gpumem__free_index_init(&pool->fresh.sealed[r]);
@@ -911,7 +915,9 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   if (options->initial_size == 0)
     return GPUMEM_OK;
   const char *why = "";
-  gpumem_status status = grow(pool, &pool->fresh, REGION_LARGE, options->initial_size, &why);
+  gpumem__block *initial;
+  gpumem_status status =
+      grow(pool, &pool->fresh, REGION_LARGE, options->initial_size, &why, &initial);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "gpumem_pool_create: taking the initial %zu bytes (%s)",
                                 options->initial_size, why);
