@@ -14,9 +14,6 @@ typedef struct gpumem__spinlock {
   atomic_int locked;
 } gpumem__spinlock;
 
-#define GPUMEM__SPINLOCK_INIT                                                                      \
-  { 0 }
-
 static inline void gpumem__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();

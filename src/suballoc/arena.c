@@ -188,8 +188,8 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
   /* Empty at first: the first superblock is taken when the stream first allocates, so no
    * device call happens under the arena's lock here. */
   gpumem_pool_options options = {0};
-  gpumem_status status = gpumem__pool_create_rounded(&local->source, &options,
-                                                     arena->options.superblock_size, &local->pool);
+  gpumem_status status = gpumem__pool_create_rounded(
+      &local->source, &options, arena->options.superblock_size, 0, &local->pool);
   if (status != GPUMEM_OK) {
     free(local);
     return status;

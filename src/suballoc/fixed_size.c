@@ -105,12 +105,12 @@ gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
   /* Nothing taken at creation: a bin that is never used costs nothing. */
   gpumem_pool_options pool_options = {0};
   gpumem_status status = gpumem__pool_create_rounded(
-      upstream, &pool_options, options.block_size * options.blocks_to_preallocate, &self->pool);
+      upstream, &pool_options, options.block_size * options.blocks_to_preallocate,
+      options.block_size, &self->pool);
   if (status != GPUMEM_OK) {
     free(self);
     return status;
   }
-  gpumem__pool_set_fixed_block(self->pool, options.block_size);
   gpumem__resource_init(&self->header, &fixed_size_ops, upstream->device, upstream->dev, upstream);
   self->options = options;
   *out = &self->header;

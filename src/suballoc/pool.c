@@ -856,12 +856,6 @@ bool gpumem__is_pool(const gpumem_resource *mr) {
   return mr && mr->ops == &pool_ops;
 }
 
-void gpumem__pool_set_fixed_block(gpumem_resource *mr, size_t block_size) {
-  pool_resource *pool = (pool_resource *)mr;
-  pool->fixed_block = block_size;
-  pool->split_regions = false; /* equal blocks: no small requests to keep apart */
-}
-
 /* The default initial size: half the device's free memory for device-memory upstreams, none
  * for those that grow in place or hand out host memory. */
 static gpumem_status default_initial_size(const gpumem_resource *upstream, bool grows_in_place,
@@ -881,32 +875,32 @@ static gpumem_status default_initial_size(const gpumem_resource *upstream, bool 
 }
 
 static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
-                               const gpumem_pool_options *options, size_t growth_rounding) {
+                               const gpumem_pool_options *options, size_t growth_rounding,
+                               size_t fixed_block) {
   gpumem__resource_init(&pool->header, &pool_ops, upstream->device, upstream->dev, upstream);
   pool->options = *options;
+  pool->fixed_block = fixed_block;
   pool->chunks = (gpumem__sorted)GPUMEM__SORTED_INIT(chunk);
   pool->grows_in_place = gpumem__vmm_grows_in_place(upstream);
-  pool->growth_rounding = GROWTH_ROUNDING;
-  if (pool->grows_in_place)
-    pool->growth_rounding = gpumem__vmm_granularity(upstream);
-  if (growth_rounding)
-    pool->growth_rounding = growth_rounding;
+  pool->growth_rounding = growth_rounding ? growth_rounding : GROWTH_ROUNDING;
   for (size_t r = 0; r < REGION_COUNT; r++) {
     gpumem__free_index_init(&pool->fresh.open[r]);
     gpumem__free_index_init(&pool->fresh.sealed[r]);
   }
   if (pool->grows_in_place) {
-    /* Growth steps are whole granules, or the vmm would map more than the pool counts. */
+    /* Growth steps are whole granules (by default one), or the vmm would map more than the
+     * pool counts. */
     size_t granularity = gpumem__vmm_granularity(upstream);
-    pool->growth_rounding = (pool->growth_rounding + granularity - 1) / granularity * granularity;
+    pool->growth_rounding =
+        growth_rounding ? gpumem__align_up(growth_rounding, granularity) : granularity;
     /* Large requests grow up from the start of the vmm range, small ones from its middle;
-     * a pool of equal blocks has no use for two. */
+     * a pool of equal blocks has no small requests to keep apart. */
     uintptr_t base;
     size_t size;
     gpumem__vmm_range(upstream, &base, &size);
     pool->regions[REGION_LARGE].base = base;
     pool->regions[REGION_SMALL].base = base + size / 2 / granularity * granularity;
-    pool->split_regions = true;
+    pool->split_regions = !fixed_block;
   }
   gpumem__block_slab_init(&pool->slab);
   gpumem__stats_init(&pool->stats);
@@ -938,12 +932,12 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
     if (options.maximum_size && options.initial_size > options.maximum_size)
       options.initial_size = options.maximum_size;
   }
-  return gpumem__pool_create_rounded(upstream, &options, 0, out);
+  return gpumem__pool_create_rounded(upstream, &options, 0, 0, out);
 }
 
 gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                                           const gpumem_pool_options *opts, size_t growth_rounding,
-                                          gpumem_resource **out) {
+                                          size_t fixed_block, gpumem_resource **out) {
   gpumem_pool_options options = *opts;
   if (options.maximum_size && options.initial_size > options.maximum_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
@@ -952,7 +946,7 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
   pool_resource *pool = calloc(1, sizeof *pool);
   if (!pool)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
-  gpumem_status status = init_pool(pool, upstream, &options, growth_rounding);
+  gpumem_status status = init_pool(pool, upstream, &options, growth_rounding, fixed_block);
   if (status != GPUMEM_OK) {
     /* Only a failed initial growth can leave anything to give back: nothing was taken. */
     gpumem_resource_release(pool->header.upstream);

@@ -11,14 +11,12 @@ bool gpumem__is_pool(const gpumem_resource *mr);
 
 /* gpumem_pool_create for pools inside other suballocators: the options are taken as they are
  * (an initial size of 0 takes nothing), and growth comes in multiples of `growth_rounding`
- * (a multiple of 256; 0: the default). */
+ * (a multiple of 256; 0: the default). A nonzero `fixed_block` (a multiple of 256) makes
+ * every block exactly that size, whatever the request up to it: the pool under a
+ * fixed_size resource. */
 gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                                           const gpumem_pool_options *opts, size_t growth_rounding,
-                                          gpumem_resource **out);
-
-/* Makes every block of the pool exactly `block_size` bytes (a multiple of 256), whatever
- * the request up to that size: the pool under a fixed_size resource. Before first use. */
-void gpumem__pool_set_fixed_block(gpumem_resource *pool, size_t block_size);
+                                          size_t fixed_block, gpumem_resource **out);
 
 /* Frees ptr if the pool owns it (*owned true then, and the status is the free's); when it
  * does not, returns GPUMEM_OK with *owned false and sets no message. */
