@@ -89,7 +89,7 @@ const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size) {
   return buf;
 }
 
-gpumem_status gpumem__fail_through(const gpumem_resource *mr, gpumem_status status) {
+gpumem_status gpumem__prefix_with_spec(const gpumem_resource *mr, gpumem_status status) {
   char spec[512];
   gpumem__describe(mr, spec, sizeof spec);
   return gpumem__fail_context(status, "%s", spec);

@@ -79,9 +79,15 @@ void gpumem__clear_error(void);
 gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* A failure of the resource `mr` passed calls to, told as mr's: prefixes the thread's
- * message with mr's spec (the caller knows mr, not its insides). Returns status. */
-gpumem_status gpumem__fail_through(const gpumem_resource *mr, gpumem_status status);
+/* Prefixes the thread's message with mr's spec. Returns status. */
+gpumem_status gpumem__prefix_with_spec(const gpumem_resource *mr, gpumem_status status);
+
+/* The result of a call `mr` passed on to another resource, told as mr's: a failure gets
+ * mr's spec before its message (the caller knows mr, not its insides); GPUMEM_OK passes
+ * through untouched, so that a result can be handed back as it is. */
+static inline gpumem_status gpumem__fail_through(const gpumem_resource *mr, gpumem_status status) {
+  return GPUMEM_LIKELY(status == GPUMEM_OK) ? status : gpumem__prefix_with_spec(mr, status);
+}
 
 /* Records the raw CUresult of a failed driver call for gpumem_last_cuda_error(). */
 void gpumem__set_cuda_error(int cuda_error);

@@ -22,6 +22,16 @@ size_t gpumem__sorted_lower_bound(const gpumem__sorted *array, uintptr_t key) {
   return low;
 }
 
+size_t gpumem__sorted_find(const gpumem__sorted *array, uintptr_t key) {
+  size_t at = gpumem__sorted_lower_bound(array, key);
+  return at < array->count && key_at(array, at) == key ? at : array->count;
+}
+
+size_t gpumem__sorted_floor(const gpumem__sorted *array, uintptr_t key) {
+  size_t after = gpumem__sorted_lower_bound(array, key + 1);
+  return after > 0 ? after - 1 : array->count;
+}
+
 bool gpumem__sorted_reserve(gpumem__sorted *array, size_t count) {
   if (count <= array->capacity)
     return true;

@@ -20,6 +20,11 @@ typedef struct gpumem__sorted {
 
 /* The first position whose key is >= key. */
 size_t gpumem__sorted_lower_bound(const gpumem__sorted *array, uintptr_t key);
+/* The position of the element whose key is exactly `key`; array->count when there is none. */
+size_t gpumem__sorted_find(const gpumem__sorted *array, uintptr_t key);
+/* The position of the last element whose key is <= key (the one a range starting there
+ * would hold `key` in); array->count when there is none. */
+size_t gpumem__sorted_floor(const gpumem__sorted *array, uintptr_t key);
 
 /* Makes room for `count` elements in all. False when host memory is exhausted. */
 bool gpumem__sorted_reserve(gpumem__sorted *array, size_t count);

@@ -65,17 +65,16 @@ static bool register_superblock(arena_resource *arena, uintptr_t start, size_t s
 }
 
 static void unregister_superblock(arena_resource *arena, uintptr_t start) {
-  size_t at = gpumem__sorted_lower_bound(&arena->superblocks, start);
-  if (at < arena->superblocks.count &&
-      ((superblock *)gpumem__sorted_at(&arena->superblocks, at))->start == start)
+  size_t at = gpumem__sorted_find(&arena->superblocks, start);
+  if (at < arena->superblocks.count)
     gpumem__sorted_remove_at(&arena->superblocks, at);
 }
 
 static local_arena *owner_of(arena_resource *arena, uintptr_t addr) {
   pthread_mutex_lock(&arena->lock);
-  /* The last superblock starting at or before addr. */
-  size_t at = gpumem__sorted_lower_bound(&arena->superblocks, addr + 1);
-  const superblock *candidate = at > 0 ? gpumem__sorted_at(&arena->superblocks, at - 1) : NULL;
+  size_t at = gpumem__sorted_floor(&arena->superblocks, addr);
+  const superblock *candidate =
+      at < arena->superblocks.count ? gpumem__sorted_at(&arena->superblocks, at) : NULL;
   local_arena *owner = candidate && addr < candidate->end ? candidate->owner : NULL;
   pthread_mutex_unlock(&arena->lock);
   return owner;
@@ -231,9 +230,12 @@ static gpumem_status local_for(arena_resource *arena, gpumem_stream stream, loca
 /* A copy of the list of local pools, taken under the arena's mutex, so that callers can
  * call into the pools without it (a growing pool takes the mutex itself, for the
  * registry). Locals are only removed when the arena is destroyed. NULL when empty or when
- * host memory is exhausted. */
-static local_arena **snapshot_locals(arena_resource *arena, size_t *count) {
+ * host memory is exhausted. *superblocks (may be NULL): how many superblocks the locals
+ * held at that moment. */
+static local_arena **snapshot_locals(arena_resource *arena, size_t *count, size_t *superblocks) {
   pthread_mutex_lock(&arena->lock);
+  if (superblocks)
+    *superblocks = arena->superblocks.count;
   *count = arena->local_count;
   local_arena **locals = *count ? malloc(*count * sizeof *locals) : NULL;
   if (locals)
@@ -247,20 +249,23 @@ static local_arena **snapshot_locals(arena_resource *arena, size_t *count) {
 /* Has every local pool give its free superblocks back to the global pool. */
 static void reclaim_superblocks(arena_resource *arena) {
   size_t count;
-  local_arena **locals = snapshot_locals(arena, &count);
+  local_arena **locals = snapshot_locals(arena, &count, NULL);
   for (size_t i = 0; i < count; i++)
     gpumem_pool_trim(locals[i]->pool, NULL);
   free(locals);
+}
+
+/* Requests of a quarter superblock or more go to the global pool directly. */
+static bool is_large(const arena_resource *arena, size_t bytes, size_t alignment) {
+  return bytes >= arena->large_threshold || alignment >= arena->large_threshold;
 }
 
 static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                     gpumem_stream stream, void **ptr) {
   arena_resource *arena = (arena_resource *)mr;
   gpumem_resource *global = arena->global;
-  if (bytes >= arena->large_threshold || alignment >= arena->large_threshold) {
-    gpumem_status status = global->ops->allocate(global, bytes, alignment, stream, ptr);
-    return status == GPUMEM_OK ? GPUMEM_OK : gpumem__fail_through(mr, status);
-  }
+  if (is_large(arena, bytes, alignment))
+    return gpumem__fail_through(mr, global->ops->allocate(global, bytes, alignment, stream, ptr));
   local_arena *local;
   gpumem_status status = local_for(arena, stream, &local);
   if (status != GPUMEM_OK)
@@ -273,7 +278,7 @@ static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t al
    * streams may hold whole free superblocks. */
   status = global->ops->allocate(global, bytes, alignment, stream, ptr);
   if (status != GPUMEM_ERR_OUT_OF_MEMORY)
-    return status == GPUMEM_OK ? GPUMEM_OK : gpumem__fail_through(mr, status);
+    return gpumem__fail_through(mr, status);
   reclaim_superblocks(arena);
   status = pool->ops->allocate(pool, bytes, alignment, stream, ptr);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY)
@@ -288,7 +293,7 @@ static gpumem_status arena_deallocate(gpumem_resource *mr, void *ptr, size_t byt
                                       size_t alignment, gpumem_stream stream) {
   arena_resource *arena = (arena_resource *)mr;
   gpumem_resource *global = arena->global;
-  if (bytes < arena->large_threshold && alignment < arena->large_threshold) {
+  if (!is_large(arena, bytes, alignment)) {
     bool owned = false;
     local_arena *local = cached_local(arena, stream);
     gpumem_status status = GPUMEM_OK;
@@ -304,8 +309,7 @@ static gpumem_status arena_deallocate(gpumem_resource *mr, void *ptr, size_t byt
     if (owned)
       return status;
   }
-  gpumem_status status = global->ops->deallocate(global, ptr, bytes, alignment, stream);
-  return status == GPUMEM_OK ? GPUMEM_OK : gpumem__fail_through(mr, status);
+  return gpumem__fail_through(mr, global->ops->deallocate(global, ptr, bytes, alignment, stream));
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -340,11 +344,8 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
   /* The pieces are read one after another while other threads may move superblocks between
    * the global pool and the local ones, so the sum can be off by the superblocks moved
    * meanwhile: it is kept signed and never reported below zero. */
-  pthread_mutex_lock(&arena->lock);
-  int64_t superblocks = (int64_t)arena->superblocks.count;
-  pthread_mutex_unlock(&arena->lock);
-  size_t count;
-  local_arena **locals = snapshot_locals(arena, &count);
+  size_t count, superblocks;
+  local_arena **locals = snapshot_locals(arena, &count, &superblocks);
   int64_t value = (int64_t)fact(global, what);
   for (size_t i = 0; i < count; i++) {
     const gpumem_resource *pool = locals[i]->pool;
@@ -358,7 +359,7 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
   }
   free(locals);
   if (what == GPUMEM_QUERY_LIVE_COUNT)
-    value -= superblocks;
+    value -= (int64_t)superblocks;
   *out = value > 0 ? (uint64_t)value : 0;
   return GPUMEM_OK;
 }

@@ -70,11 +70,11 @@ static void cut_range(vmm_resource *self, size_t at, uintptr_t start, size_t siz
 static bool take_range(vmm_resource *self, uintptr_t want, size_t size, size_t alignment,
                        uintptr_t *addr) {
   if (want) {
-    size_t at = gpumem__sorted_lower_bound(&self->free_ranges, want + 1);
-    va_range *r = at > 0 ? range_at(self, at - 1) : NULL;
+    size_t at = gpumem__sorted_floor(&self->free_ranges, want);
+    va_range *r = at < self->free_ranges.count ? range_at(self, at) : NULL;
     if (!r || want + size > r->addr + r->size || want + size < want)
       return false;
-    cut_range(self, at - 1, want, size);
+    cut_range(self, at, want, size);
     *addr = want;
     return true;
   }
@@ -197,9 +197,9 @@ static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes
                                     gpumem_stream stream) {
   vmm_resource *self = (vmm_resource *)mr;
   pthread_mutex_lock(&self->lock);
-  size_t at = gpumem__sorted_lower_bound(&self->mappings, (uintptr_t)ptr);
+  size_t at = gpumem__sorted_find(&self->mappings, (uintptr_t)ptr);
   gpumem_status status;
-  if (at == self->mappings.count || mapping_at(self, at)->addr != (uintptr_t)ptr)
+  if (at == self->mappings.count)
     status = gpumem__fail(GPUMEM_ERR_MISUSE,
                           "deallocate of %p (%zu bytes) from resource 'vmm': that pointer is "
                           "not a live allocation of this resource (never allocated here, or "
