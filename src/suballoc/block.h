@@ -30,7 +30,7 @@ struct gpumem__block {
     };
     size_t requested; /* while allocated: the size the user asked for */
   };
-  void *owner;      /* the suballocator part that holds the block (free set, arena) */
+  void *owner;      /* the suballocator part that holds the block (the pool's free set) */
   uint32_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
   uint32_t region;  /* the part of the suballocator's memory it belongs to */
 };
@@ -78,7 +78,8 @@ void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
 gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size);
 /* The largest free block (walks one class). */
 size_t gpumem__free_index_largest(const gpumem__free_index *index);
-/* Calls fn on every block (fn must not change the index). */
+/* Calls fn on every block; fn may remove the block it is given from the index, nothing
+ * else. */
 void gpumem__free_index_each(const gpumem__free_index *index,
                              void (*fn)(gpumem__block *block, void *user), void *user);
 

@@ -781,6 +781,16 @@ gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
  * Facts, life
  * ------------------------------------------------------------------------------------- */
 
+/* Adds a free index's part of a free-memory query to *value. */
+static void add_free_fact(gpumem_query what, const gpumem__free_index *index, uint64_t *value) {
+  if (what == GPUMEM_QUERY_FREE_BLOCKS)
+    *value += index->block_count;
+  else if (what == GPUMEM_QUERY_FREE_BYTES)
+    *value += index->total_bytes;
+  else if (gpumem__free_index_largest(index) > *value)
+    *value = gpumem__free_index_largest(index);
+}
+
 static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
   pool_resource *pool = (pool_resource *)mr;
   if (what != GPUMEM_QUERY_LARGEST_FREE_BLOCK && what != GPUMEM_QUERY_FREE_BLOCKS &&
@@ -788,19 +798,11 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
     return gpumem__stats_query(&pool->stats, what, out);
   uint64_t value = 0;
   gpumem__spin_lock(&pool->lock);
-  for (size_t i = 0; i < 2 * REGION_COUNT * pool->set_count; i++) {
-    const free_set *set = pool->sets[i / (2 * REGION_COUNT)];
-    size_t r = i / 2 % REGION_COUNT;
-    const gpumem__free_index *index = i % 2 ? &set->sealed[r] : &set->open[r];
-    if (what == GPUMEM_QUERY_FREE_BLOCKS) {
-      value += index->block_count;
-    } else if (what == GPUMEM_QUERY_FREE_BYTES) {
-      value += index->total_bytes;
-    } else {
-      size_t largest = gpumem__free_index_largest(index);
-      value = largest > value ? largest : value;
+  for (size_t i = 0; i < pool->set_count; i++)
+    for (size_t r = 0; r < REGION_COUNT; r++) {
+      add_free_fact(what, &pool->sets[i]->open[r], &value);
+      add_free_fact(what, &pool->sets[i]->sealed[r], &value);
     }
-  }
   gpumem__spin_unlock(&pool->lock);
   *out = value;
   return GPUMEM_OK;
