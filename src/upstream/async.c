@@ -33,7 +33,6 @@ static gpumem_status async_reserved(const gpumem__base_resource *base_self, uint
 }
 
 static const gpumem__base_impl async_impl = {
-    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
     .raw_allocate = async_raw_allocate,
     .raw_free = async_raw_free,
     .reserved = async_reserved,

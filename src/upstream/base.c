@@ -2,6 +2,7 @@
 #include "upstream/base.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *ops,
@@ -15,6 +16,23 @@ void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *
 
 void gpumem__base_fini(gpumem__base_resource *self) {
   gpumem__ptrmap_destroy(&self->live);
+}
+
+gpumem_status gpumem__base_new(const char *creator, size_t size, const gpumem__resource_ops *ops,
+                               const gpumem__base_impl *impl, int device,
+                               const gpumem__device_ops *dev, gpumem__base_resource **out) {
+  gpumem__base_resource *self = calloc(1, size);
+  if (!self)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory", creator);
+  gpumem__base_init(self, ops, impl, device, dev);
+  *out = self;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem__base_destroy(gpumem_resource *mr) {
+  gpumem__base_fini((gpumem__base_resource *)mr);
+  free(mr);
+  return GPUMEM_OK;
 }
 
 gpumem_status gpumem__base_prepare(const char *creator, int device, const gpumem__device_ops **dev,
@@ -40,10 +58,11 @@ static void add_reserved(gpumem__base_resource *self, size_t raw_bytes) {
   }
 }
 
-/* Bytes to ask of the device so that an `alignment`-aligned block of `bytes` fits. */
-static size_t raw_size(const gpumem__base_resource *self, size_t bytes, size_t alignment) {
-  size_t natural = self->impl->natural_alignment;
-  return alignment > natural ? bytes + alignment - natural : bytes;
+/* Bytes to ask of the device so that an `alignment`-aligned block of `bytes` fits. The
+ * front end made sure that this does not overflow. */
+static size_t raw_size(size_t bytes, size_t alignment) {
+  return alignment > GPUMEM_DEFAULT_ALIGNMENT ? bytes + alignment - GPUMEM_DEFAULT_ALIGNMENT
+                                              : bytes;
 }
 
 gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
@@ -52,10 +71,7 @@ gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t al
   gpumem_status status = gpumem__check_stream(mr->dev, mr->device, stream);
   if (status != GPUMEM_OK)
     return status;
-  size_t raw_bytes = raw_size(self, bytes, alignment);
-  if (raw_bytes < bytes)
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "allocating %zu bytes aligned to %zu overflows", bytes, alignment);
+  size_t raw_bytes = raw_size(bytes, alignment);
   void *base;
   status = self->impl->raw_allocate(self, raw_bytes, stream, &base);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
@@ -72,7 +88,8 @@ gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t al
     self->impl->raw_free(self, base, raw_bytes, stream);
     return status;
   }
-  add_reserved(self, raw_bytes);
+  if (!self->impl->reserved) /* else the device's own figure is the one queries answer */
+    add_reserved(self, raw_bytes);
   *ptr = aligned;
   return GPUMEM_OK;
 }
@@ -93,7 +110,8 @@ gpumem_status gpumem__base_deallocate(gpumem_resource *mr, void *ptr, size_t byt
     return gpumem__fail_context(status, "freeing %p (%zu bytes) to resource '%s'", ptr, bytes,
                                 mr->ops->kind);
   }
-  atomic_fetch_sub_explicit(&self->reserved_bytes, raw_bytes, memory_order_relaxed);
+  if (!self->impl->reserved)
+    atomic_fetch_sub_explicit(&self->reserved_bytes, raw_bytes, memory_order_relaxed);
   return GPUMEM_OK;
 }
 

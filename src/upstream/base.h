@@ -14,9 +14,8 @@
 typedef struct gpumem__base_resource gpumem__base_resource;
 
 typedef struct gpumem__base_impl {
-  /* Alignment every raw allocation has; larger requests are over-allocated. */
-  size_t natural_alignment;
-  /* Allocates `bytes` on `stream`; on failure sets the thread's error. */
+  /* Allocates `bytes` on `stream`, aligned to at least GPUMEM_DEFAULT_ALIGNMENT (larger
+   * alignments are over-allocated); on failure sets the thread's error. */
   gpumem_status (*raw_allocate)(gpumem__base_resource *self, size_t bytes, gpumem_stream stream,
                                 void **base);
   /* Frees a raw allocation of `bytes`, stream-ordered where the resource can be. */
@@ -38,6 +37,14 @@ struct gpumem__base_resource {
 void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *ops,
                        const gpumem__base_impl *impl, int device, const gpumem__device_ops *dev);
 void gpumem__base_fini(gpumem__base_resource *self);
+
+/* A zeroed base resource of `size` bytes (its own struct, which starts with the base),
+ * initialized; for `creator`'s out-of-host-memory message. */
+gpumem_status gpumem__base_new(const char *creator, size_t size, const gpumem__resource_ops *ops,
+                               const gpumem__base_impl *impl, int device,
+                               const gpumem__device_ops *dev, gpumem__base_resource **out);
+/* The destroy op of base resources with nothing of their own to give back. */
+gpumem_status gpumem__base_destroy(gpumem_resource *mr);
 
 /* The ops every base resource uses for allocate, deallocate and query. */
 gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,

@@ -5,7 +5,6 @@
  * irrelevant to ordering. */
 #include "upstream/base.h"
 
-#include <stdlib.h>
 
 static gpumem_status cuda_raw_allocate(gpumem__base_resource *self, size_t bytes,
                                        gpumem_stream stream, void **base) {
@@ -18,16 +17,9 @@ static gpumem_status cuda_raw_free(gpumem__base_resource *self, void *base, size
 }
 
 static const gpumem__base_impl cuda_impl = {
-    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
     .raw_allocate = cuda_raw_allocate,
     .raw_free = cuda_raw_free,
 };
-
-static gpumem_status cuda_destroy(gpumem_resource *mr) {
-  gpumem__base_fini((gpumem__base_resource *)mr);
-  free(mr);
-  return GPUMEM_OK;
-}
 
 static const gpumem__resource_ops cuda_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
@@ -35,7 +27,7 @@ static const gpumem__resource_ops cuda_ops = {
     .allocate = gpumem__base_allocate,
     .deallocate = gpumem__base_deallocate,
     .query = gpumem__base_query,
-    .destroy = cuda_destroy,
+    .destroy = gpumem__base_destroy,
 };
 
 gpumem_status gpumem_cuda_create(int device, gpumem_resource **out) {
@@ -45,10 +37,10 @@ gpumem_status gpumem_cuda_create(int device, gpumem_resource **out) {
   gpumem_status status = gpumem__base_prepare("gpumem_cuda_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
-  gpumem__base_resource *self = calloc(1, sizeof *self);
-  if (!self)
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_cuda_create: out of host memory");
-  gpumem__base_init(self, &cuda_ops, &cuda_impl, device, dev);
-  *out = &self->header;
-  return GPUMEM_OK;
+  gpumem__base_resource *self;
+  status = gpumem__base_new("gpumem_cuda_create", sizeof *self, &cuda_ops, &cuda_impl, device, dev,
+                            &self);
+  if (status == GPUMEM_OK)
+    *out = &self->header;
+  return status;
 }

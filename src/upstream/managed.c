@@ -7,7 +7,6 @@
 #include "upstream/base.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 typedef struct managed_resource {
   gpumem__base_resource base;
@@ -45,7 +44,6 @@ static gpumem_status managed_raw_free(gpumem__base_resource *self, void *base, s
 }
 
 static const gpumem__base_impl managed_impl = {
-    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
     .raw_allocate = managed_raw_allocate,
     .raw_free = managed_raw_free,
 };
@@ -62,12 +60,6 @@ static void managed_describe(const gpumem_resource *mr, char *buf, size_t size) 
            (a & GPUMEM_ADVISE_ACCESSED_BY_DEVICE) ? ", accessed_by_device=true" : "");
 }
 
-static gpumem_status managed_destroy(gpumem_resource *mr) {
-  gpumem__base_fini((gpumem__base_resource *)mr);
-  free(mr);
-  return GPUMEM_OK;
-}
-
 static const gpumem__resource_ops managed_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "managed",
@@ -75,7 +67,7 @@ static const gpumem__resource_ops managed_ops = {
     .deallocate = gpumem__base_deallocate,
     .query = gpumem__base_query,
     .describe = managed_describe,
-    .destroy = managed_destroy,
+    .destroy = gpumem__base_destroy,
 };
 
 gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *opts,
@@ -98,10 +90,11 @@ gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *op
   gpumem_status status = gpumem__base_prepare("gpumem_managed_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
-  managed_resource *self = calloc(1, sizeof *self);
-  if (!self)
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_managed_create: out of host memory");
-  gpumem__base_init(&self->base, &managed_ops, &managed_impl, device, dev);
+  managed_resource *self;
+  status = gpumem__base_new("gpumem_managed_create", sizeof *self, &managed_ops, &managed_impl,
+                            device, dev, (gpumem__base_resource **)&self);
+  if (status != GPUMEM_OK)
+    return status;
   self->options = options;
   *out = &self->base.header;
   return GPUMEM_OK;

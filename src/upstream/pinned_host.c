@@ -5,7 +5,6 @@
 #include "upstream/base.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 typedef struct pinned_resource {
   gpumem__base_resource base;
@@ -25,7 +24,6 @@ static gpumem_status pinned_raw_free(gpumem__base_resource *self, void *base, si
 }
 
 static const gpumem__base_impl pinned_impl = {
-    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
     .raw_allocate = pinned_raw_allocate,
     .raw_free = pinned_raw_free,
 };
@@ -37,12 +35,6 @@ static void pinned_describe(const gpumem_resource *mr, char *buf, size_t size) {
            (flags & GPUMEM_PINNED_WRITE_COMBINED) ? "true" : "false");
 }
 
-static gpumem_status pinned_destroy(gpumem_resource *mr) {
-  gpumem__base_fini((gpumem__base_resource *)mr);
-  free(mr);
-  return GPUMEM_OK;
-}
-
 static const gpumem__resource_ops pinned_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "pinned_host",
@@ -50,7 +42,7 @@ static const gpumem__resource_ops pinned_ops = {
     .deallocate = gpumem__base_deallocate,
     .query = gpumem__base_query,
     .describe = pinned_describe,
-    .destroy = pinned_destroy,
+    .destroy = gpumem__base_destroy,
 };
 
 gpumem_status gpumem_pinned_host_create(int device, const gpumem_pinned_host_options *opts,
@@ -69,10 +61,11 @@ gpumem_status gpumem_pinned_host_create(int device, const gpumem_pinned_host_opt
   gpumem_status status = gpumem__base_prepare("gpumem_pinned_host_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
-  pinned_resource *self = calloc(1, sizeof *self);
-  if (!self)
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pinned_host_create: out of host memory");
-  gpumem__base_init(&self->base, &pinned_ops, &pinned_impl, device, dev);
+  pinned_resource *self;
+  status = gpumem__base_new("gpumem_pinned_host_create", sizeof *self, &pinned_ops, &pinned_impl,
+                            device, dev, (gpumem__base_resource **)&self);
+  if (status != GPUMEM_OK)
+    return status;
   self->options = options;
   *out = &self->base.header;
   return GPUMEM_OK;

@@ -27,16 +27,9 @@ static gpumem_status system_raw_free(gpumem__base_resource *self, void *base, si
 }
 
 static const gpumem__base_impl system_impl = {
-    .natural_alignment = GPUMEM_DEFAULT_ALIGNMENT,
     .raw_allocate = system_raw_allocate,
     .raw_free = system_raw_free,
 };
-
-static gpumem_status system_destroy(gpumem_resource *mr) {
-  gpumem__base_fini((gpumem__base_resource *)mr);
-  free(mr);
-  return GPUMEM_OK;
-}
 
 static const gpumem__resource_ops system_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
@@ -44,7 +37,7 @@ static const gpumem__resource_ops system_ops = {
     .allocate = gpumem__base_allocate,
     .deallocate = gpumem__base_deallocate,
     .query = gpumem__base_query,
-    .destroy = system_destroy,
+    .destroy = gpumem__base_destroy,
 };
 
 gpumem_status gpumem_system_create(int device, gpumem_resource **out) {
@@ -63,10 +56,10 @@ gpumem_status gpumem_system_create(int device, gpumem_resource **out) {
                         "gpumem_system_create: device %d cannot access pageable host memory "
                         "(it needs HMM or ATS); use 'managed' or 'pinned_host' instead",
                         device);
-  gpumem__base_resource *self = calloc(1, sizeof *self);
-  if (!self)
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_system_create: out of host memory");
-  gpumem__base_init(self, &system_ops, &system_impl, device, dev);
-  *out = &self->header;
-  return GPUMEM_OK;
+  gpumem__base_resource *self;
+  status = gpumem__base_new("gpumem_system_create", sizeof *self, &system_ops, &system_impl, device,
+                            dev, &self);
+  if (status == GPUMEM_OK)
+    *out = &self->header;
+  return status;
 }
