@@ -5,7 +5,6 @@
  * irrelevant to ordering. */
 #include "upstream/base.h"
 
-
 static gpumem_status cuda_raw_allocate(gpumem__base_resource *self, size_t bytes,
                                        gpumem_stream stream, void **base) {
   return self->header.dev->mem_alloc(self->header.device, bytes, base);
