@@ -58,15 +58,10 @@ static void destroy_freed_retired(void) {
   retired_count = kept;
 }
 
+/* The device index `caller` was given, resolved and checked. */
 static gpumem_status resolve(const char *caller, int device, int *resolved) {
-  gpumem_status status;
-  const gpumem__device_ops *dev = gpumem__device_get(&status);
-  if (!dev)
-    return gpumem__fail_context(status, "%s", caller);
-  status = gpumem__resolve_device(dev, device, resolved);
-  if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "%s", caller);
-  return GPUMEM_OK;
+  const gpumem__device_ops *dev;
+  return gpumem__device_for(caller, device, &dev, resolved);
 }
 
 static gpumem_status create_default(int device, gpumem_resource **out) {

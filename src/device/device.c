@@ -154,6 +154,19 @@ gpumem_status gpumem__resolve_device(const gpumem__device_ops *dev, int device, 
   return GPUMEM_OK;
 }
 
+gpumem_status gpumem__device_for(const char *caller, int device, const gpumem__device_ops **dev,
+                                 int *resolved) {
+  gpumem_status status;
+  const gpumem__device_ops *ops = gpumem__device_get(&status);
+  if (!ops)
+    return gpumem__fail_context(status, "%s", caller);
+  status = gpumem__resolve_device(ops, device, resolved);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "%s", caller);
+  *dev = ops;
+  return GPUMEM_OK;
+}
+
 gpumem_status gpumem__check_stream(const gpumem__device_ops *dev, int device,
                                    gpumem_stream stream) {
   int stream_device;

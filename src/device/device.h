@@ -2,14 +2,14 @@
  *
  * Everything above src/device calls the device through the table of function pointers
  * below, never CUDA directly. Two backends fill it: cuda.c (the CUDA driver API loaded at
- * run time) and sim.c (a simulated device in host memory). gpumem__device() returns the
- * backend in use, initializing it on first use.
+ * run time) and sim.c (a simulated device in host memory). gpumem__device_get() returns
+ * the backend in use, initializing it on first use.
  *
  * Conventions for every entry:
  * - Returns GPUMEM_OK or a failure status; on failure it has already set the thread's error
  *   message (gpumem__fail) and, for driver errors, the raw CUresult. Out-parameters are
  *   untouched on failure.
- * - Device indices are valid (callers check them with gpumem__check_device).
+ * - Device indices are valid (callers check them with gpumem__resolve_device).
  * - Calls that act in a device's context (allocations, stream and event creation) take the
  *   device and make its context current themselves for the call's duration; calls on
  *   streams, events and pointers work whatever context is current.
@@ -133,6 +133,11 @@ const gpumem__device_ops *gpumem__device_get(gpumem_status *status);
 /* Resolves GPUMEM_CURRENT_DEVICE and checks an index: GPUMEM_ERR_INVALID_DEVICE with a
  * message when it is out of range. */
 gpumem_status gpumem__resolve_device(const gpumem__device_ops *dev, int device, int *resolved);
+
+/* Both of the above for a public entry point `caller`: the backend and the resolved device,
+ * or a failure whose message starts with the caller's name. */
+gpumem_status gpumem__device_for(const char *caller, int device, const gpumem__device_ops **dev,
+                                 int *resolved);
 
 /* Checks that `stream` may be used with memory of `device`: GPUMEM_ERR_INVALID_STREAM with a
  * message when it belongs to another device. */

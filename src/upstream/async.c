@@ -100,7 +100,7 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
   if (options.release_threshold == 0)
     options.release_threshold = UINT64_MAX;
   const gpumem__device_ops *dev;
-  gpumem_status status = gpumem__base_prepare("gpumem_async_create", device, &dev, &device);
+  gpumem_status status = gpumem__device_for("gpumem_async_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
   int64_t supported = 0;

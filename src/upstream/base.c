@@ -35,19 +35,6 @@ gpumem_status gpumem__base_destroy(gpumem_resource *mr) {
   return GPUMEM_OK;
 }
 
-gpumem_status gpumem__base_prepare(const char *creator, int device, const gpumem__device_ops **dev,
-                                   int *resolved) {
-  gpumem_status status;
-  const gpumem__device_ops *ops = gpumem__device_get(&status);
-  if (!ops)
-    return gpumem__fail_context(status, "%s", creator);
-  status = gpumem__resolve_device(ops, device, resolved);
-  if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "%s", creator);
-  *dev = ops;
-  return GPUMEM_OK;
-}
-
 static void add_reserved(gpumem__base_resource *self, size_t raw_bytes) {
   uint64_t now =
       atomic_fetch_add_explicit(&self->reserved_bytes, raw_bytes, memory_order_relaxed) + raw_bytes;

@@ -53,8 +53,4 @@ gpumem_status gpumem__base_deallocate(gpumem_resource *mr, void *ptr, size_t byt
                                       size_t alignment, gpumem_stream stream);
 gpumem_status gpumem__base_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out);
 
-/* Looks up the backend and resolves the device for a creation function. */
-gpumem_status gpumem__base_prepare(const char *creator, int device, const gpumem__device_ops **dev,
-                                   int *resolved);
-
 #endif /* GPUMEM_UPSTREAM_BASE_H */

@@ -33,7 +33,7 @@ gpumem_status gpumem_cuda_create(int device, gpumem_resource **out) {
   if (!out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_cuda_create: out is NULL");
   const gpumem__device_ops *dev;
-  gpumem_status status = gpumem__base_prepare("gpumem_cuda_create", device, &dev, &device);
+  gpumem_status status = gpumem__device_for("gpumem_cuda_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
   gpumem__base_resource *self;

@@ -87,7 +87,7 @@ gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *op
                         "gpumem_managed_create: the preferred location is either the device or "
                         "the host, not both");
   const gpumem__device_ops *dev;
-  gpumem_status status = gpumem__base_prepare("gpumem_managed_create", device, &dev, &device);
+  gpumem_status status = gpumem__device_for("gpumem_managed_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
   managed_resource *self;

@@ -58,7 +58,7 @@ gpumem_status gpumem_pinned_host_create(int device, const gpumem_pinned_host_opt
   /* Portable always: a pinned pool is shared by every context of the process. */
   options.flags |= GPUMEM_PINNED_PORTABLE;
   const gpumem__device_ops *dev;
-  gpumem_status status = gpumem__base_prepare("gpumem_pinned_host_create", device, &dev, &device);
+  gpumem_status status = gpumem__device_for("gpumem_pinned_host_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
   pinned_resource *self;

@@ -44,7 +44,7 @@ gpumem_status gpumem_system_create(int device, gpumem_resource **out) {
   if (!out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_system_create: out is NULL");
   const gpumem__device_ops *dev;
-  gpumem_status status = gpumem__base_prepare("gpumem_system_create", device, &dev, &device);
+  gpumem_status status = gpumem__device_for("gpumem_system_create", device, &dev, &device);
   if (status != GPUMEM_OK)
     return status;
   int64_t pageable = 0;
