@@ -19,9 +19,11 @@ typedef struct faulty_resource {
   atomic_uint_fast64_t live_count, live_bytes;
 } faulty_resource;
 
-static bool should_fail(faulty_resource *self, uint64_t call) {
+/* Whether allocation number `call` fails, and with which status. */
+static bool should_fail(faulty_resource *self, uint64_t call, gpumem_status *status) {
   pthread_mutex_lock(&self->lock);
   uint64_t at = self->options.fail_at, every = self->options.fail_every;
+  *status = self->options.status;
   pthread_mutex_unlock(&self->lock);
   return (at != 0 && call == at) || (every != 0 && call % every == 0);
 }
@@ -30,13 +32,11 @@ static gpumem_status faulty_allocate(gpumem_resource *mr, size_t bytes, size_t a
                                      gpumem_stream stream, void **ptr) {
   faulty_resource *self = (faulty_resource *)mr;
   uint64_t call = atomic_fetch_add_explicit(&self->calls, 1, memory_order_relaxed) + 1;
-  if (should_fail(self, call)) {
-    pthread_mutex_lock(&self->lock);
-    gpumem_status status = self->options.status;
-    pthread_mutex_unlock(&self->lock);
-    if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+  gpumem_status injected;
+  if (should_fail(self, call, &injected)) {
+    if (injected == GPUMEM_ERR_OUT_OF_MEMORY)
       return gpumem__fail_out_of_memory(mr, bytes, "failure injected by the faulty adaptor");
-    return gpumem__fail(status, "faulty: injected failure of allocation #%llu (%zu bytes)",
+    return gpumem__fail(injected, "faulty: injected failure of allocation #%llu (%zu bytes)",
                         (unsigned long long)call, bytes);
   }
   gpumem_status status = mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr);

@@ -62,7 +62,6 @@ static gpumem_status reallocate(gpumem_buffer *buf, size_t capacity, gpumem_stre
   }
   buf->data = data;
   buf->capacity = capacity;
-  buf->stream = stream;
   return GPUMEM_OK;
 }
 

@@ -143,8 +143,7 @@ enum { PINNED_MAPPED, PINNED_WRITE_COMBINED };
 
 static gpumem_status build_pinned_host(int device, gpumem_resource *upstream,
                                        const spec_values *values, gpumem_resource **out) {
-  /* Portable always: a spec names no context, so the memory must serve every one. */
-  gpumem_pinned_host_options opts = {GPUMEM_PINNED_PORTABLE};
+  gpumem_pinned_host_options opts = {0}; /* portable always: the resource makes it so */
   if (value_or(values, PINNED_MAPPED, 0))
     opts.flags |= GPUMEM_PINNED_DEVICE_MAPPED;
   if (value_or(values, PINNED_WRITE_COMBINED, 0))
