@@ -244,6 +244,15 @@ static gpumem_status ensure_context(gpumem_stream stream) {
     return GPUMEM_OK;                                                                              \
   } while (0)
 
+/* As ON_STREAM for work of `device`: the special streams mean the current context's, so
+ * that device is made current for them (its default stream, whichever device is current). */
+#define ON_DEVICE_STREAM(device, stream, expr, name)                                               \
+  do {                                                                                             \
+    if (is_special_stream(stream))                                                                 \
+      IN_DEVICE(device, expr, name);                                                               \
+    ON_STREAM(stream, expr, name);                                                                 \
+  } while (0)
+
 /* ---------------------------------------------------------------------------------------
  * Loading the driver
  * ------------------------------------------------------------------------------------- */
@@ -545,14 +554,8 @@ static gpumem_status cuda_pool_trim(gpumem__mempool pool, size_t keep) {
 
 static gpumem_status cuda_pool_alloc_async(int device, gpumem__mempool pool, size_t bytes,
                                            gpumem_stream stream, void **ptr) {
-  /* The special streams mean the current context's: make it the pool's device's. */
-  if (is_special_stream(stream))
-    IN_DEVICE(
-        device,
-        cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool, (CUstream)stream),
-        "cuMemAllocFromPoolAsync");
-  ON_STREAM(
-      stream,
+  ON_DEVICE_STREAM(
+      device, stream,
       cu.cuMemAllocFromPoolAsync((CUdeviceptr *)ptr, bytes, (CUmemoryPool)pool, (CUstream)stream),
       "cuMemAllocFromPoolAsync");
 }
@@ -602,9 +605,8 @@ static gpumem_status cuda_event_destroy(gpumem__event event) {
 }
 
 static gpumem_status cuda_event_record(int device, gpumem__event event, gpumem_stream stream) {
-  if (is_special_stream(stream))
-    IN_DEVICE(device, cu.cuEventRecord((CUevent)event, (CUstream)stream), "cuEventRecord");
-  ON_STREAM(stream, cu.cuEventRecord((CUevent)event, (CUstream)stream), "cuEventRecord");
+  ON_DEVICE_STREAM(device, stream, cu.cuEventRecord((CUevent)event, (CUstream)stream),
+                   "cuEventRecord");
 }
 
 static gpumem_status cuda_event_query(gpumem__event event) {
@@ -623,10 +625,8 @@ static gpumem_status cuda_event_synchronize(gpumem__event event) {
 }
 
 static gpumem_status cuda_stream_wait_event(int device, gpumem_stream stream, gpumem__event event) {
-  if (is_special_stream(stream))
-    IN_DEVICE(device, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0),
-              "cuStreamWaitEvent");
-  ON_STREAM(stream, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0), "cuStreamWaitEvent");
+  ON_DEVICE_STREAM(device, stream, cu.cuStreamWaitEvent((CUstream)stream, (CUevent)event, 0),
+                   "cuStreamWaitEvent");
 }
 
 /* ---------------------------------------------------------------------------------------
