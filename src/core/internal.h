@@ -106,6 +106,14 @@ void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size);
  * Sizes
  * ------------------------------------------------------------------------------------- */
 
+/* Raises a peak counter shared by threads without a lock to at least `value`. */
+static inline void gpumem__atomic_raise(atomic_uint_fast64_t *peak, uint64_t value) {
+  uint64_t seen = atomic_load_explicit(peak, memory_order_relaxed);
+  while (value > seen && !atomic_compare_exchange_weak_explicit(
+                             peak, &seen, value, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
 static inline bool gpumem__is_pow2(size_t x) {
   return x != 0 && (x & (x - 1)) == 0;
 }

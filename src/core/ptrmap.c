@@ -63,14 +63,6 @@ static bool grow(gpumem__ptrmap_shard *shard) {
   return true;
 }
 
-static void note_peak(gpumem__ptrmap *map, uint64_t live) {
-  uint64_t peak = atomic_load_explicit(&map->peak_bytes, memory_order_relaxed);
-  while (live > peak &&
-         !atomic_compare_exchange_weak_explicit(&map->peak_bytes, &peak, live, memory_order_relaxed,
-                                                memory_order_relaxed)) {
-  }
-}
-
 gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes, void *base,
                                     size_t raw_bytes) {
   uintptr_t key = (uintptr_t)ptr;
@@ -88,7 +80,7 @@ gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes
   pthread_mutex_unlock(&shard->lock);
   uint64_t live = atomic_fetch_add_explicit(&map->live_bytes, bytes, memory_order_relaxed) + bytes;
   atomic_fetch_add_explicit(&map->live_count, 1, memory_order_relaxed);
-  note_peak(map, live);
+  gpumem__atomic_raise(&map->peak_bytes, live);
   return GPUMEM_OK;
 }
 

@@ -38,11 +38,7 @@ gpumem_status gpumem__base_destroy(gpumem_resource *mr) {
 static void add_reserved(gpumem__base_resource *self, size_t raw_bytes) {
   uint64_t now =
       atomic_fetch_add_explicit(&self->reserved_bytes, raw_bytes, memory_order_relaxed) + raw_bytes;
-  uint64_t peak = atomic_load_explicit(&self->peak_reserved_bytes, memory_order_relaxed);
-  while (now > peak &&
-         !atomic_compare_exchange_weak_explicit(&self->peak_reserved_bytes, &peak, now,
-                                                memory_order_relaxed, memory_order_relaxed)) {
-  }
+  gpumem__atomic_raise(&self->peak_reserved_bytes, now);
 }
 
 /* Bytes to ask of the device so that an `alignment`-aligned block of `bytes` fits. The
