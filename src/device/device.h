@@ -126,6 +126,14 @@ typedef struct gpumem__device_ops {
   void (*note_handout)(void *ptr, size_t bytes, gpumem_stream stream);
 } gpumem__device_ops;
 
+/* Every flag of gpumem_pinned_flags and of gpumem_managed_advice, for checking what callers
+ * pass. */
+#define GPUMEM__PINNED_FLAGS                                                                       \
+  (GPUMEM_PINNED_PORTABLE | GPUMEM_PINNED_DEVICE_MAPPED | GPUMEM_PINNED_WRITE_COMBINED)
+#define GPUMEM__ADVICE_FLAGS                                                                       \
+  (GPUMEM_ADVISE_READ_MOSTLY | GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE |                           \
+   GPUMEM_ADVISE_PREFERRED_LOCATION_HOST | GPUMEM_ADVISE_ACCESSED_BY_DEVICE)
+
 /* The backend in use, initialized on first call. On failure returns NULL and sets the
  * thread's error (status in *status when status is not NULL). */
 const gpumem__device_ops *gpumem__device_get(gpumem_status *status);

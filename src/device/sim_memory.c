@@ -300,8 +300,7 @@ gpumem_status gpumem__sim_managed_free(int device, void *ptr) {
 }
 
 gpumem_status gpumem__sim_host_alloc(int device, size_t bytes, unsigned flags, void **ptr) {
-  const unsigned known =
-      GPUMEM_PINNED_PORTABLE | GPUMEM_PINNED_DEVICE_MAPPED | GPUMEM_PINNED_WRITE_COMBINED;
+  const unsigned known = GPUMEM__PINNED_FLAGS;
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_HOST_ALLOC);
   if (status == GPUMEM_OK && (flags & ~known))
@@ -326,8 +325,7 @@ gpumem_status gpumem__sim_host_free(int device, void *ptr) {
 /* Advice changes where managed pages live, which the sim does not model; it checks the
  * arguments so that misuse fails here as it would on a GPU. */
 gpumem_status gpumem__sim_advise(void *ptr, size_t bytes, unsigned advice, int device) {
-  const unsigned known = GPUMEM_ADVISE_READ_MOSTLY | GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE |
-                         GPUMEM_ADVISE_PREFERRED_LOCATION_HOST | GPUMEM_ADVISE_ACCESSED_BY_DEVICE;
+  const unsigned known = GPUMEM__ADVICE_FLAGS;
   if (advice & ~known)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "simulated device: advise: unknown advice flags 0x%x", advice & ~known);

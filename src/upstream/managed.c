@@ -75,8 +75,7 @@ gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *op
   if (!out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_managed_create: out is NULL");
   gpumem_managed_options options = opts ? *opts : (gpumem_managed_options){0};
-  const unsigned known = GPUMEM_ADVISE_READ_MOSTLY | GPUMEM_ADVISE_PREFERRED_LOCATION_DEVICE |
-                         GPUMEM_ADVISE_PREFERRED_LOCATION_HOST | GPUMEM_ADVISE_ACCESSED_BY_DEVICE;
+  const unsigned known = GPUMEM__ADVICE_FLAGS;
   if (options.advice & ~known)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_managed_create: unknown advice flags 0x%x",

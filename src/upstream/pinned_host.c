@@ -50,8 +50,7 @@ gpumem_status gpumem_pinned_host_create(int device, const gpumem_pinned_host_opt
   if (!out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_pinned_host_create: out is NULL");
   gpumem_pinned_host_options options = opts ? *opts : (gpumem_pinned_host_options){0};
-  const unsigned known =
-      GPUMEM_PINNED_PORTABLE | GPUMEM_PINNED_DEVICE_MAPPED | GPUMEM_PINNED_WRITE_COMBINED;
+  const unsigned known = GPUMEM__PINNED_FLAGS;
   if (options.flags & ~known)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_pinned_host_create: unknown flags 0x%x", options.flags & ~known);
