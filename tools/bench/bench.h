@@ -88,8 +88,8 @@ typedef struct bench_failure {
 gpumem_status bench_run_ops(bench_allocator *alloc, gpumem_stream stream, const bench_op *ops,
                             size_t count, void **slots, bench_failure *failure);
 
-/* As bench_run_ops, untimed: reads the allocator's reserved bytes after every allocation
- * (or counts live bytes where it has no reserved figure) and raises *peak to the highest. */
+/* As bench_run_ops, untimed: reads the allocator's reserved bytes (it must have the
+ * `reserved` hook) after every allocation and raises *peak to the highest. */
 gpumem_status bench_run_ops_tracking_reserved(bench_allocator *alloc, gpumem_stream stream,
                                               const bench_op *ops, size_t count, void **slots,
                                               uint64_t *peak, bench_failure *failure);

@@ -249,11 +249,16 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
   if (bench_run_pass(alloc, stream, seq, slots, "cold pass", &cold_ns, &failure))
     bench_die_failure("replay", label, trace, &failure);
   bool peak_known = alloc->peak_reserved(alloc, &peak_reserved) == GPUMEM_OK;
+  bool alloc_has_reserved = alloc->reserved != NULL;
   if (bench_run_pass(alloc, stream, seq, slots, "warm pass", &warm_ns, &failure))
     bench_die_failure("replay", label, trace, &failure);
   bench_close_or_die(alloc);
+  /* An allocator with no reserved figure holds exactly what is live: its peak is the
+   * trace's own, with no pass to count it. */
   if (!peak_known)
-    peak_reserved = replay_tracking_reserved(ctx, label, trace, seq, slots, stream);
+    peak_reserved = alloc_has_reserved
+                        ? replay_tracking_reserved(ctx, label, trace, seq, slots, stream)
+                        : seq->peak_live_bytes;
   bench_result result = {.kind = BENCH_REPLAY,
                          .resource = label,
                          .workload = trace,

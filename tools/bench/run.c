@@ -51,35 +51,21 @@ gpumem_status bench_run_ops(bench_allocator *alloc, gpumem_stream stream, const 
   return GPUMEM_OK;
 }
 
-/* The allocator's reserved bytes now, or, where it holds exactly what is live, the live
- * bytes the caller counted. */
-static gpumem_status current_reserved(bench_allocator *alloc, uint64_t live_bytes,
-                                      uint64_t *reserved) {
-  if (!alloc->reserved) {
-    *reserved = live_bytes;
-    return GPUMEM_OK;
-  }
-  return alloc->reserved(alloc, reserved);
-}
-
 gpumem_status bench_run_ops_tracking_reserved(bench_allocator *alloc, gpumem_stream stream,
                                               const bench_op *ops, size_t count, void **slots,
                                               uint64_t *peak, bench_failure *failure) {
-  uint64_t live_bytes = 0;
   for (size_t i = 0; i < count; i++) {
     const bench_op *op = &ops[i];
     if (op->is_free) {
       gpumem_status status = alloc->deallocate(alloc, slots[op->slot], op->bytes, stream);
       if (status != GPUMEM_OK)
         return note_failure(status, i, op, failure);
-      live_bytes -= op->bytes;
       continue;
     }
     gpumem_status status = alloc->allocate(alloc, op->bytes, stream, &slots[op->slot]);
     uint64_t reserved = 0;
-    live_bytes += op->bytes;
     if (status == GPUMEM_OK)
-      status = current_reserved(alloc, live_bytes, &reserved);
+      status = alloc->reserved(alloc, &reserved);
     if (status != GPUMEM_OK)
       return note_failure(status, i, op, failure);
     if (reserved > *peak)
