@@ -43,14 +43,6 @@ static int only_stream_argument(py_buffer *self, PyObject *args, PyObject *kwarg
          stream_or_own(self, stream_object, stream);
 }
 
-static int wait_for(gpumem_stream stream) {
-  gpumem_status status;
-  Py_BEGIN_ALLOW_THREADS;
-  status = gpumem_stream_synchronize(stream);
-  Py_END_ALLOW_THREADS;
-  return ok_or_raise(status);
-}
-
 /* A new, empty DeviceBuffer object. */
 static py_buffer *new_object(void) {
   return (py_buffer *)gpumem_py_buffer_type.tp_alloc(&gpumem_py_buffer_type, 0);
@@ -63,12 +55,11 @@ static int make_buffer(py_buffer *self, Py_ssize_t size, gpumem_stream stream,
     PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
     return 0;
   }
-  gpumem_resource *mr = NULL;
-  if (mr_object && mr_object != Py_None && !(mr = gpumem_py_resource_handle(mr_object)))
+  int given = mr_object != Py_None;
+  gpumem_resource *mr = given ? gpumem_py_resource_handle(mr_object) : NULL;
+  if ((given && !mr) || !ok_or_raise(gpumem_buffer_create((size_t)size, stream, mr, &self->buf)))
     return 0;
-  if (!ok_or_raise(gpumem_buffer_create((size_t)size, stream, mr, &self->buf)))
-    return 0;
-  if (mr_object && mr_object != Py_None)
+  if (given)
     self->mr = Py_NewRef(mr_object);
   return 1;
 }
@@ -98,7 +89,7 @@ static int buffer_init(py_buffer *self, PyObject *args, PyObject *kwargs) {
     if (PyErr_Occurred() ||
         !ok_or_raise(
             gpumem_memcpy_async(gpumem_buffer_data(self->buf), src, (size_t)size, stream)) ||
-        !wait_for(stream))
+        !gpumem_py_synchronize(stream))
       return -1;
   }
   return 0;
@@ -120,7 +111,7 @@ static PyObject *from_host(PyObject *data, PyObject *stream_object, PyObject *mr
   py_buffer *self = new_object();
   int ok = self && make_buffer(self, view.len, stream, mr_object) &&
            ok_or_raise(gpumem_buffer_copy_from_host(self->buf, 0, view.buf, (size_t)view.len)) &&
-           wait_for(stream);
+           gpumem_py_synchronize(stream);
   PyBuffer_Release(&view);
   if (!ok) {
     Py_XDECREF(self);
@@ -212,7 +203,7 @@ static PyObject *buffer_copy(py_buffer *self, PyObject *args, PyObject *kwargs) 
 static int copy_out(py_buffer *self, void *dst, gpumem_stream stream) {
   gpumem_status status = gpumem_memcpy_async(dst, gpumem_buffer_data(self->buf),
                                              gpumem_buffer_size(self->buf), stream);
-  return ok_or_raise(status) && wait_for(stream);
+  return ok_or_raise(status) && gpumem_py_synchronize(stream);
 }
 
 /* copy_to_host(ary=None, stream=None): into `ary` (writable, large enough), or into a new
@@ -258,14 +249,17 @@ static PyObject *buffer_copy_to_host(py_buffer *self, PyObject *args, PyObject *
   return ary;
 }
 
-static PyObject *buffer_tobytes(py_buffer *self, PyObject *args, PyObject *kwargs) {
-  gpumem_stream stream;
-  if (!only_stream_argument(self, args, kwargs, &stream))
-    return NULL;
+/* The buffer's contents as bytes, copied on `stream`. */
+static PyObject *to_bytes(py_buffer *self, gpumem_stream stream) {
   PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)gpumem_buffer_size(self->buf));
   if (bytes && !copy_out(self, PyBytes_AS_STRING(bytes), stream))
     Py_CLEAR(bytes);
   return bytes;
+}
+
+static PyObject *buffer_tobytes(py_buffer *self, PyObject *args, PyObject *kwargs) {
+  gpumem_stream stream;
+  return only_stream_argument(self, args, kwargs, &stream) ? to_bytes(self, stream) : NULL;
 }
 
 /* Copies `size` bytes from `src` (host or device) into the buffer's start on `stream`. */
@@ -275,7 +269,7 @@ static PyObject *copy_in(py_buffer *self, const void *src, size_t size, gpumem_s
     return PyErr_Format(gpumem_py_invalid_error,
                         "the source holds %zu bytes, more than the buffer's %zu", size, capacity);
   gpumem_status status = gpumem_memcpy_async(gpumem_buffer_data(self->buf), src, size, stream);
-  return ok_or_raise(status) && wait_for(stream) ? Py_NewRef(Py_None) : NULL;
+  return ok_or_raise(status) && gpumem_py_synchronize(stream) ? Py_NewRef(Py_None) : NULL;
 }
 
 static PyObject *buffer_copy_from_host(py_buffer *self, PyObject *args, PyObject *kwargs) {
@@ -359,7 +353,7 @@ static PyObject *buffer_cuda_array_interface(py_buffer *self, void *closure) {
 
 /* Pickles as host bytes; unpickling copies them to a buffer of the current resource. */
 static PyObject *buffer_reduce(py_buffer *self, PyObject *unused) {
-  PyObject *bytes = buffer_tobytes(self, PyTuple_New(0), NULL);
+  PyObject *bytes = need_buffer(self) ? to_bytes(self, gpumem_buffer_stream(self->buf)) : NULL;
   if (!bytes)
     return NULL;
   PyObject *module = PyImport_ImportModule("gpumem._lib");

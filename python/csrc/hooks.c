@@ -102,6 +102,24 @@ static int load_cupy(void) {
   return 1;
 }
 
+/* An Allocation owning a new block of `nbytes` from `mr` on `stream`; NULL with an exception
+ * on failure. */
+static py_allocation *new_owner(gpumem_resource *mr, size_t nbytes, gpumem_stream stream) {
+  py_allocation *owner = PyObject_New(py_allocation, &gpumem_py_allocation_type);
+  if (!owner)
+    return NULL;
+  owner->mr = NULL; /* nothing to free until the block is there */
+  owner->size = nbytes;
+  owner->stream = stream;
+  gpumem_status status = gpumem_allocate(mr, nbytes, stream, &owner->ptr);
+  if (status != GPUMEM_OK) {
+    Py_DECREF(owner);
+    return (py_allocation *)gpumem_py_raise(status);
+  }
+  owner->mr = gpumem_resource_retain(mr);
+  return owner;
+}
+
 /* cupy_allocator(nbytes) -> cupy.cuda.MemoryPointer, on CuPy's current stream and device. */
 static PyObject *py_cupy_allocator(PyObject *module, PyObject *nbytes_object) {
   Py_ssize_t nbytes = PyLong_AsSsize_t(nbytes_object);
@@ -117,21 +135,11 @@ static PyObject *py_cupy_allocator(PyObject *module, PyObject *nbytes_object) {
   gpumem_status status = gpumem_get_device(&device);
   if (status == GPUMEM_OK)
     status = gpumem_get_per_device_resource(device, &mr);
-  py_allocation *owner = NULL;
-  if (status == GPUMEM_OK) {
-    owner = PyObject_New(py_allocation, &gpumem_py_allocation_type);
-    if (!owner)
-      return NULL;
-    owner->mr = NULL;
-    owner->size = (size_t)nbytes;
-    owner->stream = (gpumem_stream)stream;
-    status = gpumem_allocate(mr, (size_t)nbytes, owner->stream, &owner->ptr);
-  }
-  if (status != GPUMEM_OK) {
-    Py_XDECREF(owner);
+  if (status != GPUMEM_OK)
     return gpumem_py_raise(status);
-  }
-  owner->mr = gpumem_resource_retain(mr);
+  py_allocation *owner = new_owner(mr, (size_t)nbytes, (gpumem_stream)stream);
+  if (!owner)
+    return NULL;
   PyObject *memory = PyObject_CallFunction(cupy.unowned_memory, "(NnOi)",
                                            PyLong_FromVoidPtr(owner->ptr), nbytes, owner, device);
   Py_DECREF(owner); /* the memory object keeps it */
@@ -142,45 +150,27 @@ static PyObject *py_cupy_allocator(PyObject *module, PyObject *nbytes_object) {
   return pointer;
 }
 
-/* allocation(nbytes, stream, mr=None) -> Allocation: for hook-ups written in Python
- * (Numba), the block and its owner in one call. */
+/* allocation(nbytes, stream) -> Allocation: for hook-ups written in Python (Numba), a block
+ * of the current device's resource and its owner in one call. */
 static PyObject *py_new_allocation(PyObject *module, PyObject *args) {
   Py_ssize_t nbytes;
-  PyObject *stream_object, *mr_object = Py_None;
+  PyObject *stream_object;
   gpumem_stream stream;
-  if (!PyArg_ParseTuple(args, "nO|O", &nbytes, &stream_object, &mr_object) ||
+  if (!PyArg_ParseTuple(args, "nO", &nbytes, &stream_object) ||
       !gpumem_py_stream(stream_object, &stream))
     return NULL;
-  gpumem_resource *mr = NULL;
-  gpumem_status status = GPUMEM_OK;
-  if (mr_object != Py_None) {
-    if (!(mr = gpumem_py_resource_handle(mr_object)))
-      return NULL;
-  } else {
-    status = gpumem_get_current_device_resource(&mr);
-  }
-  py_allocation *owner = NULL;
-  if (status == GPUMEM_OK) {
-    if (!(owner = PyObject_New(py_allocation, &gpumem_py_allocation_type)))
-      return NULL;
-    owner->mr = NULL;
-    owner->size = (size_t)nbytes;
-    owner->stream = stream;
-    status = gpumem_allocate(mr, (size_t)nbytes, stream, &owner->ptr);
-  }
-  if (status != GPUMEM_OK) {
-    Py_XDECREF(owner);
+  gpumem_resource *mr;
+  gpumem_status status = gpumem_get_current_device_resource(&mr);
+  if (status != GPUMEM_OK)
     return gpumem_py_raise(status);
-  }
-  owner->mr = gpumem_resource_retain(mr);
-  return (PyObject *)owner;
+  return (PyObject *)new_owner(mr, (size_t)nbytes, stream);
 }
 
 PyMethodDef gpumem_py_hook_functions[] = {
     {"cupy_allocator", py_cupy_allocator, METH_O,
      "cupy_allocator(nbytes) -> cupy.cuda.MemoryPointer: for cupy.cuda.set_allocator"},
     {"allocation", py_new_allocation, METH_VARARGS,
-     "allocation(nbytes, stream, mr=None) -> Allocation, freed when it goes"},
+     "allocation(nbytes, stream) -> Allocation, freed when it goes"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,9 @@ PyObject *gpumem_py_raise(gpumem_status status);
  * nothing. */
 PyObject *gpumem_py_none_or_raise(gpumem_status status);
 
+/* Waits for the stream's work with the GIL released: 1, or 0 with the exception raised. */
+int gpumem_py_synchronize(gpumem_stream stream);
+
 /* A stream given as None, an int, or an object with a CUDA stream (cupy .ptr, torch
  * .cuda_stream, numba .handle). Returns 0 and sets an exception when it is none of those. */
 int gpumem_py_stream(PyObject *object, gpumem_stream *stream);

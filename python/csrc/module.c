@@ -61,14 +61,14 @@ int gpumem_py_stream(PyObject *object, gpumem_stream *stream) {
   /* torch.cuda.Stream.cuda_stream, cupy.cuda.Stream.ptr, numba's Stream.handle */
   static const char *const attributes[] = {"cuda_stream", "ptr", "handle"};
   for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++) {
-    if (PyObject_HasAttrString(object, attributes[i])) {
-      PyObject *value = PyObject_GetAttrString(object, attributes[i]);
-      if (!value)
-        return 0;
-      int ok = stream_from_attribute(value, stream);
-      Py_DECREF(value);
-      return ok;
+    PyObject *value = PyObject_GetAttrString(object, attributes[i]);
+    if (!value) {
+      PyErr_Clear(); /* no such attribute: try the next kind of stream */
+      continue;
     }
+    int ok = stream_from_attribute(value, stream);
+    Py_DECREF(value);
+    return ok;
   }
   PyErr_Format(gpumem_py_invalid_error,
                "a stream must be None, an int (a CUstream/cudaStream_t value) or a stream object "
@@ -165,14 +165,23 @@ static PyObject *py_device_name(PyObject *self, PyObject *args) {
   return status == GPUMEM_OK ? PyUnicode_FromString(name) : gpumem_py_raise(status);
 }
 
+int gpumem_py_synchronize(gpumem_stream stream) {
+  gpumem_status status;
+  Py_BEGIN_ALLOW_THREADS;
+  status = gpumem_stream_synchronize(stream);
+  Py_END_ALLOW_THREADS;
+  if (status == GPUMEM_OK)
+    return 1;
+  gpumem_py_raise(status);
+  return 0;
+}
+
 static PyObject *py_synchronize(PyObject *self, PyObject *args) {
   PyObject *stream_object = Py_None;
   gpumem_stream stream;
   if (!PyArg_ParseTuple(args, "|O", &stream_object) || !gpumem_py_stream(stream_object, &stream))
     return NULL;
-  gpumem_status status;
-  Py_BEGIN_ALLOW_THREADS status = gpumem_stream_synchronize(stream);
-  Py_END_ALLOW_THREADS return gpumem_py_none_or_raise(status);
+  return gpumem_py_synchronize(stream) ? Py_NewRef(Py_None) : NULL;
 }
 
 /* ---------------------------------------------------------------------------------------

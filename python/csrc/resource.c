@@ -32,11 +32,6 @@ gpumem_resource *gpumem_py_resource_handle(PyObject *object) {
  * The type
  * ------------------------------------------------------------------------------------- */
 
-static PyObject *resource_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-  gpumem_py_resource *self = (gpumem_py_resource *)type->tp_alloc(type, 0);
-  return (PyObject *)self;
-}
-
 static int resource_traverse(gpumem_py_resource *self, visitproc visit, void *arg) {
   Py_VISIT(self->dict);
   return 0;
@@ -133,9 +128,10 @@ static PyObject *resource_fact(gpumem_py_resource *self, void *closure) {
 static PyObject *resource_repr(gpumem_py_resource *self) {
   if (!self->mr)
     return PyUnicode_FromFormat("<%s (not initialized)>", Py_TYPE(self)->tp_name);
-  char spec[2048];
-  gpumem_resource_describe(self->mr, spec, sizeof spec);
-  return PyUnicode_FromFormat("<%s %s>", Py_TYPE(self)->tp_name, spec);
+  PyObject *spec = resource_spec(self, NULL);
+  PyObject *repr = spec ? PyUnicode_FromFormat("<%s %U>", Py_TYPE(self)->tp_name, spec) : NULL;
+  Py_XDECREF(spec);
+  return repr;
 }
 
 static PyMethodDef resource_methods[] = {
@@ -171,7 +167,7 @@ PyTypeObject gpumem_py_resource_type = {
     .tp_doc = "A gpumem memory resource (see gpumem.mr for the kinds).",
     .tp_basicsize = sizeof(gpumem_py_resource),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = resource_new,
+    .tp_new = PyType_GenericNew,
     .tp_dealloc = (destructor)resource_dealloc,
     .tp_traverse = (traverseproc)resource_traverse,
     .tp_clear = (inquiry)resource_clear,

@@ -22,7 +22,7 @@ from numba.cuda import GetIpcHandleMixin, HostOnlyCUDAMemoryManager, MemoryInfo,
 from .. import _lib
 
 
-def _device_pointer(address):
+def _device_pointer_type():
     """The pointer type Numba's driver layer expects: the NVIDIA bindings' CUdeviceptr when
     Numba uses them (the default of recent Numba), else a ctypes integer."""
     from numba.cuda.cudadrv import driver
@@ -30,9 +30,10 @@ def _device_pointer(address):
     uses_nvidia_binding = getattr(driver, "USE_NV_BINDING", None)
     if uses_nvidia_binding is None:  # newer Numba: the NVIDIA bindings are the only ones
         uses_nvidia_binding = hasattr(driver, "binding")
-    if uses_nvidia_binding:
-        return driver.binding.CUdeviceptr(address)
-    return ctypes.c_uint64(address)
+    return driver.binding.CUdeviceptr if uses_nvidia_binding else ctypes.c_uint64
+
+
+_DevicePointer = _device_pointer_type()
 
 
 class GpumemNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
@@ -46,7 +47,7 @@ class GpumemNumbaManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
     def memalloc(self, size):
         owner = _lib.allocation(size, None)
         # The finalizer holds the owner: the block is freed when Numba drops the pointer.
-        return MemoryPointer(self.context, _device_pointer(owner.ptr), size,
+        return MemoryPointer(self.context, _DevicePointer(owner.ptr), size,
                              finalizer=_releaser(owner))
 
     def get_memory_info(self):
