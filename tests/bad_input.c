@@ -230,6 +230,8 @@ static void rows_for_buffers(gpumem_resource *mr) {
                    "buffer is NULL");
   CHECK_FAILS_WITH(gpumem_buffer_create_from_host(NULL, 10, NULL, mr, &buf),
                    GPUMEM_ERR_INVALID_ARGUMENT, "src is NULL");
+  CHECK_FAILS_WITH(gpumem_buffer_create_from_host(&buf, 1, NULL, mr, NULL),
+                   GPUMEM_ERR_INVALID_ARGUMENT, "out is NULL");
   /* Growing past what the resource can give fails and leaves the buffer as it was. */
   if (check_on_sim()) {
     CHECK_STATUS(gpumem_buffer_resize(buf, (size_t)1 << 50, NULL), GPUMEM_ERR_OUT_OF_MEMORY);

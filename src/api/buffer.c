@@ -85,8 +85,9 @@ gpumem_status gpumem_buffer_create(size_t size, gpumem_stream stream, gpumem_res
 
 gpumem_status gpumem_buffer_create_from_host(const void *src, size_t size, gpumem_stream stream,
                                              gpumem_resource *mr, gpumem_buffer **out) {
-  if (!src && size > 0)
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_buffer_create_from_host: src is NULL");
+  if ((!src && size > 0) || !out)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_buffer_create_from_host: %s is NULL",
+                        out ? "src" : "out");
   gpumem_buffer *buf = NULL;
   gpumem_status status = gpumem_buffer_create(size, stream, mr, &buf);
   if (status == GPUMEM_OK)
