@@ -6,7 +6,9 @@
 
 (before PyTorch allocates anything). The allocation functions are C functions exported by
 gpumem's extension module, which PyTorch loads as a CUDAPluggableAllocator; each uses the
-current gpumem resource of the device PyTorch names, on PyTorch's stream.
+current gpumem resource of the device PyTorch names, on PyTorch's stream. PyTorch hands a
+free only the pointer, so it goes to the device's resource of that moment: set the
+resource before PyTorch allocates, and do not replace it while tensors are alive.
 """
 from torch.cuda.memory import CUDAPluggableAllocator
 
