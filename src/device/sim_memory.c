@@ -252,13 +252,21 @@ static gpumem_status fail_foreign(const char *call, const void *ptr, const char 
 }
 
 /* The free of mem_free, managed_free and host_free: cuMemFree-like, it synchronizes. */
-static gpumem_status free_kind(sim_mem_kind kind, void *ptr, const char *call, const char *origin) {
+/* A free entry: under the lock, counted as a MEM_FREE call (which can be planned to fail)
+ * where `counted`. */
+static gpumem_status free_entry(bool counted, sim_mem_kind kind, void *ptr, const char *call,
+                                const char *origin) {
+  pthread_mutex_lock(&gpumem__sim.lock);
+  gpumem_status status = counted ? gpumem__sim_enter(GPUMEM_SIM_CALL_MEM_FREE) : GPUMEM_OK;
   sim_alloc *alloc = gpumem__sim_index_get(&gpumem__sim.allocations, (uintptr_t)ptr);
-  if (!alloc || alloc->kind != kind)
-    return fail_foreign(call, ptr, origin);
-  gpumem__sim_run_device(alloc->device);
-  release(alloc);
-  return GPUMEM_OK;
+  if (status == GPUMEM_OK && (!alloc || alloc->kind != kind))
+    status = fail_foreign(call, ptr, origin);
+  if (status == GPUMEM_OK) {
+    gpumem__sim_run_device(alloc->device);
+    release(alloc);
+  }
+  pthread_mutex_unlock(&gpumem__sim.lock);
+  return status;
 }
 
 static gpumem_status alloc_entry(gpumem_sim_call call_kind, sim_mem_kind kind, int device,
@@ -279,12 +287,7 @@ gpumem_status gpumem__sim_mem_alloc(int device, size_t bytes, void **ptr) {
 }
 
 gpumem_status gpumem__sim_mem_free(int device, void *ptr) {
-  pthread_mutex_lock(&gpumem__sim.lock);
-  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_MEM_FREE);
-  if (status == GPUMEM_OK)
-    status = free_kind(SIM_MEM_DEVICE, ptr, "mem_free", "mem_alloc");
-  pthread_mutex_unlock(&gpumem__sim.lock);
-  return status;
+  return free_entry(true, SIM_MEM_DEVICE, ptr, "mem_free", "mem_alloc");
 }
 
 gpumem_status gpumem__sim_managed_alloc(int device, size_t bytes, void **ptr) {
@@ -293,10 +296,7 @@ gpumem_status gpumem__sim_managed_alloc(int device, size_t bytes, void **ptr) {
 }
 
 gpumem_status gpumem__sim_managed_free(int device, void *ptr) {
-  pthread_mutex_lock(&gpumem__sim.lock);
-  gpumem_status status = free_kind(SIM_MEM_MANAGED, ptr, "managed_free", "managed_alloc");
-  pthread_mutex_unlock(&gpumem__sim.lock);
-  return status;
+  return free_entry(false, SIM_MEM_MANAGED, ptr, "managed_free", "managed_alloc");
 }
 
 gpumem_status gpumem__sim_host_alloc(int device, size_t bytes, unsigned flags, void **ptr) {
@@ -316,10 +316,7 @@ gpumem_status gpumem__sim_host_alloc(int device, size_t bytes, unsigned flags, v
 }
 
 gpumem_status gpumem__sim_host_free(int device, void *ptr) {
-  pthread_mutex_lock(&gpumem__sim.lock);
-  gpumem_status status = free_kind(SIM_MEM_HOST, ptr, "host_free", "host_alloc");
-  pthread_mutex_unlock(&gpumem__sim.lock);
-  return status;
+  return free_entry(false, SIM_MEM_HOST, ptr, "host_free", "host_alloc");
 }
 
 /* Advice changes where managed pages live, which the sim does not model; it checks the
