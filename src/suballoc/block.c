@@ -90,10 +90,11 @@ void gpumem__free_index_init(gpumem__free_index *index) {
   memset(index, 0, sizeof *index);
 }
 
-void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
-  int fl, sl;
-  class_of(block->size, &fl, &sl);
+/* Files `block` under class (fl, sl). */
+static void insert_in_class(gpumem__free_index *index, gpumem__block *block, int fl, int sl) {
   gpumem__block *head = index->heads[fl][sl];
+  block->index_fl = (uint8_t)fl;
+  block->index_sl = (uint8_t)sl;
   block->prev_free = NULL;
   block->next_free = head;
   if (head)
@@ -105,8 +106,15 @@ void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) 
   index->total_bytes += block->size;
 }
 
-static void remove_from_class(gpumem__free_index *index, gpumem__block *block, int fl, int sl,
-                              size_t size) {
+void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
+  int fl, sl;
+  class_of(block->size, &fl, &sl);
+  insert_in_class(index, block, fl, sl);
+}
+
+/* Unlinks `block`, which holds `size` bytes in the index's count, from its class. */
+static void remove_from_class(gpumem__free_index *index, gpumem__block *block, size_t size) {
+  int fl = block->index_fl, sl = block->index_sl;
   if (block->prev_free)
     block->prev_free->next_free = block->next_free;
   else
@@ -124,21 +132,18 @@ static void remove_from_class(gpumem__free_index *index, gpumem__block *block, i
 }
 
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
-  int fl, sl;
-  class_of(block->size, &fl, &sl);
-  remove_from_class(index, block, fl, sl, block->size);
+  remove_from_class(index, block, block->size);
 }
 
 void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size) {
-  int old_fl, old_sl, fl, sl;
-  class_of(old_size, &old_fl, &old_sl);
+  int fl, sl;
   class_of(block->size, &fl, &sl);
-  if (fl == old_fl && sl == old_sl) {
+  if (fl == block->index_fl && sl == block->index_sl) {
     index->total_bytes += block->size - old_size;
     return;
   }
-  remove_from_class(index, block, old_fl, old_sl, old_size);
-  gpumem__free_index_insert(index, block);
+  remove_from_class(index, block, old_size);
+  insert_in_class(index, block, fl, sl);
 }
 
 /* How many blocks of the request's own class are looked at for the best fit: enough to
@@ -211,14 +216,17 @@ void gpumem__free_index_each(const gpumem__free_index *index,
  * Address map
  * ------------------------------------------------------------------------------------- */
 
-static inline size_t hash_address(uintptr_t addr) {
-  uint64_t x = (uint64_t)addr >> GPUMEM__BLOCK_UNIT_SHIFT;
-  x *= 0x9E3779B97F4A7C15ull;
-  return (size_t)(x ^ (x >> 29));
+/* Fibonacci hashing: the product's top bits depend on every bit of the address, so blocks
+ * aligned to large powers of two still spread over the whole table. */
+static inline size_t home_of(const gpumem__block_map *map, uintptr_t addr) {
+  return (size_t)(((uint64_t)addr * 0x9E3779B97F4A7C15ull) >> map->shift);
 }
 
+#define MAP_INITIAL_LOG2 10
+
 bool gpumem__block_map_init(gpumem__block_map *map) {
-  map->capacity = 1024;
+  map->capacity = (size_t)1 << MAP_INITIAL_LOG2;
+  map->shift = 64 - MAP_INITIAL_LOG2;
   map->count = 0;
   map->slots = calloc(map->capacity, sizeof *map->slots);
   return map->slots != NULL;
@@ -232,29 +240,30 @@ void gpumem__block_map_destroy(gpumem__block_map *map) {
 
 static size_t slot_of(const gpumem__block_map *map, uintptr_t addr) {
   size_t mask = map->capacity - 1;
-  size_t i = hash_address(addr) & mask;
-  while (map->slots[i] && map->slots[i]->addr != addr)
+  size_t i = home_of(map, addr);
+  while (map->slots[i].addr && map->slots[i].addr != addr)
     i = (i + 1) & mask;
   return i;
 }
 
 static bool grow_map(gpumem__block_map *map) {
-  gpumem__block_map bigger = {.capacity = map->capacity * 2, .count = map->count};
+  gpumem__block_map bigger = {
+      .capacity = map->capacity * 2, .shift = map->shift - 1, .count = map->count};
   bigger.slots = calloc(bigger.capacity, sizeof *bigger.slots);
   if (!bigger.slots)
     return false;
   for (size_t i = 0; i < map->capacity; i++)
-    if (map->slots[i])
-      bigger.slots[slot_of(&bigger, map->slots[i]->addr)] = map->slots[i];
+    if (map->slots[i].addr)
+      bigger.slots[slot_of(&bigger, map->slots[i].addr)] = map->slots[i];
   free(map->slots);
   *map = bigger;
   return true;
 }
 
 bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
-  if ((map->count + 1) * 2 > map->capacity && !grow_map(map))
+  if (GPUMEM_UNLIKELY((map->count + 1) * 2 > map->capacity) && !grow_map(map))
     return false;
-  map->slots[slot_of(map, block->addr)] = block;
+  map->slots[slot_of(map, block->addr)] = (gpumem__block_map_slot){block->addr, block};
   map->count++;
   return true;
 }
@@ -262,24 +271,24 @@ bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
 gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
   size_t mask = map->capacity - 1;
   size_t hole = slot_of(map, addr);
-  gpumem__block *found = map->slots[hole];
-  if (!found)
+  gpumem__block *found = map->slots[hole].block;
+  if (!map->slots[hole].addr)
     return NULL;
   /* Backward-shift deletion keeps probe runs unbroken without tombstones. */
   size_t i = hole;
   for (;;) {
     i = (i + 1) & mask;
-    gpumem__block *next = map->slots[i];
+    uintptr_t next = map->slots[i].addr;
     if (!next)
       break;
-    size_t home = hash_address(next->addr) & mask;
+    size_t home = home_of(map, next);
     bool home_in_gap = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
     if (!home_in_gap) {
-      map->slots[hole] = next;
+      map->slots[hole] = map->slots[i];
       hole = i;
     }
   }
-  map->slots[hole] = NULL;
+  map->slots[hole] = (gpumem__block_map_slot){0, NULL};
   map->count--;
   return found;
 }

@@ -30,9 +30,12 @@ struct gpumem__block {
     };
     size_t requested; /* while allocated: the size the user asked for */
   };
-  void *owner;      /* the suballocator part that holds the block (the pool's free set) */
-  uint32_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
-  uint32_t region;  /* the part of the suballocator's memory it belongs to */
+  void *owner;     /* the suballocator part that holds the block (the pool's free set) */
+  uint8_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
+  uint8_t region;  /* the part of the suballocator's memory it belongs to */
+  /* While in a free index: the class it is filed under, so that removing or refiling it
+   * never recomputes the class of its old size. */
+  uint8_t index_fl, index_sl;
 };
 
 /* ---- slab of block structs ---- */
@@ -85,9 +88,17 @@ void gpumem__free_index_each(const gpumem__free_index *index,
 
 /* ---- map from address to allocated block (open addressing, linear probing) ---- */
 
+/* A slot keeps the address beside the block, so that probing never reads a block struct:
+ * the probe run stays in the map's own cache lines. An empty slot has addr 0. */
+typedef struct gpumem__block_map_slot {
+  uintptr_t addr;
+  gpumem__block *block;
+} gpumem__block_map_slot;
+
 typedef struct gpumem__block_map {
-  gpumem__block **slots;
+  gpumem__block_map_slot *slots;
   size_t capacity; /* a power of two */
+  unsigned shift;  /* 64 - log2(capacity): a hash keeps its top bits, the best mixed */
   size_t count;
 } gpumem__block_map;
 

@@ -203,6 +203,8 @@ static gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__
 /* The best fitting free block of `set` in region `r` for `size` bytes, open or sealed. */
 static gpumem__block *find_in_set(const free_set *set, size_t r, size_t size) {
   gpumem__block *open = gpumem__free_index_find(&set->open[r], size);
+  if (set->sealed[r].block_count == 0) /* a single-stream pool's sets never hold sealed blocks */
+    return open;
   gpumem__block *sealed = gpumem__free_index_find(&set->sealed[r], size);
   if (!open || (sealed && sealed->size < open->size))
     return sealed;
@@ -460,7 +462,7 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t 
   }
   block->addr = (uintptr_t)memory;
   block->size = step;
-  block->region = (uint32_t)ri;
+  block->region = (uint8_t)ri;
   gpumem__block *last = r->tail;
   if (pool->grows_in_place && last && last->addr + last->size == block->addr) {
     block->prev_addr = last;
