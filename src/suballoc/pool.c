@@ -17,6 +17,12 @@
  * Memory fresh from the upstream has no pending work: it sits in a set of its own that any
  * stream takes from without waiting.
  *
+ * A single-stream pool keeps up to CACHE_MAX recently freed small blocks whole, in lists by
+ * exact size, before it coalesces them: programs free and ask again for the same small sizes
+ * all the time, and a block that goes straight back to the next request of its size costs
+ * no splitting, merging or indexing. The cache is coalesced into the free index when full,
+ * before the pool grows, waits for the device or is trimmed, and once a second stream comes.
+ *
  * Over vmm the pool keeps two regions of its address range, each growing in place: one for
  * requests under 1 MiB, one for the rest. Small blocks then never pin holes between large
  * ones, which is most of what fragmentation costs on real training traces.
@@ -44,8 +50,14 @@
 /* How many frees on a stream between two seals: one event record pays for this many. */
 #define SEAL_EVERY 16
 
-/* States of a block: allocated, or free in its set's open or sealed index. */
-enum { BLOCK_ALLOCATED = 0, BLOCK_OPEN = 1, BLOCK_SEALED = 2 };
+/* States of a block: allocated, free in its set's open or sealed index, or free in its
+ * set's cache (whole, not merged with its neighbours). */
+enum { BLOCK_ALLOCATED = 0, BLOCK_OPEN = 1, BLOCK_SEALED = 2, BLOCK_CACHED = 3 };
+
+/* The cache holds blocks under CACHE_CLASSES units (8 KiB): one list per exact size, as in
+ * the free index's smallest classes. CACHE_MAX blocks are at most 2 MiB kept unmerged. */
+#define CACHE_CLASSES 32
+#define CACHE_MAX 256
 
 /* Regions of a pool that grows in place: requests under SMALL_LIMIT go to their own. */
 enum { REGION_LARGE = 0, REGION_SMALL = 1, REGION_COUNT = 2 };
@@ -59,6 +71,11 @@ typedef struct free_set {
   gpumem__free_index sealed[REGION_COUNT];
   unsigned open_frees;
   gpumem__event event; /* recorded on this stream at its last seal */
+  /* Small blocks freed on this stream, whole, by size in units (linked through next_free);
+   * only while the pool has one stream. */
+  gpumem__block *cached[CACHE_CLASSES];
+  uint32_t cached_classes; /* bit u: cached[u] is not empty */
+  unsigned cached_count;
 } free_set;
 
 /* A region grows from `base` (0: wherever the upstream puts it); growth goes right after its
@@ -212,6 +229,65 @@ static gpumem__block *find_in_set(const free_set *set, size_t r, size_t size) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Cache of small blocks
+ * ------------------------------------------------------------------------------------- */
+
+static void flush_cache(pool_resource *pool, free_set *set);
+
+/* Whether a freed block of `set` may go to its cache rather than the free index. */
+static bool cacheable(const pool_resource *pool, const gpumem__block *block) {
+  return !pool->multi_stream && (block->size >> GPUMEM__BLOCK_UNIT_SHIFT) < CACHE_CLASSES;
+}
+
+static void cache_push(pool_resource *pool, free_set *set, gpumem__block *block) {
+  if (GPUMEM_UNLIKELY(set->cached_count == CACHE_MAX))
+    flush_cache(pool, set);
+  size_t units = block->size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  block->is_free = BLOCK_CACHED;
+  block->owner = set;
+  block->next_free = set->cached[units];
+  set->cached[units] = block;
+  set->cached_classes |= 1u << units;
+  set->cached_count++;
+}
+
+/* A cached block of exactly `size` bytes, taken out of the cache (still marked cached);
+ * NULL when there is none. */
+static inline gpumem__block *cache_pop(free_set *set, size_t size) {
+  size_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  if (units >= CACHE_CLASSES || !set->cached[units])
+    return NULL;
+  gpumem__block *block = set->cached[units];
+  set->cached[units] = block->next_free;
+  if (!block->next_free)
+    set->cached_classes &= ~(1u << units);
+  set->cached_count--;
+  return block;
+}
+
+/* Coalesces every cached block of `set` into its open index. */
+static void flush_cache(pool_resource *pool, free_set *set) {
+  while (set->cached_classes) {
+    int units = __builtin_ctz(set->cached_classes);
+    gpumem__block *block = set->cached[units];
+    while (block) {
+      gpumem__block *next = block->next_free;
+      release_block(pool, set, block, BLOCK_OPEN);
+      block = next;
+    }
+    set->cached[units] = NULL;
+    set->cached_classes &= ~(1u << units);
+  }
+  set->cached_count = 0;
+}
+
+/* Flushes every set's cache. */
+static void flush_caches(pool_resource *pool) {
+  for (size_t i = 1; i < pool->set_count; i++)
+    flush_cache(pool, pool->sets[i]);
+}
+
+/* ---------------------------------------------------------------------------------------
  * Free sets
  * ------------------------------------------------------------------------------------- */
 
@@ -268,6 +344,7 @@ static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, 
     /* The second stream: from now on every stream's frees get sealed, the others' first at
      * their next free. */
     pool->multi_stream = true;
+    flush_caches(pool);
     for (size_t i = 1; i < pool->set_count; i++)
       pool->sets[i]->open_frees = SEAL_EVERY - 1;
   }
@@ -326,7 +403,7 @@ static void drop_set(pool_resource *pool, size_t at) {
 }
 
 static size_t open_blocks(const free_set *set) {
-  size_t count = 0;
+  size_t count = set->cached_count;
   for (size_t r = 0; r < REGION_COUNT; r++)
     count += set->open[r].block_count;
   return count;
@@ -368,6 +445,7 @@ static gpumem_status fold_into_fresh(pool_resource *pool, free_set *keep) {
   gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: waiting for the device");
+  flush_caches(pool);
   for (size_t i = pool->set_count; i-- > 1;) {
     free_set *set = pool->sets[i];
     for (size_t r = 0; r < REGION_COUNT; r++) {
@@ -553,6 +631,10 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   gpumem_status status = GPUMEM_OK;
   if (!block)
     status = steal(pool, set, ri, search, &block);
+  if (status == GPUMEM_OK && !block && set->cached_count > 0) {
+    flush_cache(pool, set);
+    block = find_in_set(set, ri, search);
+  }
   if (status == GPUMEM_OK && !block)
     status = grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
@@ -580,9 +662,15 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
   free_set *set;
   gpumem__block *block = NULL;
   gpumem_status status = set_for(pool, stream, &set);
-  if (status == GPUMEM_OK)
+  if (status == GPUMEM_OK && alignment == GPUMEM_DEFAULT_ALIGNMENT &&
+      (block = cache_pop(set, size))) {
+    block->is_free = BLOCK_ALLOCATED;
+  } else if (status == GPUMEM_OK) {
     status = find_block(pool, set, search, &block, &why);
-  if (status == GPUMEM_OK && block && (block = carve(pool, set, block, size, alignment))) {
+    if (status == GPUMEM_OK && block)
+      block = carve(pool, set, block, size, alignment);
+  }
+  if (status == GPUMEM_OK && block) {
     block->requested = bytes;
     if (GPUMEM_LIKELY(gpumem__block_map_insert(&pool->live, block))) {
       gpumem__stats_allocated(&pool->stats, bytes);
@@ -613,6 +701,10 @@ static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_
     return status;
   }
   gpumem__stats_freed(&pool->stats, bytes);
+  if (cacheable(pool, block)) {
+    cache_push(pool, set, block);
+    return GPUMEM_OK;
+  }
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
   release_block(pool, set, block, sealing ? BLOCK_SEALED : BLOCK_OPEN);
@@ -800,6 +892,9 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
     return gpumem__stats_query(&pool->stats, what, out);
   uint64_t value = 0;
   gpumem__spin_lock(&pool->lock);
+  /* Cached blocks are free memory that is not merged yet; the answer is about the merged
+   * state, which is what an allocation that misses the cache sees. */
+  flush_caches(pool);
   for (size_t i = 0; i < pool->set_count; i++)
     for (size_t r = 0; r < REGION_COUNT; r++) {
       add_free_fact(what, &pool->sets[i]->open[r], &value);
