@@ -17,6 +17,9 @@
 
 #define GPUMEM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GPUMEM_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* For the rare paths of hot functions: kept out of line, so that the hot path does not
+ * save and restore the registers they need. */
+#define GPUMEM_COLD __attribute__((cold, noinline))
 
 /* Most devices a process can address; the per-device tables are this long. */
 #define GPUMEM_MAX_DEVICES 64

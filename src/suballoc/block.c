@@ -246,7 +246,7 @@ static size_t slot_of(const gpumem__block_map *map, uintptr_t addr) {
   return i;
 }
 
-static bool grow_map(gpumem__block_map *map) {
+GPUMEM_COLD static bool grow_map(gpumem__block_map *map) {
   gpumem__block_map bigger = {
       .capacity = map->capacity * 2, .shift = map->shift - 1, .count = map->count};
   bigger.slots = calloc(bigger.capacity, sizeof *bigger.slots);
@@ -261,7 +261,8 @@ static bool grow_map(gpumem__block_map *map) {
 }
 
 bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
-  if (GPUMEM_UNLIKELY((map->count + 1) * 2 > map->capacity) && !grow_map(map))
+  /* At most a quarter full: probe runs stay short, and so do the shifts of deletion. */
+  if (GPUMEM_UNLIKELY((map->count + 1) * 4 > map->capacity) && !grow_map(map))
     return false;
   map->slots[slot_of(map, block->addr)] = (gpumem__block_map_slot){block->addr, block};
   map->count++;

@@ -266,7 +266,7 @@ static inline gpumem__block *cache_pop(free_set *set, size_t size) {
 }
 
 /* Coalesces every cached block of `set` into its open index. */
-static void flush_cache(pool_resource *pool, free_set *set) {
+GPUMEM_COLD static void flush_cache(pool_resource *pool, free_set *set) {
   while (set->cached_classes) {
     int units = __builtin_ctz(set->cached_classes);
     gpumem__block *block = set->cached[units];
@@ -317,7 +317,7 @@ static inline gpumem_status set_for(pool_resource *pool, gpumem_stream stream, f
   return find_or_add_set(pool, stream, out);
 }
 
-static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, free_set **out) {
+GPUMEM_COLD static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, free_set **out) {
   free_set *set;
   for (size_t i = 1; i < pool->set_count; i++) {
     if (pool->sets[i]->stream == stream) {
@@ -374,7 +374,7 @@ static void move_index(pool_resource *pool, gpumem__free_index *index, free_set 
 
 /* Records the set's event on its stream, covering everything enqueued there so far, and
  * seals its open blocks. Called during a call on that stream. */
-static gpumem_status seal(pool_resource *pool, free_set *set) {
+GPUMEM_COLD static gpumem_status seal(pool_resource *pool, free_set *set) {
   const gpumem__device_ops *dev = pool->header.dev;
   gpumem_status status = GPUMEM_OK;
   if (!set->event)
@@ -652,13 +652,26 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   return status;
 }
 
-static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                   gpumem_stream stream, void **ptr) {
-  pool_resource *pool = (pool_resource *)mr;
-  size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
+/* Files an allocated `block` in the live map and counts it; false when the map cannot grow
+ * (the block is free again then). */
+static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *block,
+                            size_t bytes) {
+  block->requested = bytes;
+  if (GPUMEM_UNLIKELY(!gpumem__block_map_insert(&pool->live, block))) {
+    release_block(pool, set, block, BLOCK_OPEN);
+    return false;
+  }
+  gpumem__stats_allocated(&pool->stats, bytes);
+  return true;
+}
+
+/* Allocation in full: any stream, alignment, growth, and the failures. Called with the lock
+ * held; releases it. */
+GPUMEM_COLD static gpumem_status allocate_slow(pool_resource *pool, size_t bytes, size_t size,
+                                               size_t alignment, gpumem_stream stream,
+                                               void **ptr) {
   size_t search = size + (alignment - GPUMEM_DEFAULT_ALIGNMENT);
   const char *why = "the host is out of memory for the pool's bookkeeping";
-  gpumem__spin_lock(&pool->lock);
   free_set *set;
   gpumem__block *block = NULL;
   gpumem_status status = set_for(pool, stream, &set);
@@ -670,20 +683,38 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
     if (status == GPUMEM_OK && block)
       block = carve(pool, set, block, size, alignment);
   }
-  if (status == GPUMEM_OK && block) {
-    block->requested = bytes;
-    if (GPUMEM_LIKELY(gpumem__block_map_insert(&pool->live, block))) {
-      gpumem__stats_allocated(&pool->stats, bytes);
+  if (status == GPUMEM_OK && block && hand_out(pool, set, block, bytes)) {
+    gpumem__spin_unlock(&pool->lock);
+    *ptr = (void *)block->addr;
+    return GPUMEM_OK;
+  }
+  gpumem__spin_unlock(&pool->lock);
+  if (status == GPUMEM_OK || status == GPUMEM_ERR_OUT_OF_MEMORY)
+    return gpumem__fail_out_of_memory(&pool->header, bytes, why);
+  return status;
+}
+
+/* The common case in line: the stream of the last call, default alignment, and a cached or
+ * free block that fits; everything else goes to allocate_slow. */
+static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                   gpumem_stream stream, void **ptr) {
+  pool_resource *pool = (pool_resource *)mr;
+  size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
+  gpumem__spin_lock(&pool->lock);
+  free_set *set = pool->last_set;
+  if (GPUMEM_LIKELY(set && set->stream == stream && alignment == GPUMEM_DEFAULT_ALIGNMENT)) {
+    gpumem__block *block = cache_pop(set, size);
+    if (block)
+      block->is_free = BLOCK_ALLOCATED;
+    else if ((block = find_in_set(set, region_for(pool, size), size)))
+      block = carve(pool, set, block, size, alignment);
+    if (GPUMEM_LIKELY(block && hand_out(pool, set, block, bytes))) {
       gpumem__spin_unlock(&pool->lock);
       *ptr = (void *)block->addr;
       return GPUMEM_OK;
     }
-    release_block(pool, set, block, BLOCK_OPEN);
   }
-  gpumem__spin_unlock(&pool->lock);
-  if (status == GPUMEM_OK || status == GPUMEM_ERR_OUT_OF_MEMORY)
-    return gpumem__fail_out_of_memory(mr, bytes, why);
-  return status;
+  return allocate_slow(pool, bytes, size, alignment, stream, ptr);
 }
 
 /* Frees `block` (taken from the live map, its size checked) on `stream`; on failure puts
@@ -713,19 +744,10 @@ static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_
   return GPUMEM_OK;
 }
 
-/* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
- * with no message (the caller will look elsewhere); without, a misuse failure. */
-static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gpumem_stream stream,
-                                bool *owned) {
-  gpumem__spin_lock(&pool->lock);
-  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
-  if (GPUMEM_LIKELY(block && block->requested == bytes)) {
-    gpumem_status status = free_block(pool, block, bytes, stream);
-    gpumem__spin_unlock(&pool->lock);
-    if (owned)
-      *owned = true;
-    return status;
-  }
+/* A free the pool refuses: `block` (taken from the live map, or NULL) was not allocated
+ * with `bytes`. Called with the lock held; releases it. */
+GPUMEM_COLD static gpumem_status refuse_free(pool_resource *pool, gpumem__block *block, void *ptr,
+                                             size_t bytes, bool *owned) {
   size_t requested = block ? block->requested : 0;
   if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
     gpumem__block_map_insert(&pool->live, block);
@@ -743,6 +765,21 @@ static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gp
                       "deallocate of %p from a pool with %zu bytes, but it was allocated with "
                       "%zu bytes",
                       ptr, bytes, requested);
+}
+
+/* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
+ * with no message (the caller will look elsewhere); without, a misuse failure. */
+static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gpumem_stream stream,
+                                bool *owned) {
+  gpumem__spin_lock(&pool->lock);
+  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
+  if (GPUMEM_UNLIKELY(!block || block->requested != bytes))
+    return refuse_free(pool, block, ptr, bytes, owned);
+  gpumem_status status = free_block(pool, block, bytes, stream);
+  gpumem__spin_unlock(&pool->lock);
+  if (owned)
+    *owned = true;
+  return status;
 }
 
 static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
