@@ -1,0 +1,94 @@
+/* spinlock.c: the slow paths of the biased spinlock (see spinlock.h): the shared lock, the
+ * first bias, the revocation, and whether this process can bias at all. */
+#include "core/spinlock.h"
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define GPUMEM__UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GPUMEM__UNDER_TSAN 1
+#endif
+#endif
+
+static pthread_once_t bias_once = PTHREAD_ONCE_INIT;
+static bool bias_supported;
+
+#if defined(__linux__) && defined(__NR_membarrier) && !defined(GPUMEM__UNDER_TSAN)
+static long membarrier(int command) {
+  return syscall(__NR_membarrier, command, 0, 0);
+}
+
+/* Biasing needs the expedited private barrier, registered once per process. */
+static void detect_bias_support(void) {
+  long commands = membarrier(MEMBARRIER_CMD_QUERY);
+  bias_supported = commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+                   membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+}
+
+static bool barrier_on_every_thread(void) {
+  return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+}
+#else
+static void detect_bias_support(void) {
+  bias_supported = false;
+}
+
+static bool barrier_on_every_thread(void) {
+  return false;
+}
+#endif
+
+bool gpumem__spin_bias_supported(void) {
+  pthread_once(&bias_once, detect_bias_support);
+  return bias_supported;
+}
+
+static void take_shared(gpumem__spinlock *lock) {
+  for (unsigned spins = 0;; spins++) {
+    if (!atomic_load_explicit(&lock->locked, memory_order_relaxed) &&
+        !atomic_exchange_explicit(&lock->locked, 1, memory_order_acquire))
+      return;
+    if (spins < 128)
+      gpumem__cpu_relax();
+    else
+      sched_yield();
+  }
+}
+
+void gpumem__spin_lock_shared(gpumem__spinlock *lock) {
+  take_shared(lock);
+  if (atomic_load_explicit(&lock->revoked, memory_order_relaxed))
+    return;
+  uintptr_t self = gpumem__thread_token();
+  uintptr_t owner = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  if (owner == 0) {
+    /* The first taker: nobody else is inside (they would hold the shared lock), and from
+     * now on this thread enters without it. */
+    if (gpumem__spin_bias_supported())
+      atomic_store_explicit(&lock->owner, self, memory_order_relaxed);
+    else
+      atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);
+    return;
+  }
+  if (owner == self)
+    return; /* not reached: the owner takes the shared lock only once revoked */
+  atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);
+  /* Registered at the bias, so the barrier cannot fail for want of registration; if it
+   * fails anyway there is no safe way on, and the process stops rather than corrupt a
+   * pool. */
+  if (!barrier_on_every_thread())
+    __builtin_trap();
+  for (unsigned spins = 0; atomic_load_explicit(&lock->owner_inside, memory_order_acquire);
+       spins++) {
+    if (spins < 128)
+      gpumem__cpu_relax();
+    else
+      sched_yield();
+  }
+}
