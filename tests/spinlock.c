@@ -104,8 +104,7 @@ static void test_exclusion_across_revocation(void) {
     CHECK_EQ(atomic_load(&r.lock.locked), 0);
     CHECK_EQ(atomic_load(&r.lock.owner_inside), 0);
   }
-  printf("%d rounds of %d threads through a revocation: no update lost\n", rounds,
-         contenders + 1);
+  printf("%d rounds of %d threads through a revocation: no update lost\n", rounds, contenders + 1);
 }
 
 int main(void) {

@@ -29,10 +29,10 @@
 #include <stdint.h>
 
 typedef struct gpumem__spinlock {
-  atomic_int locked;        /* the shared lock */
-  atomic_int owner_inside;  /* the owner holds the lock through its bias */
-  atomic_int revoked;       /* the bias is gone: everyone takes the shared lock */
-  atomic_uintptr_t owner;   /* the thread the lock is biased to; 0 before its first taker */
+  atomic_int locked;       /* the shared lock */
+  atomic_int owner_inside; /* the owner holds the lock through its bias */
+  atomic_int revoked;      /* the bias is gone: everyone takes the shared lock */
+  atomic_uintptr_t owner;  /* the thread the lock is biased to; 0 before its first taker */
 } gpumem__spinlock;
 
 /* Whether locks may be biased in this process (membarrier registered, no ThreadSanitizer). */
@@ -64,16 +64,24 @@ static inline void gpumem__cpu_relax(void) {
 #endif
 }
 
+/* Takes the lock through its bias when this thread owns it and it is not revoked; false
+ * otherwise (nothing taken then: the caller takes it with gpumem__spin_lock_shared). Hot
+ * paths use it to keep the call of the shared path out of line. */
+static inline bool gpumem__spin_try_biased(gpumem__spinlock *lock) {
+  if (atomic_load_explicit(&lock->owner, memory_order_relaxed) != gpumem__thread_token())
+    return false;
+  atomic_store_explicit(&lock->owner_inside, 1, memory_order_relaxed);
+  /* No processor fence here: the revoker's membarrier is the fence (see above). */
+  atomic_signal_fence(memory_order_seq_cst);
+  if (__builtin_expect(!atomic_load_explicit(&lock->revoked, memory_order_acquire), 1))
+    return true;
+  atomic_store_explicit(&lock->owner_inside, 0, memory_order_release);
+  return false;
+}
+
 static inline void gpumem__spin_lock(gpumem__spinlock *lock) {
-  if (atomic_load_explicit(&lock->owner, memory_order_relaxed) == gpumem__thread_token()) {
-    atomic_store_explicit(&lock->owner_inside, 1, memory_order_relaxed);
-    /* No processor fence here: the revoker's membarrier is the fence (see above). */
-    atomic_signal_fence(memory_order_seq_cst);
-    if (__builtin_expect(!atomic_load_explicit(&lock->revoked, memory_order_acquire), 1))
-      return;
-    atomic_store_explicit(&lock->owner_inside, 0, memory_order_release);
-  }
-  gpumem__spin_lock_shared(lock);
+  if (!gpumem__spin_try_biased(lock))
+    gpumem__spin_lock_shared(lock);
 }
 
 static inline void gpumem__spin_unlock(gpumem__spinlock *lock) {

@@ -216,12 +216,6 @@ void gpumem__free_index_each(const gpumem__free_index *index,
  * Address map
  * ------------------------------------------------------------------------------------- */
 
-/* Fibonacci hashing: the product's top bits depend on every bit of the address, so blocks
- * aligned to large powers of two still spread over the whole table. */
-static inline size_t home_of(const gpumem__block_map *map, uintptr_t addr) {
-  return (size_t)(((uint64_t)addr * 0x9E3779B97F4A7C15ull) >> map->shift);
-}
-
 #define MAP_INITIAL_LOG2 10
 
 bool gpumem__block_map_init(gpumem__block_map *map) {
@@ -238,15 +232,7 @@ void gpumem__block_map_destroy(gpumem__block_map *map) {
   map->capacity = map->count = 0;
 }
 
-static size_t slot_of(const gpumem__block_map *map, uintptr_t addr) {
-  size_t mask = map->capacity - 1;
-  size_t i = home_of(map, addr);
-  while (map->slots[i].addr && map->slots[i].addr != addr)
-    i = (i + 1) & mask;
-  return i;
-}
-
-GPUMEM_COLD static bool grow_map(gpumem__block_map *map) {
+bool gpumem__block_map_grow(gpumem__block_map *map) {
   gpumem__block_map bigger = {
       .capacity = map->capacity * 2, .shift = map->shift - 1, .count = map->count};
   bigger.slots = calloc(bigger.capacity, sizeof *bigger.slots);
@@ -254,42 +240,8 @@ GPUMEM_COLD static bool grow_map(gpumem__block_map *map) {
     return false;
   for (size_t i = 0; i < map->capacity; i++)
     if (map->slots[i].addr)
-      bigger.slots[slot_of(&bigger, map->slots[i].addr)] = map->slots[i];
+      bigger.slots[gpumem__block_map_slot_of(&bigger, map->slots[i].addr)] = map->slots[i];
   free(map->slots);
   *map = bigger;
   return true;
-}
-
-bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
-  /* At most a quarter full: probe runs stay short, and so do the shifts of deletion. */
-  if (GPUMEM_UNLIKELY((map->count + 1) * 4 > map->capacity) && !grow_map(map))
-    return false;
-  map->slots[slot_of(map, block->addr)] = (gpumem__block_map_slot){block->addr, block};
-  map->count++;
-  return true;
-}
-
-gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
-  size_t mask = map->capacity - 1;
-  size_t hole = slot_of(map, addr);
-  gpumem__block *found = map->slots[hole].block;
-  if (!map->slots[hole].addr)
-    return NULL;
-  /* Backward-shift deletion keeps probe runs unbroken without tombstones. */
-  size_t i = hole;
-  for (;;) {
-    i = (i + 1) & mask;
-    uintptr_t next = map->slots[i].addr;
-    if (!next)
-      break;
-    size_t home = home_of(map, next);
-    bool home_in_gap = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
-    if (!home_in_gap) {
-      map->slots[hole] = map->slots[i];
-      hole = i;
-    }
-  }
-  map->slots[hole] = (gpumem__block_map_slot){0, NULL};
-  map->count--;
-  return found;
 }

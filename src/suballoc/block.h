@@ -104,9 +104,72 @@ typedef struct gpumem__block_map {
 
 bool gpumem__block_map_init(gpumem__block_map *map);
 void gpumem__block_map_destroy(gpumem__block_map *map);
+/* Doubles the map; false when host memory is exhausted (nothing changed then). */
+GPUMEM_COLD bool gpumem__block_map_grow(gpumem__block_map *map);
+
+/* Insertion and removal are in line: they run on every allocation and free, and a pool's
+ * fast paths stay free of calls (and so of saving registers) with them. */
+
+/* Fibonacci hashing: the product's top bits depend on every bit of the address, so blocks
+ * aligned to large powers of two still spread over the whole table. */
+static inline size_t gpumem__block_map_home(const gpumem__block_map *map, uintptr_t addr) {
+  return (size_t)(((uint64_t)addr * 0x9E3779B97F4A7C15ull) >> map->shift);
+}
+
+/* The slot holding addr, or the empty slot ending its probe run. */
+static inline size_t gpumem__block_map_slot_of(const gpumem__block_map *map, uintptr_t addr) {
+  size_t mask = map->capacity - 1;
+  size_t i = gpumem__block_map_home(map, addr);
+  while (map->slots[i].addr && map->slots[i].addr != addr)
+    i = (i + 1) & mask;
+  return i;
+}
+
+/* Whether the map takes one more block without growing. At most a quarter full: probe runs
+ * stay short, and so do the shifts of deletion. */
+static inline bool gpumem__block_map_has_room(const gpumem__block_map *map) {
+  return (map->count + 1) * 4 <= map->capacity;
+}
+
+/* Files `block`; the map has room. */
+static inline void gpumem__block_map_put(gpumem__block_map *map, gpumem__block *block) {
+  map->slots[gpumem__block_map_slot_of(map, block->addr)] =
+      (gpumem__block_map_slot){block->addr, block};
+  map->count++;
+}
+
 /* False when the map had to grow and host memory is exhausted (nothing changed then). */
-bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block);
+static inline bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__block *block) {
+  if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(map)) && !gpumem__block_map_grow(map))
+    return false;
+  gpumem__block_map_put(map, block);
+  return true;
+}
+
 /* The block at addr, removed from the map; NULL when absent. */
-gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr);
+static inline gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
+  size_t mask = map->capacity - 1;
+  size_t hole = gpumem__block_map_slot_of(map, addr);
+  gpumem__block *found = map->slots[hole].block;
+  if (!map->slots[hole].addr)
+    return NULL;
+  /* Backward-shift deletion keeps probe runs unbroken without tombstones. */
+  size_t i = hole;
+  for (;;) {
+    i = (i + 1) & mask;
+    uintptr_t next = map->slots[i].addr;
+    if (!next)
+      break;
+    size_t home = gpumem__block_map_home(map, next);
+    bool home_in_gap = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
+    if (!home_in_gap) {
+      map->slots[hole] = map->slots[i];
+      hole = i;
+    }
+  }
+  map->slots[hole] = (gpumem__block_map_slot){0, NULL};
+  map->count--;
+  return found;
+}
 
 #endif /* GPUMEM_SUBALLOC_BLOCK_H */

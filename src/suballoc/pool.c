@@ -239,9 +239,13 @@ static bool cacheable(const pool_resource *pool, const gpumem__block *block) {
   return !pool->multi_stream && (block->size >> GPUMEM__BLOCK_UNIT_SHIFT) < CACHE_CLASSES;
 }
 
-static void cache_push(pool_resource *pool, free_set *set, gpumem__block *block) {
-  if (GPUMEM_UNLIKELY(set->cached_count == CACHE_MAX))
-    flush_cache(pool, set);
+/* Whether the cache of `set` has room for one more block. */
+static inline bool cache_has_room(const free_set *set) {
+  return set->cached_count < CACHE_MAX;
+}
+
+/* Files a free block in the cache of `set`, which has room. */
+static inline void cache_insert(free_set *set, gpumem__block *block) {
   size_t units = block->size >> GPUMEM__BLOCK_UNIT_SHIFT;
   block->is_free = BLOCK_CACHED;
   block->owner = set;
@@ -249,6 +253,12 @@ static void cache_push(pool_resource *pool, free_set *set, gpumem__block *block)
   set->cached[units] = block;
   set->cached_classes |= 1u << units;
   set->cached_count++;
+}
+
+static void cache_push(pool_resource *pool, free_set *set, gpumem__block *block) {
+  if (GPUMEM_UNLIKELY(!cache_has_room(set)))
+    flush_cache(pool, set);
+  cache_insert(set, block);
 }
 
 /* A cached block of exactly `size` bytes, taken out of the cache (still marked cached);
@@ -317,7 +327,8 @@ static inline gpumem_status set_for(pool_resource *pool, gpumem_stream stream, f
   return find_or_add_set(pool, stream, out);
 }
 
-GPUMEM_COLD static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream, free_set **out) {
+GPUMEM_COLD static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream,
+                                                 free_set **out) {
   free_set *set;
   for (size_t i = 1; i < pool->set_count; i++) {
     if (pool->sets[i]->stream == stream) {
@@ -668,8 +679,7 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
 /* Allocation in full: any stream, alignment, growth, and the failures. Called with the lock
  * held; releases it. */
 GPUMEM_COLD static gpumem_status allocate_slow(pool_resource *pool, size_t bytes, size_t size,
-                                               size_t alignment, gpumem_stream stream,
-                                               void **ptr) {
+                                               size_t alignment, gpumem_stream stream, void **ptr) {
   size_t search = size + (alignment - GPUMEM_DEFAULT_ALIGNMENT);
   const char *why = "the host is out of memory for the pool's bookkeeping";
   free_set *set;
@@ -694,33 +704,70 @@ GPUMEM_COLD static gpumem_status allocate_slow(pool_resource *pool, size_t bytes
   return status;
 }
 
-/* The common case in line: the stream of the last call, default alignment, and a cached or
- * free block that fits; everything else goes to allocate_slow. */
+/* Allocation from the free index of the last call's set; allocate_slow when nothing fits.
+ * Called with the lock held; releases it. */
+static gpumem_status allocate_from_index(pool_resource *pool, free_set *set, size_t bytes,
+                                         size_t size, gpumem_stream stream, void **ptr) {
+  gpumem__block *block = find_in_set(set, region_for(pool, size), size);
+  if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
+      GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
+    gpumem__spin_unlock(&pool->lock);
+    *ptr = (void *)block->addr;
+    return GPUMEM_OK;
+  }
+  return allocate_slow(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+}
+
+/* A cached block back to the cache it came from, when the live map cannot take it. */
+GPUMEM_COLD static gpumem_status allocate_unpop(pool_resource *pool, free_set *set,
+                                                gpumem__block *block, size_t bytes,
+                                                gpumem_stream stream, void **ptr) {
+  cache_insert(set, block);
+  return allocate_slow(pool, bytes, block->size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+}
+
+/* Allocation with the lock held, which it releases. The common cases come first: the
+ * stream of the last call with default alignment, from the cache; every call in this
+ * function is its last act, so the path through the cache saves no registers. */
+static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, size_t alignment,
+                                            gpumem_stream stream, void **ptr) {
+  size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
+  free_set *set = pool->last_set;
+  if (GPUMEM_UNLIKELY(!set || set->stream != stream || alignment != GPUMEM_DEFAULT_ALIGNMENT))
+    return allocate_slow(pool, bytes, size, alignment, stream, ptr);
+  gpumem__block *block = cache_pop(set, size);
+  if (!block)
+    return allocate_from_index(pool, set, bytes, size, stream, ptr);
+  if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(&pool->live)))
+    return allocate_unpop(pool, set, block, bytes, stream, ptr); /* the map must grow */
+  block->is_free = BLOCK_ALLOCATED;
+  block->requested = bytes;
+  gpumem__block_map_put(&pool->live, block);
+  gpumem__stats_allocated(&pool->stats, bytes);
+  gpumem__spin_unlock(&pool->lock);
+  *ptr = (void *)block->addr;
+  return GPUMEM_OK;
+}
+
+GPUMEM_COLD static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
+                                                 size_t alignment, gpumem_stream stream,
+                                                 void **ptr) {
+  gpumem__spin_lock_shared(&pool->lock);
+  return allocate_locked(pool, bytes, alignment, stream, ptr);
+}
+
 static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                    gpumem_stream stream, void **ptr) {
   pool_resource *pool = (pool_resource *)mr;
-  size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
-  gpumem__spin_lock(&pool->lock);
-  free_set *set = pool->last_set;
-  if (GPUMEM_LIKELY(set && set->stream == stream && alignment == GPUMEM_DEFAULT_ALIGNMENT)) {
-    gpumem__block *block = cache_pop(set, size);
-    if (block)
-      block->is_free = BLOCK_ALLOCATED;
-    else if ((block = find_in_set(set, region_for(pool, size), size)))
-      block = carve(pool, set, block, size, alignment);
-    if (GPUMEM_LIKELY(block && hand_out(pool, set, block, bytes))) {
-      gpumem__spin_unlock(&pool->lock);
-      *ptr = (void *)block->addr;
-      return GPUMEM_OK;
-    }
-  }
-  return allocate_slow(pool, bytes, size, alignment, stream, ptr);
+  if (GPUMEM_UNLIKELY(!gpumem__spin_try_biased(&pool->lock)))
+    return allocate_shared(pool, bytes, alignment, stream, ptr);
+  return allocate_locked(pool, bytes, alignment, stream, ptr);
 }
 
 /* Frees `block` (taken from the live map, its size checked) on `stream`; on failure puts
  * it back in the live map, so that nothing changes. Called with the lock held. */
-static gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_t bytes,
-                                gpumem_stream stream) {
+static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_t bytes,
+                                       gpumem_stream stream) {
   free_set *set = NULL;
   gpumem_status status = set_for(pool, stream, &set);
   /* A seal is due: record the event first, so that if it fails nothing has changed. */
@@ -767,19 +814,48 @@ GPUMEM_COLD static gpumem_status refuse_free(pool_resource *pool, gpumem__block 
                       ptr, bytes, requested);
 }
 
-/* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
- * with no message (the caller will look elsewhere); without, a misuse failure. */
-static gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes, gpumem_stream stream,
-                                bool *owned) {
-  gpumem__spin_lock(&pool->lock);
-  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
-  if (GPUMEM_UNLIKELY(!block || block->requested != bytes))
-    return refuse_free(pool, block, ptr, bytes, owned);
+/* Frees `block` (its size checked) through free_block, then releases the lock. */
+static gpumem_status free_and_unlock(pool_resource *pool, gpumem__block *block, size_t bytes,
+                                     gpumem_stream stream, bool *owned) {
   gpumem_status status = free_block(pool, block, bytes, stream);
   gpumem__spin_unlock(&pool->lock);
   if (owned)
     *owned = true;
   return status;
+}
+
+/* deallocate with the lock held, which it releases. The common case, a small block freed
+ * on the stream of the last call, goes into the cache without a call; every other call is
+ * the function's last act. */
+static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, size_t bytes,
+                                              gpumem_stream stream, bool *owned) {
+  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
+  if (GPUMEM_UNLIKELY(!block || block->requested != bytes))
+    return refuse_free(pool, block, ptr, bytes, owned);
+  free_set *set = pool->last_set;
+  if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
+    return free_and_unlock(pool, block, bytes, stream, owned);
+  gpumem__stats_freed(&pool->stats, bytes);
+  cache_insert(set, block);
+  gpumem__spin_unlock(&pool->lock);
+  if (owned)
+    *owned = true;
+  return GPUMEM_OK;
+}
+
+GPUMEM_COLD static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
+                                                   gpumem_stream stream, bool *owned) {
+  gpumem__spin_lock_shared(&pool->lock);
+  return deallocate_locked(pool, ptr, bytes, stream, owned);
+}
+
+/* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
+ * with no message (the caller will look elsewhere); without, a misuse failure. */
+static inline gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes,
+                                       gpumem_stream stream, bool *owned) {
+  if (GPUMEM_UNLIKELY(!gpumem__spin_try_biased(&pool->lock)))
+    return deallocate_shared(pool, ptr, bytes, stream, owned);
+  return deallocate_locked(pool, ptr, bytes, stream, owned);
 }
 
 static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
