@@ -90,8 +90,9 @@ void gpumem__free_index_init(gpumem__free_index *index) {
   memset(index, 0, sizeof *index);
 }
 
-/* Files `block` under class (fl, sl). */
-static void insert_in_class(gpumem__free_index *index, gpumem__block *block, int fl, int sl) {
+/* Links `block` into class (fl, sl). Counts are the callers' business. */
+static inline void link_into_class(gpumem__free_index *index, gpumem__block *block, int fl,
+                                   int sl) {
   gpumem__block *head = index->heads[fl][sl];
   block->index_fl = (uint8_t)fl;
   block->index_sl = (uint8_t)sl;
@@ -102,48 +103,48 @@ static void insert_in_class(gpumem__free_index *index, gpumem__block *block, int
   index->heads[fl][sl] = block;
   index->fl_bitmap |= (uint64_t)1 << fl;
   index->sl_bitmap[fl] |= 1u << sl;
-  index->block_count++;
-  index->total_bytes += block->size;
+}
+
+/* Unlinks `block` from the class it is filed under. */
+static inline void unlink_from_class(gpumem__free_index *index, gpumem__block *block) {
+  int fl = block->index_fl, sl = block->index_sl;
+  gpumem__block *prev = block->prev_free, *next = block->next_free;
+  if (next)
+    next->prev_free = prev;
+  if (prev) {
+    prev->next_free = next;
+    return;
+  }
+  index->heads[fl][sl] = next;
+  if (!next) { /* the class is empty now */
+    index->sl_bitmap[fl] &= ~(1u << sl);
+    if (!index->sl_bitmap[fl])
+      index->fl_bitmap &= ~((uint64_t)1 << fl);
+  }
 }
 
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
   int fl, sl;
   class_of(block->size, &fl, &sl);
-  insert_in_class(index, block, fl, sl);
-}
-
-/* Unlinks `block`, which holds `size` bytes in the index's count, from its class. */
-static void remove_from_class(gpumem__free_index *index, gpumem__block *block, size_t size) {
-  int fl = block->index_fl, sl = block->index_sl;
-  if (block->prev_free)
-    block->prev_free->next_free = block->next_free;
-  else
-    index->heads[fl][sl] = block->next_free;
-  if (block->next_free)
-    block->next_free->prev_free = block->prev_free;
-  if (!index->heads[fl][sl]) {
-    index->sl_bitmap[fl] &= ~(1u << sl);
-    if (!index->sl_bitmap[fl])
-      index->fl_bitmap &= ~((uint64_t)1 << fl);
-  }
-  block->prev_free = block->next_free = NULL;
-  index->block_count--;
-  index->total_bytes -= size;
+  link_into_class(index, block, fl, sl);
+  index->block_count++;
+  index->total_bytes += block->size;
 }
 
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
-  remove_from_class(index, block, block->size);
+  unlink_from_class(index, block);
+  index->block_count--;
+  index->total_bytes -= block->size;
 }
 
 void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size) {
+  index->total_bytes += block->size - old_size;
   int fl, sl;
   class_of(block->size, &fl, &sl);
-  if (fl == block->index_fl && sl == block->index_sl) {
-    index->total_bytes += block->size - old_size;
+  if (fl == block->index_fl && sl == block->index_sl)
     return;
-  }
-  remove_from_class(index, block, old_size);
-  insert_in_class(index, block, fl, sl);
+  unlink_from_class(index, block);
+  link_into_class(index, block, fl, sl);
 }
 
 /* How many blocks of the request's own class are looked at for the best fit: enough to
