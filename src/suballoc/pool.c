@@ -17,11 +17,14 @@
  * Memory fresh from the upstream has no pending work: it sits in a set of its own that any
  * stream takes from without waiting.
  *
- * A single-stream pool keeps up to CACHE_MAX recently freed small blocks whole, in lists by
- * exact size, before it coalesces them: programs free and ask again for the same small sizes
- * all the time, and a block that goes straight back to the next request of its size costs
- * no splitting, merging or indexing. The cache is coalesced into the free index when full,
- * before the pool grows, waits for the device or is trimmed, and once a second stream comes.
+ * A single-stream pool keeps up to CACHE_MAX recently freed blocks under 1 MiB whole, in
+ * lists by size class, before it coalesces them: programs free and ask again for the same
+ * sizes all the time, and a block that goes straight back to the next request of its class
+ * costs no splitting, merging or indexing. Under 8 KiB a class is one size; above, a block
+ * handed out from the cache may be up to 1/16 larger than the rounded request (cutting it
+ * down costs as much as the free index does). The cache is coalesced into the free index
+ * when full, before the pool grows, waits for the device or is trimmed, before a
+ * free-memory query, and once a second stream comes.
  *
  * Over vmm the pool keeps two regions of its address range, each growing in place: one for
  * requests under 1 MiB, one for the rest. Small blocks then never pin holes between large
@@ -54,10 +57,15 @@
  * set's cache (whole, not merged with its neighbours). */
 enum { BLOCK_ALLOCATED = 0, BLOCK_OPEN = 1, BLOCK_SEALED = 2, BLOCK_CACHED = 3 };
 
-/* The cache holds blocks under CACHE_CLASSES units (8 KiB): one list per exact size, as in
- * the free index's smallest classes. CACHE_MAX blocks are at most 2 MiB kept unmerged. */
-#define CACHE_CLASSES 32
-#define CACHE_MAX 256
+/* The cache holds blocks under CACHE_LIMIT in one list per class of the free index (a power
+ * of two cut in 16: exact sizes under 8 KiB, within 1/16 above), at most CACHE_MAX of them.
+ * The limit is that of the small region over vmm: keeping larger blocks whole as well moved
+ * large placements enough to cost 2 to 4 % more memory on real traces. */
+#define CACHE_LIMIT ((size_t)1 << 20)
+#define CACHE_CLASSES 144 /* the classes of sizes under CACHE_LIMIT */
+#define CACHE_MAX 1024
+/* How many blocks of its class a request looks at for one that is large enough. */
+#define CACHE_PROBES 4
 
 /* Regions of a pool that grows in place: requests under SMALL_LIMIT go to their own. */
 enum { REGION_LARGE = 0, REGION_SMALL = 1, REGION_COUNT = 2 };
@@ -71,10 +79,9 @@ typedef struct free_set {
   gpumem__free_index sealed[REGION_COUNT];
   unsigned open_frees;
   gpumem__event event; /* recorded on this stream at its last seal */
-  /* Small blocks freed on this stream, whole, by size in units (linked through next_free);
+  /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
    * only while the pool has one stream. */
   gpumem__block *cached[CACHE_CLASSES];
-  uint32_t cached_classes; /* bit u: cached[u] is not empty */
   unsigned cached_count;
 } free_set;
 
@@ -234,9 +241,19 @@ static gpumem__block *find_in_set(const free_set *set, size_t r, size_t size) {
 
 static void flush_cache(pool_resource *pool, free_set *set);
 
+/* The cache's list for blocks of `size` bytes (under CACHE_LIMIT): the free index's class,
+ * flattened. */
+static inline size_t cache_class(size_t size) {
+  size_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  if (units < GPUMEM__SL_COUNT)
+    return units;
+  int shift = 63 - __builtin_clzll(units) - GPUMEM__SL_SHIFT;
+  return ((size_t)shift << GPUMEM__SL_SHIFT) + (units >> shift);
+}
+
 /* Whether a freed block of `set` may go to its cache rather than the free index. */
 static bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return !pool->multi_stream && (block->size >> GPUMEM__BLOCK_UNIT_SHIFT) < CACHE_CLASSES;
+  return !pool->multi_stream && block->size < CACHE_LIMIT;
 }
 
 /* Whether the cache of `set` has room for one more block. */
@@ -246,12 +263,11 @@ static inline bool cache_has_room(const free_set *set) {
 
 /* Files a free block in the cache of `set`, which has room. */
 static inline void cache_insert(free_set *set, gpumem__block *block) {
-  size_t units = block->size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  size_t c = cache_class(block->size);
   block->is_free = BLOCK_CACHED;
   block->owner = set;
-  block->next_free = set->cached[units];
-  set->cached[units] = block;
-  set->cached_classes |= 1u << units;
+  block->next_free = set->cached[c];
+  set->cached[c] = block;
   set->cached_count++;
 }
 
@@ -261,34 +277,35 @@ static void cache_push(pool_resource *pool, free_set *set, gpumem__block *block)
   cache_insert(set, block);
 }
 
-/* A cached block of exactly `size` bytes, taken out of the cache (still marked cached);
- * NULL when there is none. */
+/* A cached block of at least `size` bytes, of the request's own class (so at most 1/16
+ * larger), taken out of the cache (still marked cached); NULL when there is none. */
 static inline gpumem__block *cache_pop(free_set *set, size_t size) {
-  size_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
-  if (units >= CACHE_CLASSES || !set->cached[units])
+  if (size >= CACHE_LIMIT)
     return NULL;
-  gpumem__block *block = set->cached[units];
-  set->cached[units] = block->next_free;
-  if (!block->next_free)
-    set->cached_classes &= ~(1u << units);
-  set->cached_count--;
-  return block;
+  gpumem__block **link = &set->cached[cache_class(size)];
+  for (int probes = 0; *link && probes < CACHE_PROBES; probes++, link = &(*link)->next_free) {
+    gpumem__block *block = *link;
+    if (block->size >= size) {
+      *link = block->next_free;
+      set->cached_count--;
+      return block;
+    }
+  }
+  return NULL;
 }
 
 /* Coalesces every cached block of `set` into its open index. */
 GPUMEM_COLD static void flush_cache(pool_resource *pool, free_set *set) {
-  while (set->cached_classes) {
-    int units = __builtin_ctz(set->cached_classes);
-    gpumem__block *block = set->cached[units];
+  for (size_t c = 0; c < CACHE_CLASSES && set->cached_count > 0; c++) {
+    gpumem__block *block = set->cached[c];
     while (block) {
       gpumem__block *next = block->next_free;
       release_block(pool, set, block, BLOCK_OPEN);
+      set->cached_count--;
       block = next;
     }
-    set->cached[units] = NULL;
-    set->cached_classes &= ~(1u << units);
+    set->cached[c] = NULL;
   }
-  set->cached_count = 0;
 }
 
 /* Flushes every set's cache. */
