@@ -308,6 +308,23 @@ GPUMEM_COLD static void flush_cache(pool_resource *pool, free_set *set) {
   }
 }
 
+/* Moves one cached block of a class above that of `size` bytes (so larger) into the open
+ * index, merged with its free neighbours, and returns the free block holding it now; NULL
+ * when the cache has none. Classes are scanned in order: it runs only when the free index
+ * had nothing for the request. */
+static gpumem__block *uncache_larger(pool_resource *pool, free_set *set, size_t size) {
+  size_t first = size < CACHE_LIMIT ? cache_class(size) + 1 : CACHE_CLASSES;
+  for (size_t c = first; c < CACHE_CLASSES; c++) {
+    gpumem__block *block = set->cached[c];
+    if (block) {
+      set->cached[c] = block->next_free;
+      set->cached_count--;
+      return release_block(pool, set, block, BLOCK_OPEN);
+    }
+  }
+  return NULL;
+}
+
 /* Flushes every set's cache. */
 static void flush_caches(pool_resource *pool) {
   for (size_t i = 1; i < pool->set_count; i++)
@@ -659,7 +676,12 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   gpumem_status status = GPUMEM_OK;
   if (!block)
     status = steal(pool, set, ri, search, &block);
-  if (status == GPUMEM_OK && !block && set->cached_count > 0) {
+  /* Cached blocks are under CACHE_LIMIT: they may make room in the small region (or a pool
+   * without regions), never in the large one. One of a larger class is enough; only when
+   * there is none does the whole cache merge, which may join smaller ones into room. */
+  if (status == GPUMEM_OK && !block && set->cached_count > 0 &&
+      (ri == REGION_SMALL || !pool->split_regions) &&
+      !(block = uncache_larger(pool, set, search))) {
     flush_cache(pool, set);
     block = find_in_set(set, ri, search);
   }
