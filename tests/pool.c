@@ -6,6 +6,9 @@
  *   or up to 1/16 more when it came from the pool's cache), and freeing everything
  *   coalesces back to the initial state.
  * - Growth in place over vmm: growth steps merge into one free block.
+ * - The cache of freed blocks: a block goes whole to the next request of its class; a
+ *   request nothing in the free index fits takes a larger cached block, or has the cache
+ *   merged, before the pool grows; a full cache merges and the pool stays whole.
  * - The maximum size is honoured; out of memory leaves the pool usable.
  * - Trim gives whole free chunks back.
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
@@ -120,6 +123,65 @@ static void test_model(const char *spec) {
   CHECK_OK(gpumem_stream_destroy(stream));
   CHECK_OK(gpumem_resource_release(mr));
   printf("%-34s model run passed\n", spec);
+}
+
+/* ---- the cache of freed blocks ---- */
+
+static void test_cache(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  enum { granule = 2 << 20 };
+  /* Four blocks fill the small region's first granule: the free index is empty. The second
+   * is in the class of 512 KiB (512 to 544 KiB), the third just below it. */
+  const size_t sizes[4] = {512 << 10, 540 << 10, 484 << 10, 512 << 10};
+  void *q[4];
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(mr, sizes[i], NULL, &q[i]));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), granule);
+
+  /* A freed block goes whole to the next request of its class, a smaller one too; the live
+   * block holds all of it (reserved = live blocks + free). */
+  void *p;
+  CHECK_OK(gpumem_deallocate(mr, q[1], sizes[1], NULL));
+  CHECK_OK(gpumem_allocate(mr, 520 << 10, NULL, &p));
+  CHECK_PTR_EQ(p, q[1]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), 0);
+  CHECK_OK(gpumem_deallocate(mr, p, 520 << 10, NULL));
+
+  /* A request of a smaller class, with nothing in the free index: it is cut from the larger
+   * cached block instead of growing the pool. */
+  void *small;
+  CHECK_OK(gpumem_allocate(mr, 4096, NULL, &small));
+  CHECK_PTR_EQ(small, q[1]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), granule);
+
+  /* Only smaller blocks cached: they merge (the small one back with the rest of its block,
+   * and that with the third) and serve a request none could, without growing. */
+  CHECK_OK(gpumem_deallocate(mr, small, 4096, NULL));
+  CHECK_OK(gpumem_deallocate(mr, q[2], sizes[2], NULL));
+  void *merged;
+  CHECK_OK(gpumem_allocate(mr, 768 << 10, NULL, &merged));
+  CHECK_PTR_EQ(merged, q[1]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), granule);
+  CHECK_OK(gpumem_deallocate(mr, merged, 768 << 10, NULL));
+  CHECK_OK(gpumem_deallocate(mr, q[0], sizes[0], NULL));
+  CHECK_OK(gpumem_deallocate(mr, q[3], sizes[3], NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* More freed blocks than the cache holds (1,024): it merges when full, and everything
+   * freed merges back into the one initial block. */
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=32MiB)", &mr));
+  enum { many = 1500 };
+  static void *blocks[many];
+  for (int i = 0; i < many; i++)
+    CHECK_OK(gpumem_allocate(mr, 256 + (size_t)(i % 7) * 4096, NULL, &blocks[i]));
+  for (int i = 0; i < many; i++)
+    CHECK_OK(gpumem_deallocate(mr, blocks[i], 256 + (size_t)(i % 7) * 4096, NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 32 << 20);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("cache of freed blocks passed\n");
 }
 
 /* ---- growth in place ---- */
@@ -539,6 +601,7 @@ int main(void) {
   test_model("pool(async)");
   test_model("arena(cuda, size=32MiB)");
   test_model("arena(vmm, superblock=1MiB)");
+  test_cache();
   test_growth_in_place();
   test_maximum();
   test_trim();
