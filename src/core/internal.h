@@ -20,6 +20,8 @@
 /* For the rare paths of hot functions: kept out of line, so that the hot path does not
  * save and restore the registers they need. */
 #define GPUMEM_COLD __attribute__((cold, noinline))
+/* For the less common paths of hot functions that must stay fast: out of line, not cold. */
+#define GPUMEM_NOINLINE __attribute__((noinline))
 
 /* Most devices a process can address; the per-device tables are this long. */
 #define GPUMEM_MAX_DEVICES 64

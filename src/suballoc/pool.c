@@ -236,7 +236,7 @@ static gpumem__block *find_in_set(const free_set *set, size_t r, size_t size) {
 }
 
 /* ---------------------------------------------------------------------------------------
- * Cache of small blocks
+ * Cache of freed blocks
  * ------------------------------------------------------------------------------------- */
 
 static void flush_cache(pool_resource *pool, free_set *set);
@@ -361,8 +361,8 @@ static inline gpumem_status set_for(pool_resource *pool, gpumem_stream stream, f
   return find_or_add_set(pool, stream, out);
 }
 
-GPUMEM_COLD static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream,
-                                                 free_set **out) {
+GPUMEM_NOINLINE static gpumem_status find_or_add_set(pool_resource *pool, gpumem_stream stream,
+                                                     free_set **out) {
   free_set *set;
   for (size_t i = 1; i < pool->set_count; i++) {
     if (pool->sets[i]->stream == stream) {
@@ -717,8 +717,9 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
 
 /* Allocation in full: any stream, alignment, growth, and the failures. Called with the lock
  * held; releases it. */
-GPUMEM_COLD static gpumem_status allocate_slow(pool_resource *pool, size_t bytes, size_t size,
-                                               size_t alignment, gpumem_stream stream, void **ptr) {
+GPUMEM_NOINLINE static gpumem_status allocate_slow(pool_resource *pool, size_t bytes, size_t size,
+                                                   size_t alignment, gpumem_stream stream,
+                                                   void **ptr) {
   size_t search = size + (alignment - GPUMEM_DEFAULT_ALIGNMENT);
   const char *why = "the host is out of memory for the pool's bookkeeping";
   free_set *set;
@@ -757,12 +758,12 @@ static gpumem_status allocate_from_index(pool_resource *pool, free_set *set, siz
   return allocate_slow(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 }
 
-/* A cached block back to the cache it came from, when the live map cannot take it. */
+/* A cached block back to the cache it came from, when the live map must grow first. */
 GPUMEM_COLD static gpumem_status allocate_unpop(pool_resource *pool, free_set *set,
-                                                gpumem__block *block, size_t bytes,
+                                                gpumem__block *block, size_t bytes, size_t size,
                                                 gpumem_stream stream, void **ptr) {
   cache_insert(set, block);
-  return allocate_slow(pool, bytes, block->size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+  return allocate_slow(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 }
 
 /* Allocation with the lock held, which it releases. The common cases come first: the
@@ -778,7 +779,7 @@ static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, s
   if (!block)
     return allocate_from_index(pool, set, bytes, size, stream, ptr);
   if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(&pool->live)))
-    return allocate_unpop(pool, set, block, bytes, stream, ptr); /* the map must grow */
+    return allocate_unpop(pool, set, block, bytes, size, stream, ptr); /* the map must grow */
   block->is_free = BLOCK_ALLOCATED;
   block->requested = bytes;
   gpumem__block_map_put(&pool->live, block);
@@ -788,9 +789,10 @@ static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, s
   return GPUMEM_OK;
 }
 
-GPUMEM_COLD static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
-                                                 size_t alignment, gpumem_stream stream,
-                                                 void **ptr) {
+/* Pools shared between threads (or where locks cannot be biased) take this path always. */
+GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
+                                                     size_t alignment, gpumem_stream stream,
+                                                     void **ptr) {
   gpumem__spin_lock_shared(&pool->lock);
   return allocate_locked(pool, bytes, alignment, stream, ptr);
 }
@@ -882,8 +884,8 @@ static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, si
   return GPUMEM_OK;
 }
 
-GPUMEM_COLD static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
-                                                   gpumem_stream stream, bool *owned) {
+GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
+                                                       gpumem_stream stream, bool *owned) {
   gpumem__spin_lock_shared(&pool->lock);
   return deallocate_locked(pool, ptr, bytes, stream, owned);
 }
