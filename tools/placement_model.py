@@ -2,7 +2,7 @@
 placement or mapping policy would do to a trace's peak reserved over peak live before
 building it.
 
-    python3 tools/placement_model.py data/torch_bert_varlen_infer.csv [--policy now|move]
+    python3 tools/placement_model.py data/torch_bert_varlen_infer.csv [--policy POLICY]
 
 The model follows the pool: requests rounded to 256 bytes; two regions (under 1 MiB and
 the rest), each one address range that grows at its end in 2 MiB granules, merging with a
@@ -16,6 +16,11 @@ Policies:
         fits nowhere goes to the end of its region, and the granules it needs are taken
         from whole free granules inside holes (unmapped there, mapped at the end) before
         new physical memory. It reports the moves, each an unmap and a map on a GPU.
+  harvest, harvest-at-growth
+        placement as "now", but a granule is mapped only when a block first covers it; a
+        granule needed with no spare physical memory in hand is taken from a whole free
+        granule inside a hole (unmapped there, kept as a spare) before new memory is made:
+        whenever one is needed, or only when the region grows. It reports maps and unmaps.
 
 Each trace is replayed twice on the same state (a cold and a warm pass, each ending by
 freeing what the trace left live), as gpumem-bench replay does, whose figure is the cold
@@ -117,6 +122,7 @@ class Model:
         self.mapped = set()  # (region, granule), for "move"
         self.physical = self.peak_physical = 0
         self.moves = self.new_granules = 0
+        self.spare = self.maps = self.unmaps = 0  # for "harvest"
 
     def add_physical(self, granules):
         self.physical += granules
@@ -132,9 +138,34 @@ class Model:
                         return (r, granule)
         return None
 
+    def ensure_mapped(self, r, addr, size, growing):
+        """Maps the granules of a new block that are not mapped yet."""
+        needed = {(r, g) for g in range(addr // GRANULE, (addr + size - 1) // GRANULE + 1)}
+        for key in sorted(needed - self.mapped):
+            if not self.spare and (growing or self.policy == "harvest"):
+                source = self.spare_granule(needed)
+                if source:
+                    self.mapped.discard(source)
+                    self.spare += 1
+                    self.unmaps += 1
+            if self.spare:
+                self.spare -= 1
+            else:
+                self.add_physical(1)
+            self.maps += 1
+            self.mapped.add(key)
+
     def allocate(self, size):
         r = 1 if size < SMALL_LIMIT else 0
         region = self.regions[r]
+        if self.policy.startswith("harvest"):
+            i = region.best_fit(size)
+            growing = i is None
+            if growing:
+                i, _ = region.grow(size)
+            addr = region.carve(i, region.blocks[i][0], size)
+            self.ensure_mapped(r, addr, size, growing)
+            return r, addr
         if self.policy == "now":
             i = region.best_fit(size)
             if i is None:
@@ -177,7 +208,7 @@ def replay(path, policy, passes=2):
     peak_live, report = 0, []
     for number in range(passes):
         live, live_bytes = {}, 0
-        moves_before = model.moves
+        moves_before, maps_before, unmaps_before = model.moves, model.maps, model.unmaps
         for is_allocation, pointer, size in events:
             if is_allocation:
                 live[pointer] = model.allocate(round_up(max(size, 1), UNIT)) + (size,)
@@ -191,6 +222,8 @@ def replay(path, policy, passes=2):
             model.regions[r].free(addr)
         ratio = model.peak_physical * GRANULE / peak_live
         moves = f", {model.moves - moves_before} moves" if policy == "move" else ""
+        if policy.startswith("harvest"):
+            moves = f", {model.maps - maps_before} maps, {model.unmaps - unmaps_before} unmaps"
         report.append(f"after pass {number + 1}: {ratio:.3f}{moves}")
     return report
 
@@ -198,7 +231,7 @@ def replay(path, policy, passes=2):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+")
-    parser.add_argument("--policy", choices=["now", "move"], default="now")
+    parser.add_argument("--policy", choices=["now", "move", "harvest", "harvest-at-growth"], default="now")
     args = parser.parse_args()
     for path in args.traces:
         report = replay(path, args.policy)
