@@ -37,7 +37,7 @@ def run(cupy, sequence, window=64):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--resource", default="pool(vmm)")
     args = parser.parse_args()
     import cupy
