@@ -32,7 +32,14 @@ static void detect_bias_support(void) {
 }
 
 static bool barrier_on_every_thread(void) {
-  return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0;
+  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+    return true;
+  /* Should a process ever lose its registration (a kernel that does not carry it across
+   * fork), register again; else the global barrier, slow but needing none. */
+  if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
+      membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+    return true;
+  return membarrier(MEMBARRIER_CMD_GLOBAL) == 0;
 }
 #else
 static void detect_bias_support(void) {
@@ -79,9 +86,8 @@ void gpumem__spin_lock_shared(gpumem__spinlock *lock) {
   if (owner == self)
     return; /* not reached: the owner takes the shared lock only once revoked */
   atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);
-  /* Registered at the bias, so the barrier cannot fail for want of registration; if it
-   * fails anyway there is no safe way on, and the process stops rather than corrupt a
-   * pool. */
+  /* If no barrier can be had at all there is no safe way on: the process stops rather than
+   * corrupt a pool. */
   if (!barrier_on_every_thread())
     __builtin_trap();
   for (unsigned spins = 0; atomic_load_explicit(&lock->owner_inside, memory_order_acquire);
