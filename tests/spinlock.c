@@ -6,11 +6,14 @@
  * - Mutual exclusion holds across the revocation: an owner hammering the lock through its
  *   bias while other threads arrive and revoke it, round after round, loses no update of a
  *   counter that only the lock protects.
+ * - In a child of fork, a lock the parent biased is revoked by the child's threads.
  * Needs no device; it runs under the simulated device's label. */
 #include "check.h"
 #include "core/spinlock.h"
 
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- bias and revocation ---- */
 
@@ -107,8 +110,32 @@ static void test_exclusion_across_revocation(void) {
   printf("%d rounds of %d threads through a revocation: no update lost\n", rounds, contenders + 1);
 }
 
+/* ---- after fork ---- */
+
+static void test_revocation_after_fork(void) {
+  static gpumem__spinlock lock;
+  gpumem__spin_lock(&lock); /* biased to this thread of the parent */
+  gpumem__spin_unlock(&lock);
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    shared_lock = lock; /* lock_once works on shared_lock */
+    pthread_t other;
+    if (pthread_create(&other, NULL, lock_once, NULL) != 0 || pthread_join(other, NULL) != 0)
+      _exit(2);
+    _exit(atomic_load(&shared_lock.revoked) == 1 ? 0 : 3);
+  }
+  int status;
+  CHECK_EQ(waitpid(child, &status, 0), child);
+  CHECK(WIFEXITED(status));
+  CHECK_EQ(WEXITSTATUS(status), 0);
+  printf("revoked in a child of fork\n");
+}
+
 int main(void) {
   test_bias_and_revocation();
   test_exclusion_across_revocation();
+  test_revocation_after_fork();
   return 0;
 }
