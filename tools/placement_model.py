@@ -16,6 +16,8 @@ Policies:
         fits nowhere goes to the end of its region, and the granules it needs are taken
         from whole free granules inside holes (unmapped there, mapped at the end) before
         new physical memory. It reports the moves, each an unmap and a map on a GPU.
+        With --cap X, granules move only when new memory would take what is mapped past X
+        times the live peak so far.
   harvest, harvest-at-growth
         placement as "now", but a granule is mapped only when a block first covers it; a
         granule needed with no spare physical memory in hand is taken from a whole free
@@ -116,8 +118,10 @@ def mapped_runs(block, mapped, region):
 
 
 class Model:
-    def __init__(self, policy):
+    def __init__(self, policy, cap=None):
         self.policy = policy
+        self.cap = cap
+        self.peak_live_so_far = 0
         self.regions = [Region(), Region()]
         self.mapped = set()  # (region, granule), for "move"
         self.physical = self.peak_physical = 0
@@ -186,7 +190,9 @@ class Model:
         addr = region.carve(i, region.blocks[i][0], size)
         needed = {(r, g) for g in range(addr // GRANULE, (addr + size - 1) // GRANULE + 1)}
         for key in sorted(needed - self.mapped):
-            source = self.spare_granule(needed)
+            over = (self.cap is None
+                    or (self.physical + 1) * GRANULE > self.cap * self.peak_live_so_far)
+            source = self.spare_granule(needed) if over else None
             if source:
                 self.mapped.discard(source)
                 self.moves += 1
@@ -197,14 +203,14 @@ class Model:
         return r, addr
 
 
-def replay(path, policy, passes=2):
+def replay(path, policy, cap=None, passes=2):
     events = []
     with open(path) as trace:
         next(trace)
         for line in trace:
             fields = line.rstrip("\n").split(",")
             events.append((fields[2] == "allocate", fields[3], int(fields[4])))
-    model = Model(policy)
+    model = Model(policy, cap)
     peak_live, report = 0, []
     for number in range(passes):
         live, live_bytes = {}, 0
@@ -214,6 +220,7 @@ def replay(path, policy, passes=2):
                 live[pointer] = model.allocate(round_up(max(size, 1), UNIT)) + (size,)
                 live_bytes += size
                 peak_live = max(peak_live, live_bytes)
+                model.peak_live_so_far = peak_live
             elif pointer in live:
                 r, addr, size = live.pop(pointer)
                 model.regions[r].free(addr)
@@ -223,7 +230,8 @@ def replay(path, policy, passes=2):
         ratio = model.peak_physical * GRANULE / peak_live
         moves = f", {model.moves - moves_before} moves" if policy == "move" else ""
         if policy.startswith("harvest"):
-            moves = f", {model.maps - maps_before} maps, {model.unmaps - unmaps_before} unmaps"
+            moves = (f", {model.maps - maps_before} maps,"
+                     f" {model.unmaps - unmaps_before} unmaps")
         report.append(f"after pass {number + 1}: {ratio:.3f}{moves}")
     return report
 
@@ -231,10 +239,12 @@ def replay(path, policy, passes=2):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+")
-    parser.add_argument("--policy", choices=["now", "move", "harvest", "harvest-at-growth"], default="now")
+    parser.add_argument("--policy", default="now",
+                        choices=["now", "move", "harvest", "harvest-at-growth"])
+    parser.add_argument("--cap", type=float, help="for move: move only past this ratio")
     args = parser.parse_args()
     for path in args.traces:
-        report = replay(path, args.policy)
+        report = replay(path, args.policy, args.cap)
         print(f"{path.split('/')[-1]:30} {args.policy:5} peak reserved over peak live "
               + "; ".join(report), flush=True)
 
