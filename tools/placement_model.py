@@ -23,6 +23,16 @@ Policies:
         granule needed with no spare physical memory in hand is taken from a whole free
         granule inside a hole (unmapped there, kept as a spare) before new memory is made:
         whenever one is needed, or only when the region grows. It reports maps and unmaps.
+        With --cap X (harvest only), a granule is taken from a hole only when new memory
+        would take what is mapped past X times the live peak so far.
+
+--regions LIMITS (MiB, comma-separated; default 1) splits requests into more regions than
+the pool's two: a request goes to the region of the last limit it reaches, the smallest
+below the first limit.
+
+--growths prints, for each step that takes new physical memory, the event, the request, the
+live bytes then and the largest free blocks of the request's region before it: where the
+memory over the live peak came from.
 
 Each trace is replayed twice on the same state (a cold and a warm pass, each ending by
 freeing what the trace left live), as gpumem-bench replay does, whose figure is the cold
@@ -33,7 +43,7 @@ import bisect
 
 GRANULE = 2 << 20
 UNIT = 256
-SMALL_LIMIT = 1 << 20
+MIB = 1 << 20
 
 
 def round_up(value, to):
@@ -118,11 +128,12 @@ def mapped_runs(block, mapped, region):
 
 
 class Model:
-    def __init__(self, policy, cap=None):
+    def __init__(self, policy, cap=None, limits=(MIB,)):
         self.policy = policy
         self.cap = cap
+        self.limits = limits
         self.peak_live_so_far = 0
-        self.regions = [Region(), Region()]
+        self.regions = [Region() for _ in range(len(limits) + 1)]
         self.mapped = set()  # (region, granule), for "move"
         self.physical = self.peak_physical = 0
         self.moves = self.new_granules = 0
@@ -142,11 +153,17 @@ class Model:
                         return (r, granule)
         return None
 
+    def over_cap(self):
+        """Whether one more new granule would take mapped memory past the cap."""
+        return (self.cap is None
+                or (self.physical + 1) * GRANULE > self.cap * self.peak_live_so_far)
+
     def ensure_mapped(self, r, addr, size, growing):
         """Maps the granules of a new block that are not mapped yet."""
         needed = {(r, g) for g in range(addr // GRANULE, (addr + size - 1) // GRANULE + 1)}
         for key in sorted(needed - self.mapped):
-            if not self.spare and (growing or self.policy == "harvest"):
+            harvesting = growing or (self.policy == "harvest" and self.over_cap())
+            if not self.spare and harvesting:
                 source = self.spare_granule(needed)
                 if source:
                     self.mapped.discard(source)
@@ -160,7 +177,10 @@ class Model:
             self.mapped.add(key)
 
     def allocate(self, size):
-        r = 1 if size < SMALL_LIMIT else 0
+        # Region 0 takes requests from the first limit up (the pool's large region), region 1
+        # those below it (the small one), and regions 2 on those from each further limit up.
+        reached = sum(size >= limit for limit in self.limits)
+        r = 1 if reached == 0 else (0 if reached == 1 else reached)
         region = self.regions[r]
         if self.policy.startswith("harvest"):
             i = region.best_fit(size)
@@ -190,9 +210,7 @@ class Model:
         addr = region.carve(i, region.blocks[i][0], size)
         needed = {(r, g) for g in range(addr // GRANULE, (addr + size - 1) // GRANULE + 1)}
         for key in sorted(needed - self.mapped):
-            over = (self.cap is None
-                    or (self.physical + 1) * GRANULE > self.cap * self.peak_live_so_far)
-            source = self.spare_granule(needed) if over else None
+            source = self.spare_granule(needed) if self.over_cap() else None
             if source:
                 self.mapped.discard(source)
                 self.moves += 1
@@ -203,21 +221,34 @@ class Model:
         return r, addr
 
 
-def replay(path, policy, cap=None, passes=2):
+def largest_free(region, count=4):
+    """The sizes of the `count` largest free blocks of a region, in MiB, largest first."""
+    sizes = sorted((size for _, size, free in region.blocks if free), reverse=True)
+    return " ".join(f"{size / MIB:.1f}" for size in sizes[:count]) or "none"
+
+
+def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
     events = []
     with open(path) as trace:
         next(trace)
         for line in trace:
             fields = line.rstrip("\n").split(",")
             events.append((fields[2] == "allocate", fields[3], int(fields[4])))
-    model = Model(policy, cap)
+    model = Model(policy, cap, limits)
     peak_live, report = 0, []
     for number in range(passes):
         live, live_bytes = {}, 0
         moves_before, maps_before, unmaps_before = model.moves, model.maps, model.unmaps
-        for is_allocation, pointer, size in events:
+        for event, (is_allocation, pointer, size) in enumerate(events):
             if is_allocation:
+                physical_before = model.physical
+                free_before = growths and [largest_free(region) for region in model.regions]
                 live[pointer] = model.allocate(round_up(max(size, 1), UNIT)) + (size,)
+                if growths and model.physical > physical_before:
+                    r = live[pointer][0]
+                    print(f"pass {number + 1} event {event}: {size / MIB:.2f} MiB in region {r}"
+                          f" took {(model.physical - physical_before) * GRANULE / MIB:.0f} MiB new;"
+                          f" live {live_bytes / MIB:.0f} MiB, largest free {free_before[r]}")
                 live_bytes += size
                 peak_live = max(peak_live, live_bytes)
                 model.peak_live_so_far = peak_live
@@ -241,10 +272,16 @@ def main():
     parser.add_argument("traces", nargs="+")
     parser.add_argument("--policy", default="now",
                         choices=["now", "move", "harvest", "harvest-at-growth"])
-    parser.add_argument("--cap", type=float, help="for move: move only past this ratio")
+    parser.add_argument("--cap", type=float,
+                        help="for move and harvest: take granules from holes only past this ratio")
+    parser.add_argument("--growths", action="store_true",
+                        help="print each step that takes new physical memory")
+    parser.add_argument("--regions", default="1",
+                        help="region limits in MiB, comma-separated (default 1: the pool's two)")
     args = parser.parse_args()
+    limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))
     for path in args.traces:
-        report = replay(path, args.policy, args.cap)
+        report = replay(path, args.policy, args.cap, limits, growths=args.growths)
         print(f"{path.split('/')[-1]:30} {args.policy:5} peak reserved over peak live "
               + "; ".join(report), flush=True)
 
