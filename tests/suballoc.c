@@ -9,6 +9,11 @@
  *   growth to whole granules and reserve no more than that; over cuda, exactly `prealloc`
  *   blocks at a time, whatever the block size.
  * - A bin of a size already present is replaced, but not while it holds live allocations.
+ * - A pool over vmm with a maximum never maps more than it (growth in whole granules).
+ * - Failed releases (simulated device): replacing a bin whose old resource cannot be
+ *   destroyed changes nothing; a binning resource whose release fails keeps the program's
+ *   bins; an upstream that cannot be destroyed after the resource above it was is released
+ *   again later, not lost with its memory.
  * - reinitialize: the resource each option set builds, per device, all or nothing. */
 #include "check.h"
 #include "gpumem/sim.h"
@@ -58,6 +63,13 @@ static void test_fixed_size(void) {
   CHECK_CONTAINS(spec, "fixed_size(cuda, block=65536, prealloc=4)");
   CHECK_OK(gpumem_resource_release(mr));
   CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
+
+  /* A block size that wraps when rounded up to the alignment. */
+  gpumem_fixed_size_options huge = {.block_size = SIZE_MAX - 1, .blocks_to_preallocate = 1};
+  gpumem_resource *bad = NULL;
+  CHECK_FAILS_WITH(gpumem_fixed_size_create(cuda, &huge, &bad), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "overflows");
+  CHECK_PTR_EQ(bad, NULL);
   CHECK_OK(gpumem_resource_release(cuda));
   printf("fixed_size passed\n");
 }
@@ -166,6 +178,86 @@ static void test_binning_replace(void) {
   printf("binning replace passed\n");
 }
 
+/* pool(vmm, max=3MiB): the 2.5 MiB request takes two whole granules (4 MiB), over the
+ * maximum, so it fails; a growth cut to the request would map 4 MiB while counting 2.5. */
+static void test_vmm_maximum(bool sim) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm, max=3MiB)", &mr));
+  void *ptr = NULL;
+  CHECK_FAILS_WITH(gpumem_allocate(mr, (5 << 20) / 2, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "maximum size");
+  CHECK_OK(gpumem_allocate(mr, 256 << 10, NULL, &ptr));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2 << 20);
+  if (sim) {
+    uint64_t mapped;
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 2 << 20);
+  }
+  CHECK_OK(gpumem_deallocate(mr, ptr, 256 << 10, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("vmm maximum passed\n");
+}
+
+/* Releases whose destroy fails on the simulated device (a pool synchronizes before giving
+ * its chunks back; the synchronization is made to fail). */
+static void test_failed_releases(void) {
+  gpumem_resource *cuda, *mr, *first, *second;
+  void *ptr;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+
+  /* Replacing a bin: the old one cannot be destroyed, so the bin stays as it was. */
+  CHECK_OK(gpumem_binning_create(cuda, NULL, &mr));
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &first));
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &second));
+  CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, first));
+  CHECK_OK(gpumem_resource_release(first)); /* the binning resource holds the only handle */
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_SYNCHRONIZE, 1));
+  CHECK_FAILS_WITH(gpumem_binning_add_bin(mr, 1 << 20, second), GPUMEM_ERR_CUDA, "not destroyed");
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
+  CHECK_U64_EQ(check_query(second, GPUMEM_QUERY_LIVE_COUNT), 0); /* it went to `first` */
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+  CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, second)); /* now `first` can go */
+  CHECK_OK(gpumem_resource_release(second));
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* A binning resource whose release fails keeps the program's bin: the bin it made
+   * itself (1 KiB) goes first, and its destroy is the one that fails. */
+  gpumem_binning_options options = {.min_exponent = 10, .max_exponent = 16};
+  CHECK_OK(gpumem_binning_create(cuda, &options, &mr));
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &first));
+  CHECK_OK(gpumem_binning_add_bin(mr, 2 << 20, first));
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_SYNCHRONIZE, 1));
+  CHECK_FAILS_WITH(gpumem_resource_release(mr), GPUMEM_ERR_CUDA, "handle is still yours");
+  CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, &ptr));
+  CHECK_U64_EQ(check_query(first, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1 << 20, NULL));
+  CHECK_OK(gpumem_resource_release(first));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 0);
+
+  /* The last release of a binning resource over a pool: its bin's pool is destroyed (the
+   * first synchronization), the upstream pool's destroy fails (the second). The release
+   * succeeded, as the binning resource is gone; the upstream pool is destroyed at the next
+   * release call, with its memory. */
+  CHECK_OK(gpumem_resource_from_spec("binning(pool(cuda, initial=4MiB), min=10, max=16)", &mr));
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+  uint64_t used;
+  CHECK_OK(gpumem_sim_device_used(0, &used));
+  CHECK(used > 0);
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_SYNCHRONIZE, 2));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_OK(gpumem_sim_device_used(0, &used));
+  CHECK(used > 0); /* the upstream pool is still there */
+  CHECK_OK(gpumem_resource_release(NULL));
+  CHECK_OK(gpumem_sim_device_used(0, &used));
+  CHECK_U64_EQ(used, 0);
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("failed releases passed\n");
+}
+
 static void describe_current(int device, char *spec, size_t size) {
   gpumem_resource *mr;
   CHECK_OK(gpumem_get_per_device_resource(device, &mr));
@@ -250,6 +342,9 @@ int main(void) {
   test_binning();
   test_growth_rounding();
   test_binning_replace();
+  test_vmm_maximum(sim);
+  if (sim)
+    test_failed_releases();
   test_reinitialize(true);
   return 0;
 }

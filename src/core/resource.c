@@ -6,8 +6,59 @@
 #include "core/internal.h"
 #include "device/device.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Upstreams whose last release failed after the resource above them was destroyed. The
+ * caller's release of that resource succeeded, so no handle to them is left anywhere: they
+ * are kept here and released again at every later release until their destroy succeeds,
+ * rather than lost with their memory. */
+static pthread_mutex_t orphans_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpumem_resource **orphans;
+static size_t orphan_capacity;
+static atomic_size_t orphan_count; /* read without the lock: releases pay nothing when 0 */
+
+static void keep_orphan(gpumem_resource *mr) {
+  pthread_mutex_lock(&orphans_lock);
+  size_t count = atomic_load_explicit(&orphan_count, memory_order_relaxed);
+  if (count == orphan_capacity) {
+    size_t capacity = orphan_capacity ? 2 * orphan_capacity : 8;
+    gpumem_resource **grown = realloc(orphans, capacity * sizeof *grown);
+    if (grown) {
+      orphans = grown;
+      orphan_capacity = capacity;
+    }
+  }
+  if (count < orphan_capacity) /* else the host is out of memory: lost, as it must be */
+    orphans[count++] = mr;
+  atomic_store_explicit(&orphan_count, count, memory_order_relaxed);
+  pthread_mutex_unlock(&orphans_lock);
+}
+
+static gpumem_status release(gpumem_resource *mr);
+
+/* Releases each kept upstream once more; those that fail again are kept again. The list is
+ * emptied under the lock first, as a release may keep new orphans. */
+static void retry_orphans(void) {
+  if (atomic_load_explicit(&orphan_count, memory_order_relaxed) == 0)
+    return;
+  pthread_mutex_lock(&orphans_lock);
+  size_t count = atomic_load_explicit(&orphan_count, memory_order_relaxed);
+  gpumem_resource **taken = count ? malloc(count * sizeof *taken) : NULL;
+  if (taken) {
+    memcpy(taken, orphans, count * sizeof *taken);
+    atomic_store_explicit(&orphan_count, 0, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&orphans_lock);
+  if (!taken)
+    return;
+  for (size_t i = 0; i < count; i++)
+    if (release(taken[i]) != GPUMEM_OK)
+      keep_orphan(taken[i]);
+  free(taken);
+}
 
 void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops, int device,
                            const gpumem__device_ops *dev, gpumem_resource *upstream) {
@@ -25,6 +76,12 @@ gpumem_resource *gpumem_resource_retain(gpumem_resource *mr) {
 }
 
 gpumem_status gpumem_resource_release(gpumem_resource *mr) {
+  retry_orphans();
+  return release(mr);
+}
+
+/* A failure leaves `mr` alive and the reference the caller's; success consumes it. */
+static gpumem_status release(gpumem_resource *mr) {
   if (!mr)
     return GPUMEM_OK;
   if (atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_acq_rel) != 1)
@@ -54,7 +111,10 @@ gpumem_status gpumem_resource_release(gpumem_resource *mr) {
                                 "handle is still yours; release it again",
                                 mr->ops->kind);
   }
-  gpumem_resource_release(upstream);
+  /* `mr` is gone, so the release succeeded whatever happens below: an upstream that cannot
+   * be destroyed now (its own last release failing) is kept for a later try. */
+  if (release(upstream) != GPUMEM_OK)
+    keep_orphan(upstream);
   return GPUMEM_OK;
 }
 

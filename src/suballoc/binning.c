@@ -19,6 +19,7 @@
 typedef struct bin {
   size_t size;
   _Atomic(gpumem_resource *) resource; /* NULL until first use for exponent bins */
+  bool added; /* the resource is the program's (gpumem_binning_add_bin), not one made here */
 } bin;
 
 typedef struct binning_resource {
@@ -145,13 +146,19 @@ static void binning_describe(const gpumem_resource *mr, char *buf, size_t size) 
 
 static gpumem_status binning_destroy(gpumem_resource *mr) {
   binning_resource *self = (binning_resource *)mr;
-  for (size_t i = self->bin_count; i-- > 0;) {
-    gpumem_resource *resource = atomic_load(&self->bins[i].resource);
-    gpumem_status status = gpumem_resource_release(resource);
-    if (status != GPUMEM_OK)
-      return status;
-    atomic_store(&self->bins[i].resource, NULL);
-  }
+  /* The bins made here first: if one cannot be destroyed, the resource lives on, and the
+   * ones already gone are made again when next used, as before. The program's bins go
+   * last, as a slot emptied here would be refilled with a fixed_size bin, not theirs. */
+  for (int added = 0; added <= 1; added++)
+    for (size_t i = self->bin_count; i-- > 0;) {
+      if (self->bins[i].added != (bool)added)
+        continue;
+      gpumem_resource *resource = atomic_load(&self->bins[i].resource);
+      gpumem_status status = gpumem_resource_release(resource);
+      if (status != GPUMEM_OK)
+        return status;
+      atomic_store(&self->bins[i].resource, NULL);
+    }
   pthread_mutex_destroy(&self->lock);
   free(self);
   return GPUMEM_OK;
@@ -184,14 +191,21 @@ static gpumem_status insert_bin(binning_resource *self, size_t size, gpumem_reso
                           "gpumem_binning_add_bin: the bin of %zu bytes has %llu live "
                           "allocations; free them before replacing it",
                           size, (unsigned long long)live);
+    /* The old bin goes first: if it cannot be destroyed, the release leaves it held here
+     * and the bin unchanged, as the failure promises. */
+    gpumem_status status = gpumem_resource_release(old);
+    if (status != GPUMEM_OK)
+      return status;
     atomic_store(&self->bins[at].resource, gpumem_resource_retain(resource));
-    return gpumem_resource_release(old);
+    self->bins[at].added = resource != NULL;
+    return GPUMEM_OK;
   }
   if (self->bin_count == MAX_BINS)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "binning: at most %d bins", MAX_BINS);
   memmove(&self->bins[at + 1], &self->bins[at], (self->bin_count - at) * sizeof(bin));
   self->bins[at].size = size;
   atomic_init(&self->bins[at].resource, gpumem_resource_retain(resource));
+  self->bins[at].added = resource != NULL;
   self->bin_count++;
   return GPUMEM_OK;
 }

@@ -94,6 +94,11 @@ gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
     options.block_size = DEFAULT_BLOCK;
   if (options.blocks_to_preallocate == 0)
     options.blocks_to_preallocate = DEFAULT_PREALLOCATE;
+  if (options.block_size > SIZE_MAX - (GPUMEM_DEFAULT_ALIGNMENT - 1))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_fixed_size_create: block size %zu overflows when rounded up to "
+                        "256",
+                        options.block_size);
   options.block_size = gpumem__align_up(options.block_size, GPUMEM_DEFAULT_ALIGNMENT);
   if (options.block_size > SIZE_MAX / options.blocks_to_preallocate)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,

@@ -518,13 +518,19 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   if (size > SIZE_MAX - rounding)
     return "the request is larger than any pool can hold";
   size_t rounded = (size + rounding - 1) / rounding * rounding;
+  /* The least step: over vmm whole granules, which is what gets mapped whatever is asked. */
+  size_t least = size;
+  if (pool->grows_in_place) {
+    size_t granularity = gpumem__vmm_granularity(pool->header.upstream);
+    least = (size + granularity - 1) / granularity * granularity;
+  }
   size_t max = pool->options.maximum_size;
   if (max) {
     uint64_t reserved = gpumem__stats_reserved(&pool->stats);
-    if (reserved >= max || max - reserved < size)
+    if (reserved >= max || max - reserved < least)
       return "the pool has reached its maximum size";
     if (rounded > max - reserved)
-      rounded = size;
+      rounded = least;
   }
   *step = rounded;
   return NULL;
