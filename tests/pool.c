@@ -5,11 +5,13 @@
  *   byte is either in a live block or free (a live block holds its request rounded to 256,
  *   or up to 1/16 more when it came from the pool's cache), and freeing everything
  *   coalesces back to the initial state.
- * - Growth in place over vmm: growth steps merge into one free block.
+ * - Growth in place over vmm: growth steps merge into one free block, also after trims
+ *   that gave back the chunks between and after them.
  * - The cache of freed blocks: a block goes whole to the next request of its class; a
  *   request nothing in the free index fits takes a larger cached block, or has the cache
  *   merged, before the pool grows; a full cache merges and the pool stays whole.
- * - The maximum size is honoured; out of memory leaves the pool usable.
+ * - The maximum size is honoured; out of memory leaves the pool usable; near the maximum,
+ *   a pool growing in place asks only for what its free last block lacks.
  * - Trim gives whole free chunks back.
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
@@ -229,6 +231,37 @@ static void test_growth_in_place(void) {
   printf("growth in place over vmm passed\n");
 }
 
+/* Chunks A B C in place; B is trimmed (A and C live), which unlinks A from C, then C: the
+ * region's growth continues right after A, linked to it, so the two merge when free. */
+static void test_growth_in_place_after_trims(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  enum { step = 2 << 20 };
+  void *a, *b, *c, *grown, *all;
+  size_t released;
+  CHECK_OK(gpumem_allocate(mr, step, NULL, &a));
+  CHECK_OK(gpumem_allocate(mr, step, NULL, &b));
+  CHECK_OK(gpumem_allocate(mr, step, NULL, &c));
+  CHECK_PTR_EQ(c, (char *)b + step);
+  CHECK_OK(gpumem_deallocate(mr, b, step, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, step);
+  CHECK_OK(gpumem_deallocate(mr, c, step, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, step);
+  CHECK_OK(gpumem_allocate(mr, step, NULL, &grown));
+  CHECK_PTR_EQ(grown, (char *)a + step);
+  CHECK_OK(gpumem_deallocate(mr, grown, step, NULL));
+  CHECK_OK(gpumem_deallocate(mr, a, step, NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_OK(gpumem_allocate(mr, 2 * step, NULL, &all)); /* served without growing */
+  CHECK_PTR_EQ(all, a);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2 * step);
+  CHECK_OK(gpumem_deallocate(mr, all, 2 * step, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("growth in place after trims passed\n");
+}
+
 /* ---- maximum size and out of memory ---- */
 
 static void test_maximum(void) {
@@ -256,6 +289,21 @@ static void test_maximum(void) {
   void *ptr = (void *)0x1;
   CHECK_STATUS(gpumem_allocate(mr, 17u << 20, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY);
   CHECK_PTR_EQ(ptr, (void *)0x1);
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* In place, with the region's free last block: 4 MiB need only 2 more, which reach the
+   * maximum exactly. */
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm, max=6MiB)", &mr));
+  void *first, *last, *both;
+  CHECK_OK(gpumem_allocate(mr, 2 << 20, NULL, &first));
+  CHECK_OK(gpumem_allocate(mr, 2 << 20, NULL, &last));
+  CHECK_OK(gpumem_deallocate(mr, last, 2 << 20, NULL));
+  CHECK_OK(gpumem_allocate(mr, 4 << 20, NULL, &both));
+  CHECK_PTR_EQ(both, last);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 6 << 20);
+  CHECK_STATUS(gpumem_allocate(mr, 1, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY);
+  CHECK_OK(gpumem_deallocate(mr, both, 4 << 20, NULL));
+  CHECK_OK(gpumem_deallocate(mr, first, 2 << 20, NULL));
   CHECK_OK(gpumem_resource_release(mr));
 
   gpumem_resource *bad = NULL;
@@ -603,6 +651,7 @@ int main(void) {
   test_model("arena(vmm, superblock=1MiB)");
   test_cache();
   test_growth_in_place();
+  test_growth_in_place_after_trims();
   test_maximum();
   test_trim();
   test_cross_stream();

@@ -542,9 +542,10 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
  * the upstream puts it. */
 static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set *set, size_t size,
                                         void **memory, size_t *taken, const char **why) {
-  size_t full;
-  if ((*why = growth_step(pool, size, &full)))
-    return GPUMEM_ERR_OUT_OF_MEMORY;
+  size_t full = 0;
+  /* Checked after the shortfall: near the maximum, the shortfall may fit where the full
+   * request does not. */
+  const char *full_why = growth_step(pool, size, &full);
   gpumem_resource *up = pool->header.upstream;
   const gpumem__block *tail = r->tail;
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
@@ -553,11 +554,15 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
     if (tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
         !growth_step(pool, size - tail->size, &shortfall))
       wanted = shortfall;
+    else if ((*why = full_why))
+      return GPUMEM_ERR_OUT_OF_MEMORY;
     if (gpumem__vmm_allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
       *taken = wanted;
       return GPUMEM_OK;
     }
   }
+  if ((*why = full_why))
+    return GPUMEM_ERR_OUT_OF_MEMORY;
   *taken = full;
   *why = "its upstream could not give more memory";
   return up->ops->allocate(up, full, GPUMEM_DEFAULT_ALIGNMENT, set->stream, memory);
@@ -940,6 +945,40 @@ static void collect_block(gpumem__block *block, void *user) {
   list->items[list->count++] = block;
 }
 
+typedef struct highest_context {
+  uint8_t region;
+  const gpumem__block *skip;
+  gpumem__block *found;
+} highest_context;
+
+static void note_highest(gpumem__block *block, void *user) {
+  highest_context *h = user;
+  if (block->region == h->region && block != h->skip && (!h->found || block->addr > h->found->addr))
+    h->found = block;
+}
+
+/* The highest block of region `ri` other than `skip`, live or free; NULL when none. Walks
+ * every block: only a trim that gives back a region's last chunk, one not linked to the
+ * chunk before it (a chunk between them was given back earlier), comes here. */
+GPUMEM_COLD static gpumem__block *highest_block(pool_resource *pool, uint8_t ri,
+                                                const gpumem__block *skip) {
+  highest_context h = {ri, skip, NULL};
+  for (size_t i = 0; i < pool->live.capacity; i++)
+    if (pool->live.slots[i].addr)
+      note_highest(pool->live.slots[i].block, &h);
+  for (size_t i = 0; i < pool->set_count; i++) {
+    free_set *set = pool->sets[i];
+    for (size_t r = 0; r < REGION_COUNT; r++) {
+      gpumem__free_index_each(&set->open[r], note_highest, &h);
+      gpumem__free_index_each(&set->sealed[r], note_highest, &h);
+    }
+    for (size_t c = 0; c < CACHE_CLASSES; c++)
+      for (gpumem__block *b = set->cached[c]; b; b = b->next_free)
+        note_highest(b, &h);
+  }
+  return h.found;
+}
+
 /* Detaches `block` from its address neighbours (it is about to leave the pool). */
 static void unlink_block(pool_resource *pool, gpumem__block *block) {
   gpumem__block *prev = block->prev_addr;
@@ -948,8 +987,11 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
   if (block->next_addr)
     block->next_addr->prev_addr = NULL;
   region *r = region_of(pool, block);
-  if (r->tail == block) /* growth now continues after the region's block before it */
-    r->tail = prev;
+  /* Growth now continues after the region's block before it; when that is not linked (a
+   * chunk in between went back earlier), after the highest block left, so that growth lands
+   * next to it and links to it rather than going to the region's base, which is taken. */
+  if (r->tail == block)
+    r->tail = prev || !pool->grows_in_place ? prev : highest_block(pool, block->region, block);
 }
 
 /* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh
