@@ -60,9 +60,15 @@ void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
  * Free index
  * ------------------------------------------------------------------------------------- */
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 static inline int msb64(uint64_t x) {
   return 63 - __builtin_clzll(x);
 }
+
+/* ---- classes ---- */
 
 /* The class a block of `size` bytes is filed under: the largest class whose lower bound
  * is at most size. */
@@ -84,10 +90,6 @@ static inline void class_at_least(size_t size, int *fl, int *sl) {
   if (units >= GPUMEM__SL_COUNT)
     units += ((uint64_t)1 << (msb64(units) - GPUMEM__SL_SHIFT)) - 1;
   class_of(units << GPUMEM__BLOCK_UNIT_SHIFT, fl, sl);
-}
-
-void gpumem__free_index_init(gpumem__free_index *index) {
-  memset(index, 0, sizeof *index);
 }
 
 /* Links `block` into class (fl, sl). Counts are the callers' business. */
@@ -123,27 +125,9 @@ static inline void unlink_from_class(gpumem__free_index *index, gpumem__block *b
   }
 }
 
-void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
+static inline void file_in_class(gpumem__free_index *index, gpumem__block *block) {
   int fl, sl;
   class_of(block->size, &fl, &sl);
-  link_into_class(index, block, fl, sl);
-  index->block_count++;
-  index->total_bytes += block->size;
-}
-
-void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
-  unlink_from_class(index, block);
-  index->block_count--;
-  index->total_bytes -= block->size;
-}
-
-void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size) {
-  index->total_bytes += block->size - old_size;
-  int fl, sl;
-  class_of(block->size, &fl, &sl);
-  if (fl == block->index_fl && sl == block->index_sl)
-    return;
-  unlink_from_class(index, block);
   link_into_class(index, block, fl, sl);
 }
 
@@ -151,9 +135,7 @@ void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
  * find an exact size among repeats, few enough to keep allocation constant-time. */
 #define BEST_FIT_PROBES 4
 
-gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size) {
-  if (index->block_count == 0)
-    return NULL;
+static gpumem__block *find_in_classes(const gpumem__free_index *index, size_t size) {
   int fl, sl;
   class_of(size, &fl, &sl);
   if (fl >= GPUMEM__FL_COUNT)
@@ -185,12 +167,211 @@ gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t s
   return index->heads[fl][sl];
 }
 
+/* ---- flat ---- */
+
+/* Whether a block of `size` bytes can be in the flat arrays, whose sizes are 32-bit counts
+ * of units (up to 1 TiB). */
+static inline bool flat_holds(size_t size) {
+  return (size >> GPUMEM__BLOCK_UNIT_SHIFT) <= UINT32_MAX;
+}
+
+static inline void flat_put(gpumem__free_index *index, gpumem__block *block) {
+  size_t at = index->block_count++;
+  index->flat_units[at] = (uint32_t)(block->size >> GPUMEM__BLOCK_UNIT_SHIFT);
+  index->flat_blocks[at] = block;
+  block->index_slot = (uint8_t)at;
+}
+
+/* Files every block of the flat arrays in the classes. */
+static void flat_to_classes(gpumem__free_index *index) {
+  index->flat = false;
+  memset(index->flat_units, 0, sizeof index->flat_units);
+  for (size_t i = 0; i < index->block_count; i++)
+    file_in_class(index, index->flat_blocks[i]);
+}
+
+/* Moves every block of the classes to the flat arrays, if they all fit there; the index
+ * holds fewer than GPUMEM__FLAT_MAX blocks. */
+static void classes_to_flat(gpumem__free_index *index) {
+  gpumem__block *all[GPUMEM__FLAT_MAX];
+  size_t n = 0;
+  for (uint64_t fl_map = index->fl_bitmap; fl_map; fl_map &= fl_map - 1) {
+    int fl = __builtin_ctzll(fl_map);
+    for (uint32_t sl_map = index->sl_bitmap[fl]; sl_map; sl_map &= sl_map - 1)
+      for (gpumem__block *b = index->heads[fl][__builtin_ctz(sl_map)]; b; b = b->next_free) {
+        if (!flat_holds(b->size))
+          return;
+        all[n++] = b;
+      }
+  }
+  index->fl_bitmap = 0;
+  memset(index->sl_bitmap, 0, sizeof index->sl_bitmap);
+  memset(index->heads, 0, sizeof index->heads);
+  index->flat = true;
+  index->block_count = 0;
+  for (size_t i = 0; i < n; i++)
+    flat_put(index, all[i]);
+}
+
+/* The place in the flat arrays of the smallest block of at least `want` units (the first
+ * of equals), or -1. Each size is compared as its difference from the request, which wraps
+ * around to a huge number for a block too small, so one unsigned minimum is the best fit,
+ * and no branch depends on the sizes. */
+static ptrdiff_t flat_best(const gpumem__free_index *index, uint32_t want) {
+  size_t count = index->block_count;
+  uint32_t best;
+  size_t at;
+#if defined(__SSE2__)
+  /* Four at a time, past the count too: those places hold 0, which fits nothing. SSE2
+   * compares signed numbers only: the differences are offset by 2^31 to order as unsigned
+   * ones do. */
+  const __m128i offset = _mm_set1_epi32(INT32_MIN), wanted = _mm_set1_epi32((int)want);
+  __m128i best4 = _mm_set1_epi32(INT32_MAX), at4 = _mm_setzero_si128();
+  __m128i places = _mm_setr_epi32(0, 1, 2, 3);
+  for (size_t i = 0; i < count; i += 4) {
+    __m128i units = _mm_loadu_si128((const __m128i *)&index->flat_units[i]);
+    __m128i diff = _mm_xor_si128(_mm_sub_epi32(units, wanted), offset);
+    __m128i better = _mm_cmplt_epi32(diff, best4);
+    best4 = _mm_or_si128(_mm_and_si128(better, diff), _mm_andnot_si128(better, best4));
+    at4 = _mm_or_si128(_mm_and_si128(better, places), _mm_andnot_si128(better, at4));
+    places = _mm_add_epi32(places, _mm_set1_epi32(4));
+  }
+  /* The least of the four into every lane, then the first lane holding it. */
+  __m128i least = best4;
+  for (int step = 0; step < 2; step++) {
+    __m128i other = step == 0 ? _mm_shuffle_epi32(least, _MM_SHUFFLE(1, 0, 3, 2))
+                              : _mm_shuffle_epi32(least, _MM_SHUFFLE(2, 3, 0, 1));
+    __m128i smaller = _mm_cmplt_epi32(other, least);
+    least = _mm_or_si128(_mm_and_si128(smaller, other), _mm_andnot_si128(smaller, least));
+  }
+  unsigned lanes = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(best4, least)));
+  uint32_t ats[4];
+  _mm_storeu_si128((__m128i *)ats, at4);
+  best = (uint32_t)_mm_cvtsi128_si32(least) ^ 0x80000000u;
+  at = ats[__builtin_ctz(lanes)];
+#else
+  best = UINT32_MAX;
+  at = 0;
+  for (size_t i = 0; i < count; i++) {
+    uint32_t diff = index->flat_units[i] - want;
+    uint64_t better = -(uint64_t)(diff < best); /* all ones or zero: selects, no branch */
+    best ^= (best ^ diff) & (uint32_t)better;
+    at ^= (at ^ i) & better;
+  }
+#endif
+  /* A block that fits differs by at most UINT32_MAX - want; one too small, by more. */
+  if (count == 0 || best > UINT32_MAX - want)
+    return -1;
+  return (ptrdiff_t)at;
+}
+
+/* Of the flat blocks of the size of the one at `first`, the one at the lowest address:
+ * blocks of one size are common, and taking the lowest keeps a pool low. */
+static gpumem__block *flat_lowest_of_size(const gpumem__free_index *index, size_t first) {
+  gpumem__block *lowest = index->flat_blocks[first];
+  uint32_t units = index->flat_units[first];
+  size_t count = index->block_count;
+#if defined(__SSE2__)
+  const __m128i wanted = _mm_set1_epi32((int)units);
+  for (size_t i = 0; i < count; i += 4) {
+    __m128i same = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)&index->flat_units[i]), wanted);
+    unsigned mask = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(same));
+    if (i == (first & ~(size_t)3)) /* `first` itself needs no second look */
+      mask &= ~(1u << (first & 3));
+    for (; mask; mask &= mask - 1) {
+      gpumem__block *b = index->flat_blocks[i + (size_t)__builtin_ctz(mask)];
+      if (b->addr < lowest->addr)
+        lowest = b;
+    }
+  }
+#else
+  for (size_t i = 0; i < count; i++)
+    if (index->flat_units[i] == units && index->flat_blocks[i]->addr < lowest->addr)
+      lowest = index->flat_blocks[i];
+#endif
+  return lowest;
+}
+
+static gpumem__block *find_in_flat(const gpumem__free_index *index, size_t size) {
+  if (!flat_holds(size))
+    return NULL; /* larger than any block the arrays hold */
+  ptrdiff_t at = flat_best(index, (uint32_t)(size >> GPUMEM__BLOCK_UNIT_SHIFT));
+  return at < 0 ? NULL : flat_lowest_of_size(index, (size_t)at);
+}
+
+/* ---- the index ---- */
+
+void gpumem__free_index_init(gpumem__free_index *index) {
+  memset(index, 0, sizeof *index);
+  index->flat = true;
+}
+
+void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
+  index->total_bytes += block->size;
+  if (!index->flat && index->block_count < GPUMEM__FLAT_LOW && flat_holds(block->size))
+    classes_to_flat(index);
+  if (index->flat) {
+    if (index->block_count < GPUMEM__FLAT_MAX && flat_holds(block->size)) {
+      flat_put(index, block);
+      return;
+    }
+    flat_to_classes(index);
+  }
+  file_in_class(index, block);
+  index->block_count++;
+}
+
+void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
+  index->total_bytes -= block->size;
+  if (!index->flat) {
+    unlink_from_class(index, block);
+    index->block_count--;
+    return;
+  }
+  /* The last block takes the removed one's place; its own place reads 0 again. */
+  size_t at = block->index_slot, last = --index->block_count;
+  gpumem__block *moved = index->flat_blocks[last];
+  index->flat_units[at] = index->flat_units[last];
+  index->flat_units[last] = 0;
+  index->flat_blocks[at] = moved;
+  moved->index_slot = (uint8_t)at;
+}
+
+void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size) {
+  index->total_bytes += block->size - old_size;
+  if (index->flat) {
+    if (flat_holds(block->size))
+      index->flat_units[block->index_slot] = (uint32_t)(block->size >> GPUMEM__BLOCK_UNIT_SHIFT);
+    else /* too large for the arrays: every block goes to the classes, this one as it is now */
+      flat_to_classes(index);
+    return;
+  }
+  int fl, sl;
+  class_of(block->size, &fl, &sl);
+  if (fl == block->index_fl && sl == block->index_sl)
+    return;
+  unlink_from_class(index, block);
+  link_into_class(index, block, fl, sl);
+}
+
+gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size) {
+  if (index->flat)
+    return find_in_flat(index, size);
+  return index->block_count == 0 ? NULL : find_in_classes(index, size);
+}
+
 size_t gpumem__free_index_largest(const gpumem__free_index *index) {
+  size_t largest = 0;
+  if (index->flat) {
+    for (size_t i = 0; i < index->block_count; i++)
+      if (index->flat_blocks[i]->size > largest)
+        largest = index->flat_blocks[i]->size;
+    return largest;
+  }
   if (!index->fl_bitmap)
     return 0;
   int fl = msb64(index->fl_bitmap);
   int sl = 31 - __builtin_clz(index->sl_bitmap[fl]);
-  size_t largest = 0;
   for (const gpumem__block *b = index->heads[fl][sl]; b; b = b->next_free)
     if (b->size > largest)
       largest = b->size;
@@ -199,6 +380,13 @@ size_t gpumem__free_index_largest(const gpumem__free_index *index) {
 
 void gpumem__free_index_each(const gpumem__free_index *index,
                              void (*fn)(gpumem__block *block, void *user), void *user) {
+  if (index->flat) {
+    /* Backwards: a removal moves the last block, already seen, into the removed one's
+     * place. */
+    for (size_t i = index->block_count; i-- > 0;)
+      fn(index->flat_blocks[i], user);
+    return;
+  }
   for (int fl = 0; fl < GPUMEM__FL_COUNT; fl++) {
     if (!(index->fl_bitmap & ((uint64_t)1 << fl)))
       continue;

@@ -34,8 +34,14 @@ struct gpumem__block {
   uint8_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
   uint8_t region;  /* the part of the suballocator's memory it belongs to */
   /* While in a free index: the class it is filed under, so that removing or refiling it
-   * never recomputes the class of its old size. */
-  uint8_t index_fl, index_sl;
+   * never recomputes the class of its old size; while the index is flat, its place in the
+   * index's arrays. */
+  union {
+    struct {
+      uint8_t index_fl, index_sl;
+    };
+    uint8_t index_slot;
+  };
 };
 
 /* ---- slab of block structs ---- */
@@ -52,16 +58,34 @@ void gpumem__block_slab_destroy(gpumem__block_slab *slab);
 gpumem__block *gpumem__block_new(gpumem__block_slab *slab);
 void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block);
 
-/* ---- free index: two-level segregated fit ----
- * First level: the power of two of the size (in units); second level: 16 equal slices of
- * it. A bitmap per level finds the smallest non-empty class at or above a size in a few
- * instructions, so allocation never scans lists of blocks. */
+/* ---- free index ----
+ * Many blocks: two-level segregated fit. First level: the power of two of the size (in
+ * units); second level: 16 equal slices of it. A bitmap per level finds the smallest
+ * non-empty class at or above a size in a few instructions, so allocation never scans lists
+ * of blocks.
+ *
+ * Few blocks (up to GPUMEM__FLAT_MAX): a flat array of sizes, scanned whole for the best
+ * fit, four sizes to an instruction (SSE2). With few blocks the scan costs about what the
+ * classes do, and it is exact; and a block that shrinks or grows, as one does at every
+ * split and merge, only has its size rewritten, where in the classes it often moves between
+ * lists, through branches that depend on the sizes and so are often mispredicted. Programs with few
+ * large blocks (big tensors, few at a time) live here. The index turns flat again when it falls to
+ * GPUMEM__FLAT_LOW blocks, not at once below the maximum, so that it does not turn back
+ * and forth. */
 
 #define GPUMEM__FL_COUNT 48
 #define GPUMEM__SL_SHIFT 4
 #define GPUMEM__SL_COUNT (1 << GPUMEM__SL_SHIFT)
 
+#define GPUMEM__FLAT_MAX 64
+#define GPUMEM__FLAT_LOW 16
+
 typedef struct gpumem__free_index {
+  bool flat; /* the blocks are in the arrays below, not in the classes */
+  /* Sizes in units (0 past the count, which fits nothing) and their blocks; a block's
+   * place is its index_slot. */
+  uint32_t flat_units[GPUMEM__FLAT_MAX];
+  gpumem__block *flat_blocks[GPUMEM__FLAT_MAX];
   uint64_t fl_bitmap;
   uint32_t sl_bitmap[GPUMEM__FL_COUNT];
   gpumem__block *heads[GPUMEM__FL_COUNT][GPUMEM__SL_COUNT];
@@ -73,13 +97,14 @@ void gpumem__free_index_init(gpumem__free_index *index);
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block);
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block);
 /* Refiles a block whose size changed from `old_size` while in the index: nothing moves when
- * its class stays the same, the common case when a large block grows or shrinks a little. */
+ * the index is flat or the block's class stays the same. */
 void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size);
-/* A free block of at least `size` bytes (a multiple of the unit), the best fitting of the
- * few in the request's own class, else one from the smallest larger non-empty class; NULL
- * when none fits. The block stays in the index. */
+/* A free block of at least `size` bytes (a multiple of the unit); NULL when none fits. The
+ * block stays in the index. Flat: the smallest that fits, the lowest of those. In classes:
+ * the best fitting of the few looked at in the request's own class, else one from the
+ * smallest larger non-empty class. */
 gpumem__block *gpumem__free_index_find(const gpumem__free_index *index, size_t size);
-/* The largest free block (walks one class). */
+/* The largest free block (walks one class, or the flat array). */
 size_t gpumem__free_index_largest(const gpumem__free_index *index);
 /* Calls fn on every block; fn may remove the block it is given from the index, nothing
  * else. */
