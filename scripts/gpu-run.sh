@@ -39,16 +39,18 @@ if [ -n "${GPUMEM_BENCH_RESOURCES:-}" ]; then
   eval "resources=($GPUMEM_BENCH_RESOURCES)"
 fi
 {
-  "$bench" random --workload small,mixed,large --compare "${resources[@]}" --table
+  # Medians of 5 timed passes: one pass is milliseconds, and this host is shared.
+  "$bench" random --workload small,mixed,large --compare "${resources[@]}" --repeat 5 --table
   if [ "${1:-}" != quick ]; then
     # The driver pool is the threads reference; cuMemAlloc from 16 threads takes minutes.
     "$bench" threads --threads 1,4,16 --resource driver:async --resource "pool(vmm)" \
       --resource "arena(vmm)" --resource "arena(cuda)" --table
   fi
-  "$bench" replay --compare "${resources[@]}" --table data/*.csv
+  "$bench" replay --compare "${resources[@]}" --repeat 3 --table data/*.csv
   # This machine's processor on the same host-side work as a simulated-device run elsewhere:
   # the pool's bookkeeping without a GPU, for comparing processors.
-  GPUMEM_DEVICE=sim "$bench" random --workload small,mixed,large --resource "pool(cuda)" --table
+  GPUMEM_DEVICE=sim "$bench" random --workload small,mixed,large --resource "pool(cuda)" \
+    --repeat 5 --table
 } >"$out/bench.txt" 2>&1
 summary "bench rc=$?"
 grep -v '^{' "$out/bench.txt" | tail -80

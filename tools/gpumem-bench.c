@@ -16,6 +16,10 @@
  *                    with no gpumem bookkeeping.
  *   --table          after the JSON lines, print a table for people.
  *   --device N       run on device N (default 0).
+ *   --repeat N       random: N timed passes after the warm-up; replay: N warm passes after
+ *                    the cold one (default 1). The figure is their median, beside the
+ *                    fastest and slowest: one pass of the small workloads lasts milliseconds,
+ *                    and a host that other work shares can slow any one of them.
  *
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
@@ -27,11 +31,12 @@
  * ("cuda" or "sim") and gpu (the GPU's name, null on the simulated device); random and
  * threads lines add workload, threads, ops, ns_per_op and mops; replay lines add trace,
  * events, ns_per_event, ns_per_event_warm, peak_live_bytes, peak_reserved_bytes,
- * reserved_over_live and peak_reserved_from. Where a reference ran, speedup_vs_cuMemAlloc
- * and speedup_vs_async give its time per operation over this allocator's. The first line
- * on stderr says which backend runs the benchmark; GPUMEM_DEVICE=sim selects gpumem's
- * simulated device (no GPU needed, and its times say nothing about a GPU's). Errors go to
- * stderr with gpumem's message, and the exit status is then 1. */
+ * reserved_over_live and peak_reserved_from. With --repeat above 1, repeats and the
+ * fastest and slowest pass (ns_per_op_min and _max, ns_per_event_warm_min and _max). Where a
+ * reference ran, speedup_vs_cuMemAlloc and speedup_vs_async give its time per operation over this
+ * allocator's. The first line on stderr says which backend runs the benchmark; GPUMEM_DEVICE=sim
+ * selects gpumem's simulated device (no GPU needed, and its times say nothing about a GPU's).
+ * Errors go to stderr with gpumem's message, and the exit status is then 1. */
 #include "bench/bench.h"
 
 #include <stdio.h>
@@ -61,6 +66,8 @@ static const char usage_text[] =
     "                   UINT64_MAX, stream-ordered), called with no gpumem bookkeeping\n"
     "  --table          after the JSON lines, print a table for people\n"
     "  --device N       run on device N (default 0)\n"
+    "  --repeat N       random: N timed passes; replay: N warm passes (default 1); the\n"
+    "                   figure is their median, with the fastest and slowest beside it\n"
     "  -h, --help       print this help\n"
     "\n"
     "Output: one JSON object per line on stdout (bench, resource, device, gpu, and the\n"
@@ -77,6 +84,7 @@ typedef struct bench_args {
   size_t resource_count;
   bool compare, table;
   int device;
+  int repeat;
   const char *workloads;     /* random */
   const char *thread_counts; /* threads */
   char **traces;             /* replay */
@@ -113,6 +121,14 @@ static int parse_device(const char *text) {
   return (int)value;
 }
 
+static int parse_repeat(const char *text) {
+  char *end;
+  long value = strtol(text, &end, 10);
+  if (*text == '\0' || *end != '\0' || value < 1 || value > 1000)
+    usage_error("bad repeat count '%s' (1 to 1000)", text);
+  return (int)value;
+}
+
 static void add_resource(bench_args *args, const char *spec) {
   if (args->resource_count == sizeof args->resources / sizeof args->resources[0])
     usage_error("too many --resource options (%s)", "64 at most");
@@ -124,6 +140,7 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
   const char *value;
   bool random = strcmp(args->command, "random") == 0;
   bool threads = strcmp(args->command, "threads") == 0;
+  bool replay = strcmp(args->command, "replay") == 0;
   if ((value = option_value(argc, argv, i, "--resource")))
     add_resource(args, value);
   else if ((value = option_value(argc, argv, i, "--device")))
@@ -132,6 +149,8 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
     args->workloads = value;
   else if (threads && (value = option_value(argc, argv, i, "--threads")))
     args->thread_counts = value;
+  else if ((random || replay) && (value = option_value(argc, argv, i, "--repeat")))
+    args->repeat = parse_repeat(value);
   else if (strcmp(argv[*i], "--compare") == 0)
     args->compare = true;
   else if (strcmp(argv[*i], "--table") == 0)
@@ -219,6 +238,7 @@ int main(int argc, char **argv) {
   bench_context ctx = {0};
   parse_args(&args, argc, argv);
   ctx.device = args.device;
+  ctx.repeat = args.repeat > 0 ? args.repeat : 1;
   choose_labels(&args, &ctx);
   start_device(&ctx);
   if (strcmp(args.command, "random") == 0)

@@ -106,6 +106,16 @@ gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
                              const bench_sequence *seq, void **slots, const char *phase,
                              uint64_t *elapsed_ns, bench_failure *failure);
 
+/* The durations of repeated passes: their median, fastest and slowest, in nanoseconds. */
+typedef struct bench_pass_times {
+  double median_ns, min_ns, max_ns;
+} bench_pass_times;
+
+/* `count` passes (at least 1) of bench_run_pass, one after another. */
+gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
+                               const bench_sequence *seq, void **slots, const char *phase,
+                               int count, bench_pass_times *times, bench_failure *failure);
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t bench_now_ns(void);
 
@@ -119,6 +129,7 @@ typedef struct bench_context {
   size_t label_count;
   const char *backend; /* gpumem_backend_name(): "cuda" or "sim" */
   const char *gpu;     /* the device's name on a GPU, NULL on the simulated device */
+  int repeat;          /* timed passes (random) or warm passes (replay): the median counts */
 } bench_context;
 
 typedef enum bench_kind { BENCH_RANDOM, BENCH_THREADS, BENCH_REPLAY } bench_kind;
@@ -131,6 +142,10 @@ typedef struct bench_result {
   uint64_t ops;   /* operations (random, threads) or events (replay) */
   double ns;      /* per operation; replay: per event of the cold pass */
   double ns_warm; /* replay: per event of the warm pass */
+  /* With repeated passes: how many, and the fastest and slowest (of the timed passes for
+   * random, the warm ones for replay); ns and ns_warm are then the median. */
+  int repeats;
+  double ns_min, ns_max;
   uint64_t peak_live_bytes;
   uint64_t peak_reserved_bytes;
   const char *peak_reserved_from; /* "query" or "replay" */

@@ -76,6 +76,9 @@ static void put_operation_fields(const bench_result *r) {
   put_json_string(r->workload);
   printf(",\"threads\":%d,\"ops\":%llu,\"ns_per_op\":%.1f,\"mops\":%.3f", r->threads,
          (unsigned long long)r->ops, r->ns, r->ns > 0 ? 1000.0 / r->ns : 0);
+  if (r->repeats > 1)
+    printf(",\"repeats\":%d,\"ns_per_op_min\":%.1f,\"ns_per_op_max\":%.1f", r->repeats, r->ns_min,
+           r->ns_max);
 }
 
 static void put_replay_fields(const bench_result *r) {
@@ -83,6 +86,9 @@ static void put_replay_fields(const bench_result *r) {
   put_json_string(r->workload);
   printf(",\"events\":%llu,\"ns_per_event\":%.1f,\"ns_per_event_warm\":%.1f",
          (unsigned long long)r->ops, r->ns, r->ns_warm);
+  if (r->repeats > 1)
+    printf(",\"repeats\":%d,\"ns_per_event_warm_min\":%.1f,\"ns_per_event_warm_max\":%.1f",
+           r->repeats, r->ns_min, r->ns_max);
   printf(",\"peak_live_bytes\":%llu,\"peak_reserved_bytes\":%llu,\"reserved_over_live\":%.4f",
          (unsigned long long)r->peak_live_bytes, (unsigned long long)r->peak_reserved_bytes,
          reserved_over_live(r));
@@ -179,6 +185,8 @@ static void print_operation_table(void) {
     printf("%-8s %-8s %7d  %-*s %11.1f %9.3f", kind_name(r->kind), r->workload, r->threads,
            resource_width, r->resource, r->ns, r->ns > 0 ? 1000.0 / r->ns : 0);
     put_speedup_cells(r);
+    if (r->repeats > 1) /* the median's spread */
+      printf("  (%d passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
     printf("\n");
   }
 }
@@ -193,7 +201,10 @@ static void print_replay_table(void) {
       continue;
     printf("%-28s %-*s %11.1f %11.1f", r->workload, resource_width, r->resource, r->ns, r->ns_warm);
     put_speedup_cells(r);
-    printf("  %13.3f\n", reserved_over_live(r));
+    printf("  %13.3f", reserved_over_live(r));
+    if (r->repeats > 1) /* the warm median's spread */
+      printf("  (%d warm passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
+    printf("\n");
   }
 }
 

@@ -162,17 +162,22 @@ static void run_random_workload(const bench_context *ctx, const random_workload 
   for (size_t i = 0; i < ctx->label_count; i++) {
     bench_allocator *alloc = bench_open_or_die(ctx->labels[i], ctx->device);
     bench_failure failure;
-    uint64_t elapsed_ns;
-    if (bench_run_pass(alloc, stream, &seq, slots, "warm-up pass", &elapsed_ns, &failure) ||
-        bench_run_pass(alloc, stream, &seq, slots, "timed pass", &elapsed_ns, &failure))
+    uint64_t warm_up_ns;
+    bench_pass_times times;
+    if (bench_run_pass(alloc, stream, &seq, slots, "warm-up pass", &warm_up_ns, &failure) ||
+        bench_run_passes(alloc, stream, &seq, slots, "timed pass", ctx->repeat, &times, &failure))
       bench_die_failure("random", alloc->label, w->name, &failure);
     bench_close_or_die(alloc);
+    double ops = (double)seq.count;
     bench_result result = {.kind = BENCH_RANDOM,
                            .resource = ctx->labels[i],
                            .workload = w->name,
                            .threads = 1,
                            .ops = seq.count,
-                           .ns = (double)elapsed_ns / (double)seq.count};
+                           .ns = times.median_ns / ops,
+                           .repeats = ctx->repeat,
+                           .ns_min = times.min_ns / ops,
+                           .ns_max = times.max_ns / ops};
     bench_report(ctx, &result);
   }
   free(slots);

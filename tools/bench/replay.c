@@ -245,12 +245,13 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                        const bench_sequence *seq, void **slots, gpumem_stream stream) {
   bench_allocator *alloc = bench_open_or_die(label, ctx->device);
   bench_failure failure;
-  uint64_t cold_ns, warm_ns, peak_reserved = 0;
+  uint64_t cold_ns, peak_reserved = 0;
+  bench_pass_times warm;
   if (bench_run_pass(alloc, stream, seq, slots, "cold pass", &cold_ns, &failure))
     bench_die_failure("replay", label, trace, &failure);
   bool peak_known = alloc->peak_reserved(alloc, &peak_reserved) == GPUMEM_OK;
   bool alloc_has_reserved = alloc->reserved != NULL;
-  if (bench_run_pass(alloc, stream, seq, slots, "warm pass", &warm_ns, &failure))
+  if (bench_run_passes(alloc, stream, seq, slots, "warm pass", ctx->repeat, &warm, &failure))
     bench_die_failure("replay", label, trace, &failure);
   bench_close_or_die(alloc);
   /* An allocator with no reserved figure holds exactly what is live: its peak is the
@@ -265,7 +266,10 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .threads = 1,
                          .ops = seq->count,
                          .ns = (double)cold_ns / (double)seq->count,
-                         .ns_warm = (double)warm_ns / (double)seq->count,
+                         .ns_warm = warm.median_ns / (double)seq->count,
+                         .repeats = ctx->repeat,
+                         .ns_min = warm.min_ns / (double)seq->count,
+                         .ns_max = warm.max_ns / (double)seq->count,
                          .peak_live_bytes = seq->peak_live_bytes,
                          .peak_reserved_bytes = peak_reserved,
                          .peak_reserved_from = peak_known ? "query" : "replay"};

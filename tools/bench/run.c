@@ -93,6 +93,32 @@ gpumem_status bench_finish_pass(bench_allocator *alloc, gpumem_stream stream,
   return status;
 }
 
+static int compare_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
+                               const bench_sequence *seq, void **slots, const char *phase,
+                               int count, bench_pass_times *times, bench_failure *failure) {
+  uint64_t *elapsed = calloc((size_t)count, sizeof *elapsed);
+  if (!elapsed) {
+    fprintf(stderr, "gpumem-bench: out of host memory\n");
+    exit(EXIT_FAILURE);
+  }
+  gpumem_status status = GPUMEM_OK;
+  for (int i = 0; i < count && status == GPUMEM_OK; i++)
+    status = bench_run_pass(alloc, stream, seq, slots, phase, &elapsed[i], failure);
+  if (status == GPUMEM_OK) {
+    qsort(elapsed, (size_t)count, sizeof *elapsed, compare_u64);
+    times->median_ns = ((double)elapsed[(count - 1) / 2] + (double)elapsed[count / 2]) / 2;
+    times->min_ns = (double)elapsed[0];
+    times->max_ns = (double)elapsed[count - 1];
+  }
+  free(elapsed);
+  return status;
+}
+
 gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
                              const bench_sequence *seq, void **slots, const char *phase,
                              uint64_t *elapsed_ns, bench_failure *failure) {
