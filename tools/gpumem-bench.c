@@ -113,19 +113,13 @@ static const char *option_value(int argc, char **argv, int *i, const char *name)
   return argv[++*i];
 }
 
-static int parse_device(const char *text) {
+/* A whole number from `low` to `high`; anything else is a usage error, `complaint` its
+ * format (with %s for the text). */
+static int parse_number(const char *text, long low, long high, const char *complaint) {
   char *end;
   long value = strtol(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || value < 0 || value > 1023)
-    usage_error("bad device index '%s'", text);
-  return (int)value;
-}
-
-static int parse_repeat(const char *text) {
-  char *end;
-  long value = strtol(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || value < 1 || value > 1000)
-    usage_error("bad repeat count '%s' (1 to 1000)", text);
+  if (*text == '\0' || *end != '\0' || value < low || value > high)
+    usage_error(complaint, text);
   return (int)value;
 }
 
@@ -144,13 +138,13 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
   if ((value = option_value(argc, argv, i, "--resource")))
     add_resource(args, value);
   else if ((value = option_value(argc, argv, i, "--device")))
-    args->device = parse_device(value);
+    args->device = parse_number(value, 0, 1023, "bad device index '%s'");
   else if (random && (value = option_value(argc, argv, i, "--workload")))
     args->workloads = value;
   else if (threads && (value = option_value(argc, argv, i, "--threads")))
     args->thread_counts = value;
   else if ((random || replay) && (value = option_value(argc, argv, i, "--repeat")))
-    args->repeat = parse_repeat(value);
+    args->repeat = parse_number(value, 1, 1000, "bad repeat count '%s' (1 to 1000)");
   else if (strcmp(argv[*i], "--compare") == 0)
     args->compare = true;
   else if (strcmp(argv[*i], "--table") == 0)
