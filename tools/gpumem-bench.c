@@ -144,7 +144,7 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
   else if (threads && (value = option_value(argc, argv, i, "--threads")))
     args->thread_counts = value;
   else if ((random || replay) && (value = option_value(argc, argv, i, "--repeat")))
-    args->repeat = parse_number(value, 1, 1000, "bad repeat count '%s' (1 to 1000)");
+    args->repeat = parse_number(value, 1, BENCH_MAX_REPEAT, "bad repeat count '%s' (1 to 1000)");
   else if (strcmp(argv[*i], "--compare") == 0)
     args->compare = true;
   else if (strcmp(argv[*i], "--table") == 0)

@@ -40,20 +40,17 @@ static void keep_orphan(gpumem_resource *mr) {
 static gpumem_status release(gpumem_resource *mr);
 
 /* Releases each kept upstream once more; those that fail again are kept again. The list is
- * emptied under the lock first, as a release may keep new orphans. */
+ * taken whole under the lock first, as a release may keep new orphans. */
 static void retry_orphans(void) {
   if (atomic_load_explicit(&orphan_count, memory_order_relaxed) == 0)
     return;
   pthread_mutex_lock(&orphans_lock);
+  gpumem_resource **taken = orphans;
   size_t count = atomic_load_explicit(&orphan_count, memory_order_relaxed);
-  gpumem_resource **taken = count ? malloc(count * sizeof *taken) : NULL;
-  if (taken) {
-    memcpy(taken, orphans, count * sizeof *taken);
-    atomic_store_explicit(&orphan_count, 0, memory_order_relaxed);
-  }
+  orphans = NULL;
+  orphan_capacity = 0;
+  atomic_store_explicit(&orphan_count, 0, memory_order_relaxed);
   pthread_mutex_unlock(&orphans_lock);
-  if (!taken)
-    return;
   for (size_t i = 0; i < count; i++)
     if (release(taken[i]) != GPUMEM_OK)
       keep_orphan(taken[i]);

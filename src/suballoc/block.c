@@ -217,6 +217,13 @@ static void classes_to_flat(gpumem__free_index *index) {
  * of equals), or -1. Each size is compared as its difference from the request, which wraps
  * around to a huge number for a block too small, so one unsigned minimum is the best fit,
  * and no branch depends on the sizes. */
+#if defined(__SSE2__)
+/* Lane by lane, `a` where `mask` is all ones, else `b` (SSE2 has no blend). */
+static inline __m128i select4(__m128i mask, __m128i a, __m128i b) {
+  return _mm_or_si128(_mm_and_si128(mask, a), _mm_andnot_si128(mask, b));
+}
+#endif
+
 static ptrdiff_t flat_best(const gpumem__free_index *index, uint32_t want) {
   size_t count = index->block_count;
   uint32_t best;
@@ -232,8 +239,8 @@ static ptrdiff_t flat_best(const gpumem__free_index *index, uint32_t want) {
     __m128i units = _mm_loadu_si128((const __m128i *)&index->flat_units[i]);
     __m128i diff = _mm_xor_si128(_mm_sub_epi32(units, wanted), offset);
     __m128i better = _mm_cmplt_epi32(diff, best4);
-    best4 = _mm_or_si128(_mm_and_si128(better, diff), _mm_andnot_si128(better, best4));
-    at4 = _mm_or_si128(_mm_and_si128(better, places), _mm_andnot_si128(better, at4));
+    best4 = select4(better, diff, best4);
+    at4 = select4(better, places, at4);
     places = _mm_add_epi32(places, _mm_set1_epi32(4));
   }
   /* The least of the four into every lane, then the first lane holding it. */
@@ -242,7 +249,7 @@ static ptrdiff_t flat_best(const gpumem__free_index *index, uint32_t want) {
     __m128i other = step == 0 ? _mm_shuffle_epi32(least, _MM_SHUFFLE(1, 0, 3, 2))
                               : _mm_shuffle_epi32(least, _MM_SHUFFLE(2, 3, 0, 1));
     __m128i smaller = _mm_cmplt_epi32(other, least);
-    least = _mm_or_si128(_mm_and_si128(smaller, other), _mm_andnot_si128(smaller, least));
+    least = select4(smaller, other, least);
   }
   unsigned lanes = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(best4, least)));
   uint32_t ats[4];

@@ -68,10 +68,10 @@ void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block);
  * fit, four sizes to an instruction (SSE2). With few blocks the scan costs about what the
  * classes do, and it is exact; and a block that shrinks or grows, as one does at every
  * split and merge, only has its size rewritten, where in the classes it often moves between
- * lists, through branches that depend on the sizes and so are often mispredicted. Programs with few
- * large blocks (big tensors, few at a time) live here. The index turns flat again when it falls to
- * GPUMEM__FLAT_LOW blocks, not at once below the maximum, so that it does not turn back
- * and forth. */
+ * lists, through branches that depend on the sizes and so are often mispredicted. Programs
+ * with few large blocks (big tensors, few at a time) live here. The index turns flat again
+ * when it falls to GPUMEM__FLAT_LOW blocks, not at once below the maximum, so that it does
+ * not turn back and forth. */
 
 #define GPUMEM__FL_COUNT 48
 #define GPUMEM__SL_SHIFT 4

@@ -518,12 +518,11 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   if (size > SIZE_MAX - rounding)
     return "the request is larger than any pool can hold";
   size_t rounded = (size + rounding - 1) / rounding * rounding;
-  /* The least step: over vmm whole granules, which is what gets mapped whatever is asked. */
-  size_t least = size;
-  if (pool->grows_in_place) {
-    size_t granularity = gpumem__vmm_granularity(pool->header.upstream);
-    least = (size + granularity - 1) / granularity * granularity;
-  }
+  /* The least step: over vmm whole granules, which is what gets mapped whatever is asked
+   * (no overflow: the rounding is a multiple of the granularity). */
+  size_t least = pool->grows_in_place
+                     ? gpumem__align_up(size, gpumem__vmm_granularity(pool->header.upstream))
+                     : size;
   size_t max = pool->options.maximum_size;
   if (max) {
     uint64_t reserved = gpumem__stats_reserved(&pool->stats);
@@ -543,20 +542,19 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
 static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set *set, size_t size,
                                         void **memory, size_t *taken, const char **why) {
   size_t full = 0;
-  /* Checked after the shortfall: near the maximum, the shortfall may fit where the full
-   * request does not. */
+  /* Near the maximum the shortfall may fit where the full step does not: the full step's
+   * refusal counts only where the shortfall does not apply. */
   const char *full_why = growth_step(pool, size, &full);
   gpumem_resource *up = pool->header.upstream;
   const gpumem__block *tail = r->tail;
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
   if (pool->grows_in_place && next) {
-    size_t wanted = full, shortfall;
-    if (tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
-        !growth_step(pool, size - tail->size, &shortfall))
-      wanted = shortfall;
-    else if ((*why = full_why))
-      return GPUMEM_ERR_OUT_OF_MEMORY;
-    if (gpumem__vmm_allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+    size_t shortfall = 0;
+    bool tail_grows = tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
+                      !growth_step(pool, size - tail->size, &shortfall);
+    size_t wanted = tail_grows ? shortfall : full;
+    if ((tail_grows || !full_why) &&
+        gpumem__vmm_allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
       *taken = wanted;
       return GPUMEM_OK;
     }
@@ -990,8 +988,12 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
   /* Growth now continues after the region's block before it; when that is not linked (a
    * chunk in between went back earlier), after the highest block left, so that growth lands
    * next to it and links to it rather than going to the region's base, which is taken. */
-  if (r->tail == block)
-    r->tail = prev || !pool->grows_in_place ? prev : highest_block(pool, block->region, block);
+  if (r->tail != block)
+    return;
+  if (prev || !pool->grows_in_place) /* without growth in place, chunks are never linked */
+    r->tail = prev;
+  else
+    r->tail = highest_block(pool, block->region, block);
 }
 
 /* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh

@@ -111,7 +111,9 @@ typedef struct bench_pass_times {
   double median_ns, min_ns, max_ns;
 } bench_pass_times;
 
-/* `count` passes (at least 1) of bench_run_pass, one after another. */
+#define BENCH_MAX_REPEAT 1000
+
+/* `count` passes (1 to BENCH_MAX_REPEAT) of bench_run_pass, one after another. */
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure);

@@ -101,11 +101,7 @@ static int compare_u64(const void *a, const void *b) {
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure) {
-  uint64_t *elapsed = calloc((size_t)count, sizeof *elapsed);
-  if (!elapsed) {
-    fprintf(stderr, "gpumem-bench: out of host memory\n");
-    exit(EXIT_FAILURE);
-  }
+  uint64_t elapsed[BENCH_MAX_REPEAT];
   gpumem_status status = GPUMEM_OK;
   for (int i = 0; i < count && status == GPUMEM_OK; i++)
     status = bench_run_pass(alloc, stream, seq, slots, phase, &elapsed[i], failure);
@@ -115,7 +111,6 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
     times->min_ns = (double)elapsed[0];
     times->max_ns = (double)elapsed[count - 1];
   }
-  free(elapsed);
   return status;
 }
 
