@@ -8,7 +8,8 @@
  * - The index turns to classes past GPUMEM__FLAT_MAX blocks and flat again only at an
  *   insertion once it holds fewer than GPUMEM__FLAT_LOW; counts, bytes and the largest
  *   block stay right through every change of form and size.
- * - Walking the index may remove each block as it goes, in both forms. */
+ * - Walking the index may remove each block as it goes, in both forms.
+ * - All of it holds for both widths of the flat search (AVX2 and SSE2). */
 #include "check.h"
 #include "suballoc/block.h"
 
@@ -101,6 +102,7 @@ static void remove_block(model *m, size_t at) {
  * crosses the limits of the flat form both ways. */
 static void test_random(void) {
   static model m;
+  memset(&m, 0, sizeof m);
   gpumem__free_index_init(&m.index);
   static const size_t targets[] = {8, 40, 70, 300, 20, 10, 64, 100, 3, 0};
   int forms_seen[2] = {0, 0};
@@ -137,6 +139,7 @@ static void test_random(void) {
 /* The forms change only at the limits. */
 static void test_forms(void) {
   static model m;
+  memset(&m, 0, sizeof m);
   gpumem__free_index_init(&m.index);
   for (size_t i = 0; i < GPUMEM__FLAT_MAX; i++)
     insert(&m, i, (i + 1) * UNIT);
@@ -210,8 +213,13 @@ static void test_walk(void) {
 }
 
 int main(void) {
-  test_forms();
-  test_walk();
-  test_random();
+  /* Twice where the processor has AVX2: the flat search has a form for it and one for
+   * SSE2. */
+  for (int narrow = 0; narrow < 2; narrow++) {
+    gpumem__flat_scan_narrow = narrow;
+    test_forms();
+    test_walk();
+    test_random();
+  }
   return 0;
 }

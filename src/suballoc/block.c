@@ -60,8 +60,8 @@ void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
  * Free index
  * ------------------------------------------------------------------------------------- */
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
 #endif
 
 static inline int msb64(uint64_t x) {
@@ -73,22 +73,15 @@ static inline int msb64(uint64_t x) {
 /* The class a block of `size` bytes is filed under: the largest class whose lower bound
  * is at most size. */
 static inline void class_of(size_t size, int *fl, int *sl) {
-  uint64_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
-  if (units < GPUMEM__SL_COUNT) {
-    *fl = 0;
-    *sl = (int)units;
-    return;
-  }
-  int msb = msb64(units);
-  *fl = msb - GPUMEM__SL_SHIFT + 1;
-  *sl = (int)(units >> (msb - GPUMEM__SL_SHIFT)) - GPUMEM__SL_COUNT;
+  size_t class_index = gpumem__class_index(size >> GPUMEM__BLOCK_UNIT_SHIFT);
+  *fl = (int)(class_index >> GPUMEM__SL_SHIFT);
+  *sl = (int)(class_index & (GPUMEM__SL_COUNT - 1));
 }
 
 /* The smallest class in which every block holds at least `size` bytes. */
 static inline void class_at_least(size_t size, int *fl, int *sl) {
   uint64_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
-  if (units >= GPUMEM__SL_COUNT)
-    units += ((uint64_t)1 << (msb64(units) - GPUMEM__SL_SHIFT)) - 1;
+  units += ((uint64_t)1 << gpumem__class_shift(units)) - 1;
   class_of(units << GPUMEM__BLOCK_UNIT_SHIFT, fl, sl);
 }
 
@@ -213,97 +206,106 @@ static void classes_to_flat(gpumem__free_index *index) {
     flat_put(index, all[i]);
 }
 
-/* The place in the flat arrays of the smallest block of at least `want` units (the first
- * of equals), or -1. Each size is compared as its difference from the request, which wraps
- * around to a huge number for a block too small, so one unsigned minimum is the best fit,
- * and no branch depends on the sizes. */
-#if defined(__SSE2__)
-/* Lane by lane, `a` where `mask` is all ones, else `b` (SSE2 has no blend). */
-static inline __m128i select4(__m128i mask, __m128i a, __m128i b) {
-  return _mm_or_si128(_mm_and_si128(mask, a), _mm_andnot_si128(mask, b));
-}
-#endif
+/* The best fit in the flat arrays takes two passes over the sizes. The first finds the
+ * least difference between a size and the request: it wraps around to a huge number for a
+ * block too small, so one unsigned minimum is the best fit, and no branch depends on the
+ * sizes. The second marks every place holding that size, of which the caller takes the
+ * lowest address: blocks of one size are common, and taking the lowest keeps a pool low.
+ * Both passes read past the count, up to the next multiple of 8: those places hold 0,
+ * which fits nothing. */
+typedef struct flat_fit {
+  uint32_t least;  /* the least difference; over UINT32_MAX - want when nothing fits */
+  uint64_t places; /* bit i: place i holds a block of the best-fitting size */
+} flat_fit;
 
-static ptrdiff_t flat_best(const gpumem__free_index *index, uint32_t want) {
-  size_t count = index->block_count;
-  uint32_t best;
-  size_t at;
-#if defined(__SSE2__)
-  /* Four at a time, past the count too: those places hold 0, which fits nothing. SSE2
-   * compares signed numbers only: the differences are offset by 2^31 to order as unsigned
-   * ones do. */
+#if defined(__x86_64__)
+/* Eight sizes to an instruction where the processor has AVX2, which nearly every host of
+ * a recent GPU has; four (SSE2, which every x86-64 has) elsewhere. */
+__attribute__((target("avx2"))) static flat_fit flat_fit_avx2(const uint32_t *units, size_t count,
+                                                              uint32_t want) {
+  const __m256i wanted = _mm256_set1_epi32((int)want);
+  __m256i least8 = _mm256_set1_epi32(-1);
+  for (size_t i = 0; i < count; i += 8) {
+    __m256i diff = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)&units[i]), wanted);
+    least8 = _mm256_min_epu32(least8, diff);
+  }
+  __m128i least4 =
+      _mm_min_epu32(_mm256_castsi256_si128(least8), _mm256_extracti128_si256(least8, 1));
+  least4 = _mm_min_epu32(least4, _mm_shuffle_epi32(least4, _MM_SHUFFLE(1, 0, 3, 2)));
+  least4 = _mm_min_epu32(least4, _mm_shuffle_epi32(least4, _MM_SHUFFLE(2, 3, 0, 1)));
+  flat_fit fit = {(uint32_t)_mm_cvtsi128_si32(least4), 0};
+  const __m256i best = _mm256_set1_epi32((int)(fit.least + want));
+  for (size_t i = 0; i < count; i += 8) {
+    __m256i same = _mm256_cmpeq_epi32(_mm256_loadu_si256((const __m256i *)&units[i]), best);
+    fit.places |= (uint64_t)(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(same)) << i;
+  }
+  return fit;
+}
+
+static flat_fit flat_fit_sse2(const uint32_t *units, size_t count, uint32_t want) {
+  /* SSE2 compares signed numbers only: the differences are offset by 2^31 to order as
+   * unsigned ones do. */
   const __m128i offset = _mm_set1_epi32(INT32_MIN), wanted = _mm_set1_epi32((int)want);
-  __m128i best4 = _mm_set1_epi32(INT32_MAX), at4 = _mm_setzero_si128();
-  __m128i places = _mm_setr_epi32(0, 1, 2, 3);
+  __m128i least4 = _mm_set1_epi32(INT32_MAX);
   for (size_t i = 0; i < count; i += 4) {
-    __m128i units = _mm_loadu_si128((const __m128i *)&index->flat_units[i]);
-    __m128i diff = _mm_xor_si128(_mm_sub_epi32(units, wanted), offset);
-    __m128i better = _mm_cmplt_epi32(diff, best4);
-    best4 = select4(better, diff, best4);
-    at4 = select4(better, places, at4);
-    places = _mm_add_epi32(places, _mm_set1_epi32(4));
+    __m128i units4 = _mm_loadu_si128((const __m128i *)&units[i]);
+    __m128i diff = _mm_xor_si128(_mm_sub_epi32(units4, wanted), offset);
+    __m128i better = _mm_cmplt_epi32(diff, least4);
+    least4 = _mm_or_si128(_mm_and_si128(better, diff), _mm_andnot_si128(better, least4));
   }
-  /* The least of the four into every lane, then the first lane holding it. */
-  __m128i least = best4;
-  for (int step = 0; step < 2; step++) {
-    __m128i other = step == 0 ? _mm_shuffle_epi32(least, _MM_SHUFFLE(1, 0, 3, 2))
-                              : _mm_shuffle_epi32(least, _MM_SHUFFLE(2, 3, 0, 1));
-    __m128i smaller = _mm_cmplt_epi32(other, least);
-    least = select4(smaller, other, least);
+  uint32_t lanes[4];
+  _mm_storeu_si128((__m128i *)lanes, least4);
+  flat_fit fit = {UINT32_MAX, 0};
+  for (int lane = 0; lane < 4; lane++)
+    if ((lanes[lane] ^ 0x80000000u) < fit.least)
+      fit.least = lanes[lane] ^ 0x80000000u;
+  const __m128i best = _mm_set1_epi32((int)(fit.least + want));
+  for (size_t i = 0; i < count; i += 4) {
+    __m128i same = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)&units[i]), best);
+    fit.places |= (uint64_t)(unsigned)_mm_movemask_ps(_mm_castsi128_ps(same)) << i;
   }
-  unsigned lanes = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(best4, least)));
-  uint32_t ats[4];
-  _mm_storeu_si128((__m128i *)ats, at4);
-  best = (uint32_t)_mm_cvtsi128_si32(least) ^ 0x80000000u;
-  at = ats[__builtin_ctz(lanes)];
-#else
-  best = UINT32_MAX;
-  at = 0;
-  for (size_t i = 0; i < count; i++) {
-    uint32_t diff = index->flat_units[i] - want;
-    uint64_t better = -(uint64_t)(diff < best); /* all ones or zero: selects, no branch */
-    best ^= (best ^ diff) & (uint32_t)better;
-    at ^= (at ^ i) & better;
-  }
-#endif
-  /* A block that fits differs by at most UINT32_MAX - want; one too small, by more. */
-  if (count == 0 || best > UINT32_MAX - want)
-    return -1;
-  return (ptrdiff_t)at;
+  return fit;
 }
 
-/* Of the flat blocks of the size of the one at `first`, the one at the lowest address:
- * blocks of one size are common, and taking the lowest keeps a pool low. */
-static gpumem__block *flat_lowest_of_size(const gpumem__free_index *index, size_t first) {
-  gpumem__block *lowest = index->flat_blocks[first];
-  uint32_t units = index->flat_units[first];
-  size_t count = index->block_count;
-#if defined(__SSE2__)
-  const __m128i wanted = _mm_set1_epi32((int)units);
-  for (size_t i = 0; i < count; i += 4) {
-    __m128i same = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)&index->flat_units[i]), wanted);
-    unsigned mask = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(same));
-    if (i == (first & ~(size_t)3)) /* `first` itself needs no second look */
-      mask &= ~(1u << (first & 3));
-    for (; mask; mask &= mask - 1) {
-      gpumem__block *b = index->flat_blocks[i + (size_t)__builtin_ctz(mask)];
-      if (b->addr < lowest->addr)
-        lowest = b;
-    }
-  }
-#else
-  for (size_t i = 0; i < count; i++)
-    if (index->flat_units[i] == units && index->flat_blocks[i]->addr < lowest->addr)
-      lowest = index->flat_blocks[i];
-#endif
-  return lowest;
+bool gpumem__flat_scan_narrow;
+
+static flat_fit flat_fit_of(const uint32_t *units, size_t count, uint32_t want) {
+  /* The processor's answer is read from a word the runtime fills in at load time: no call. */
+  if (__builtin_cpu_supports("avx2") && !gpumem__flat_scan_narrow)
+    return flat_fit_avx2(units, count, want);
+  return flat_fit_sse2(units, count, want);
 }
+#else
+bool gpumem__flat_scan_narrow; /* one form only here */
+
+static flat_fit flat_fit_of(const uint32_t *units, size_t count, uint32_t want) {
+  flat_fit fit = {UINT32_MAX, 0};
+  for (size_t i = 0; i < count; i++) {
+    uint32_t diff = units[i] - want;
+    fit.least = diff < fit.least ? diff : fit.least;
+  }
+  for (size_t i = 0; i < count; i++)
+    fit.places |= (uint64_t)(units[i] == fit.least + want) << i;
+  return fit;
+}
+#endif
 
 static gpumem__block *find_in_flat(const gpumem__free_index *index, size_t size) {
   if (!flat_holds(size))
     return NULL; /* larger than any block the arrays hold */
-  ptrdiff_t at = flat_best(index, (uint32_t)(size >> GPUMEM__BLOCK_UNIT_SHIFT));
-  return at < 0 ? NULL : flat_lowest_of_size(index, (size_t)at);
+  uint32_t want = (uint32_t)(size >> GPUMEM__BLOCK_UNIT_SHIFT);
+  size_t count = index->block_count;
+  flat_fit fit = flat_fit_of(index->flat_units, count, want);
+  if (count == 0 || fit.least > UINT32_MAX - want)
+    return NULL;
+  uint64_t places = fit.places;
+  gpumem__block *lowest = index->flat_blocks[__builtin_ctzll(places)];
+  for (places &= places - 1; places; places &= places - 1) {
+    gpumem__block *b = index->flat_blocks[__builtin_ctzll(places)];
+    if (b->addr < lowest->addr)
+      lowest = b;
+  }
+  return lowest;
 }
 
 /* ---- the index ---- */

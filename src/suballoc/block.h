@@ -65,9 +65,9 @@ void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block);
  * of blocks.
  *
  * Few blocks (up to GPUMEM__FLAT_MAX): a flat array of sizes, scanned whole for the best
- * fit, four sizes to an instruction (SSE2). With few blocks the scan costs about what the
- * classes do, and it is exact; and a block that shrinks or grows, as one does at every
- * split and merge, only has its size rewritten, where in the classes it often moves between
+ * fit, eight or four sizes to an instruction (AVX2 or SSE2). With few blocks the scan costs
+ * less than the classes do, and it is exact; and a block that shrinks or grows, as one does at
+ * every split and merge, only has its size rewritten, where in the classes it often moves between
  * lists, through branches that depend on the sizes and so are often mispredicted. Programs
  * with few large blocks (big tensors, few at a time) live here. The index turns flat again
  * when it falls to GPUMEM__FLAT_LOW blocks, not at once below the maximum, so that it does
@@ -76,6 +76,19 @@ void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block);
 #define GPUMEM__FL_COUNT 48
 #define GPUMEM__SL_SHIFT 4
 #define GPUMEM__SL_COUNT (1 << GPUMEM__SL_SHIFT)
+
+/* How far a size of `units` units is shifted to find its second level: 0 under
+ * 2 * GPUMEM__SL_COUNT units, whose classes are one size each. No branch: sizes are random,
+ * so a branch on them would often be mispredicted. */
+static inline int gpumem__class_shift(uint64_t units) {
+  return 63 - __builtin_clzll(units | GPUMEM__SL_COUNT) - GPUMEM__SL_SHIFT;
+}
+
+/* The class of a size of `units` units, flattened: first level * GPUMEM__SL_COUNT + second. */
+static inline size_t gpumem__class_index(uint64_t units) {
+  int shift = gpumem__class_shift(units);
+  return ((size_t)shift << GPUMEM__SL_SHIFT) + (size_t)(units >> shift);
+}
 
 #define GPUMEM__FLAT_MAX 64
 #define GPUMEM__FLAT_LOW 16
@@ -92,6 +105,10 @@ typedef struct gpumem__free_index {
   size_t block_count;
   size_t total_bytes;
 } gpumem__free_index;
+
+/* Tests only: set, the flat search scans four sizes at a time (SSE2) even where the
+ * processor could do eight (AVX2), so that one machine checks both. */
+extern bool gpumem__flat_scan_narrow;
 
 void gpumem__free_index_init(gpumem__free_index *index);
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block);

@@ -244,11 +244,7 @@ static void flush_cache(pool_resource *pool, free_set *set);
 /* The cache's list for blocks of `size` bytes (under CACHE_LIMIT): the free index's class,
  * flattened. */
 static inline size_t cache_class(size_t size) {
-  size_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
-  if (units < GPUMEM__SL_COUNT)
-    return units;
-  int shift = 63 - __builtin_clzll(units) - GPUMEM__SL_SHIFT;
-  return ((size_t)shift << GPUMEM__SL_SHIFT) + (units >> shift);
+  return gpumem__class_index(size >> GPUMEM__BLOCK_UNIT_SHIFT);
 }
 
 /* Whether a freed block of `set` may go to its cache rather than the free index. */
