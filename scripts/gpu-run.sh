@@ -43,8 +43,9 @@ fi
   "$bench" random --workload small,mixed,large --compare "${resources[@]}" --repeat 5 --table
   if [ "${1:-}" != quick ]; then
     # The driver pool is the threads reference; cuMemAlloc from 16 threads takes minutes.
+    # Medians of 3 runs of all threads: a timed pass lasts milliseconds.
     "$bench" threads --threads 1,4,16 --resource driver:async --resource "pool(vmm)" \
-      --resource "arena(vmm)" --resource "arena(cuda)" --table
+      --resource "arena(vmm)" --resource "arena(cuda)" --repeat 3 --table
   fi
   "$bench" replay --compare "${resources[@]}" --repeat 3 --table data/*.csv
   # This machine's processor on the same host-side work as a simulated-device run elsewhere:

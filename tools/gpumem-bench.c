@@ -16,10 +16,11 @@
  *                    with no gpumem bookkeeping.
  *   --table          after the JSON lines, print a table for people.
  *   --device N       run on device N (default 0).
- *   --repeat N       random: N timed passes after the warm-up; replay: N warm passes after
- *                    the cold one (default 1). The figure is their median, beside the
- *                    fastest and slowest: one pass of the small workloads lasts milliseconds,
- *                    and a host that other work shares can slow any one of them.
+ *   --repeat N       random: N timed passes after the warm-up; threads: N runs of all the
+ *                    threads, each with its warm-up; replay: N warm passes after the cold
+ *                    one (default 1). The figure is their median, beside the fastest and
+ *                    slowest: one pass lasts milliseconds, and a host that other work
+ *                    shares can slow any one of them.
  *
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
@@ -66,8 +67,9 @@ static const char usage_text[] =
     "                   UINT64_MAX, stream-ordered), called with no gpumem bookkeeping\n"
     "  --table          after the JSON lines, print a table for people\n"
     "  --device N       run on device N (default 0)\n"
-    "  --repeat N       random: N timed passes; replay: N warm passes (default 1); the\n"
-    "                   figure is their median, with the fastest and slowest beside it\n"
+    "  --repeat N       random: N timed passes; threads: N runs of all threads; replay: N\n"
+    "                   warm passes (default 1); the figure is their median, with the\n"
+    "                   fastest and slowest beside it\n"
     "  -h, --help       print this help\n"
     "\n"
     "Output: one JSON object per line on stdout (bench, resource, device, gpu, and the\n"
@@ -134,7 +136,6 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
   const char *value;
   bool random = strcmp(args->command, "random") == 0;
   bool threads = strcmp(args->command, "threads") == 0;
-  bool replay = strcmp(args->command, "replay") == 0;
   if ((value = option_value(argc, argv, i, "--resource")))
     add_resource(args, value);
   else if ((value = option_value(argc, argv, i, "--device")))
@@ -143,7 +144,7 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
     args->workloads = value;
   else if (threads && (value = option_value(argc, argv, i, "--threads")))
     args->thread_counts = value;
-  else if ((random || replay) && (value = option_value(argc, argv, i, "--repeat")))
+  else if ((value = option_value(argc, argv, i, "--repeat")))
     args->repeat = parse_number(value, 1, BENCH_MAX_REPEAT, "bad repeat count '%s' (1 to 1000)");
   else if (strcmp(argv[*i], "--compare") == 0)
     args->compare = true;

@@ -113,6 +113,10 @@ typedef struct bench_pass_times {
 
 #define BENCH_MAX_REPEAT 1000
 
+/* The median, fastest and slowest of `count` durations (1 to BENCH_MAX_REPEAT), which it
+ * sorts. */
+bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count);
+
 /* `count` passes (1 to BENCH_MAX_REPEAT) of bench_run_pass, one after another. */
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
@@ -131,7 +135,8 @@ typedef struct bench_context {
   size_t label_count;
   const char *backend; /* gpumem_backend_name(): "cuda" or "sim" */
   const char *gpu;     /* the device's name on a GPU, NULL on the simulated device */
-  int repeat;          /* timed passes (random) or warm passes (replay): the median counts */
+  int repeat;          /* timed passes (random), timed runs of all threads (threads) or warm passes
+                        * (replay): the median counts */
 } bench_context;
 
 typedef enum bench_kind { BENCH_RANDOM, BENCH_THREADS, BENCH_REPLAY } bench_kind;
@@ -145,7 +150,7 @@ typedef struct bench_result {
   double ns;      /* per operation; replay: per event of the cold pass */
   double ns_warm; /* replay: per event of the warm pass */
   /* With repeated passes: how many, and the fastest and slowest (of the timed passes for
-   * random, the warm ones for replay); ns and ns_warm are then the median. */
+   * random and threads, the warm ones for replay); ns and ns_warm are then the median. */
   int repeats;
   double ns_min, ns_max;
   uint64_t peak_live_bytes;

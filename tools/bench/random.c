@@ -306,15 +306,23 @@ static void run_thread_count(const bench_context *ctx, int count) {
   prepare_threads(runs, count, ctx->device, &barrier);
   for (size_t i = 0; i < ctx->label_count; i++) {
     bench_allocator *alloc = bench_open_or_die(ctx->labels[i], ctx->device);
-    uint64_t elapsed_ns = run_threads_once(runs, count, alloc);
+    /* Each repetition starts the threads afresh, each with its own warm-up: a timed pass
+     * lasts milliseconds, so threads that the host schedules late can skew any one run. */
+    uint64_t elapsed[BENCH_MAX_REPEAT];
+    for (int r = 0; r < ctx->repeat; r++)
+      elapsed[r] = run_threads_once(runs, count, alloc);
     bench_close_or_die(alloc);
-    uint64_t ops = (uint64_t)count * thread_workload.steps;
+    bench_pass_times times = bench_pass_times_of(elapsed, ctx->repeat);
+    double ops = (double)count * (double)thread_workload.steps;
     bench_result result = {.kind = BENCH_THREADS,
                            .resource = ctx->labels[i],
                            .workload = thread_workload.name,
                            .threads = count,
-                           .ops = ops,
-                           .ns = (double)elapsed_ns / (double)ops};
+                           .ops = (uint64_t)ops,
+                           .ns = times.median_ns / ops,
+                           .repeats = ctx->repeat,
+                           .ns_min = times.min_ns / ops,
+                           .ns_max = times.max_ns / ops};
     bench_report(ctx, &result);
   }
   release_threads(runs, count);

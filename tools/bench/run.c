@@ -98,6 +98,14 @@ static int compare_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count) {
+  qsort(elapsed, (size_t)count, sizeof *elapsed, compare_u64);
+  return (bench_pass_times){.median_ns =
+                                ((double)elapsed[(count - 1) / 2] + (double)elapsed[count / 2]) / 2,
+                            .min_ns = (double)elapsed[0],
+                            .max_ns = (double)elapsed[count - 1]};
+}
+
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure) {
@@ -105,12 +113,8 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
   gpumem_status status = GPUMEM_OK;
   for (int i = 0; i < count && status == GPUMEM_OK; i++)
     status = bench_run_pass(alloc, stream, seq, slots, phase, &elapsed[i], failure);
-  if (status == GPUMEM_OK) {
-    qsort(elapsed, (size_t)count, sizeof *elapsed, compare_u64);
-    times->median_ns = ((double)elapsed[(count - 1) / 2] + (double)elapsed[count / 2]) / 2;
-    times->min_ns = (double)elapsed[0];
-    times->max_ns = (double)elapsed[count - 1];
-  }
+  if (status == GPUMEM_OK)
+    *times = bench_pass_times_of(elapsed, count);
   return status;
 }
 
