@@ -22,7 +22,7 @@ void gpumem__block_slab_destroy(gpumem__block_slab *slab) {
   memset(slab, 0, sizeof *slab);
 }
 
-static bool add_page(gpumem__block_slab *slab) {
+bool gpumem__block_slab_grow(gpumem__block_slab *slab) {
   if (slab->page_count == slab->page_capacity) {
     size_t capacity = slab->page_capacity ? slab->page_capacity * 2 : 16;
     void **pages = realloc(slab->pages, capacity * sizeof *pages);
@@ -40,20 +40,6 @@ static bool add_page(gpumem__block_slab *slab) {
     slab->spare = &page[i];
   }
   return true;
-}
-
-gpumem__block *gpumem__block_new(gpumem__block_slab *slab) {
-  if (GPUMEM_UNLIKELY(!slab->spare) && !add_page(slab))
-    return NULL;
-  gpumem__block *block = slab->spare;
-  slab->spare = block->next_free;
-  memset(block, 0, sizeof *block);
-  return block;
-}
-
-void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
-  block->next_free = slab->spare;
-  slab->spare = block;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -162,12 +148,6 @@ static gpumem__block *find_in_classes(const gpumem__free_index *index, size_t si
 
 /* ---- flat ---- */
 
-/* Whether a block of `size` bytes can be in the flat arrays, whose sizes are 32-bit counts
- * of units (up to 1 TiB). */
-static inline bool flat_holds(size_t size) {
-  return (size >> GPUMEM__BLOCK_UNIT_SHIFT) <= UINT32_MAX;
-}
-
 static inline void flat_put(gpumem__free_index *index, gpumem__block *block) {
   size_t at = index->block_count++;
   index->flat_units[at] = (uint32_t)(block->size >> GPUMEM__BLOCK_UNIT_SHIFT);
@@ -192,7 +172,7 @@ static void classes_to_flat(gpumem__free_index *index) {
     int fl = __builtin_ctzll(fl_map);
     for (uint32_t sl_map = index->sl_bitmap[fl]; sl_map; sl_map &= sl_map - 1)
       for (gpumem__block *b = index->heads[fl][__builtin_ctz(sl_map)]; b; b = b->next_free) {
-        if (!flat_holds(b->size))
+        if (!gpumem__flat_holds(b->size))
           return;
         all[n++] = b;
       }
@@ -291,7 +271,7 @@ static flat_fit flat_fit_of(const uint32_t *units, size_t count, uint32_t want) 
 #endif
 
 static gpumem__block *find_in_flat(const gpumem__free_index *index, size_t size) {
-  if (!flat_holds(size))
+  if (!gpumem__flat_holds(size))
     return NULL; /* larger than any block the arrays hold */
   uint32_t want = (uint32_t)(size >> GPUMEM__BLOCK_UNIT_SHIFT);
   size_t count = index->block_count;
@@ -317,10 +297,10 @@ void gpumem__free_index_init(gpumem__free_index *index) {
 
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
   index->total_bytes += block->size;
-  if (!index->flat && index->block_count < GPUMEM__FLAT_LOW && flat_holds(block->size))
+  if (!index->flat && index->block_count < GPUMEM__FLAT_LOW && gpumem__flat_holds(block->size))
     classes_to_flat(index);
   if (index->flat) {
-    if (index->block_count < GPUMEM__FLAT_MAX && flat_holds(block->size)) {
+    if (index->block_count < GPUMEM__FLAT_MAX && gpumem__flat_holds(block->size)) {
       flat_put(index, block);
       return;
     }
@@ -346,13 +326,9 @@ void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) 
   moved->index_slot = (uint8_t)at;
 }
 
-void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size) {
-  index->total_bytes += block->size - old_size;
-  if (index->flat) {
-    if (flat_holds(block->size))
-      index->flat_units[block->index_slot] = (uint32_t)(block->size >> GPUMEM__BLOCK_UNIT_SHIFT);
-    else /* too large for the arrays: every block goes to the classes, this one as it is now */
-      flat_to_classes(index);
+void gpumem__free_index_refile(gpumem__free_index *index, gpumem__block *block) {
+  if (index->flat) { /* too large for the arrays: every block goes to the classes, as it is now */
+    flat_to_classes(index);
     return;
   }
   int fl, sl;

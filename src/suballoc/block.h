@@ -11,6 +11,8 @@
 
 #include "core/internal.h"
 
+#include <string.h>
+
 /* Sizes are kept in units of the minimum alignment. */
 #define GPUMEM__BLOCK_UNIT_SHIFT 8
 #define GPUMEM__BLOCK_UNIT ((size_t)1 << GPUMEM__BLOCK_UNIT_SHIFT)
@@ -55,8 +57,23 @@ typedef struct gpumem__block_slab {
 void gpumem__block_slab_init(gpumem__block_slab *slab);
 void gpumem__block_slab_destroy(gpumem__block_slab *slab);
 /* A zeroed struct, or NULL when host memory is exhausted. */
-gpumem__block *gpumem__block_new(gpumem__block_slab *slab);
-void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block);
+/* Adds a page of structs to the spares; false when host memory is exhausted. */
+GPUMEM_COLD bool gpumem__block_slab_grow(gpumem__block_slab *slab);
+
+/* A zeroed struct, or NULL when host memory is exhausted. In line: every split takes one. */
+static inline gpumem__block *gpumem__block_new(gpumem__block_slab *slab) {
+  if (GPUMEM_UNLIKELY(!slab->spare) && !gpumem__block_slab_grow(slab))
+    return NULL;
+  gpumem__block *block = slab->spare;
+  slab->spare = block->next_free;
+  memset(block, 0, sizeof *block);
+  return block;
+}
+
+static inline void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
+  block->next_free = slab->spare;
+  slab->spare = block;
+}
 
 /* ---- free index ----
  * Many blocks: two-level segregated fit. First level: the power of two of the size (in
@@ -113,9 +130,27 @@ extern bool gpumem__flat_scan_narrow;
 void gpumem__free_index_init(gpumem__free_index *index);
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block);
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block);
+/* Whether a block of `size` bytes can be in the flat arrays, whose sizes are 32-bit counts
+ * of units (up to 1 TiB). */
+static inline bool gpumem__flat_holds(size_t size) {
+  return (size >> GPUMEM__BLOCK_UNIT_SHIFT) <= UINT32_MAX;
+}
+
+/* Files a block of the index under its new size, when that is not a size rewrite in the
+ * flat arrays (gpumem__free_index_resized does those itself). */
+void gpumem__free_index_refile(gpumem__free_index *index, gpumem__block *block);
+
 /* Refiles a block whose size changed from `old_size` while in the index: nothing moves when
- * the index is flat or the block's class stays the same. */
-void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block, size_t old_size);
+ * the index is flat or the block's class stays the same. In line: every split and merge
+ * resizes a block, and in the flat arrays that is one store. */
+static inline void gpumem__free_index_resized(gpumem__free_index *index, gpumem__block *block,
+                                              size_t old_size) {
+  index->total_bytes += block->size - old_size;
+  if (GPUMEM_LIKELY(index->flat && gpumem__flat_holds(block->size)))
+    index->flat_units[block->index_slot] = (uint32_t)(block->size >> GPUMEM__BLOCK_UNIT_SHIFT);
+  else
+    gpumem__free_index_refile(index, block);
+}
 /* A free block of at least `size` bytes (a multiple of the unit); NULL when none fits. The
  * block stays in the index. Flat: the smallest that fits, the lowest of those. In classes:
  * the best fitting of the few looked at in the request's own class, else one from the
