@@ -4,7 +4,7 @@ CuPy's own memory pool and through gpumem's hook-up, in one process and run.
 Each mode runs the same sequence: arrays of sizes drawn log-uniformly between 256 B and
 4 MiB (seeded), allocated with cupy.empty and kept in a window of 64 live arrays, so every
 step is one allocation and one free. Figure: microseconds per allocate+free pair, the
-median of several repetitions. Prints one JSON line per mode and a comparison.
+median of several repetitions, the modes taking turns. Prints one JSON line per mode and a comparison.
 
     python3 tools/python/bench_cupy.py [--steps 100000] [--resource "pool(vmm)"]
 """
@@ -53,14 +53,21 @@ def main():
         "cupy MemoryPool": cupy.cuda.MemoryPool().malloc,
         "gpumem " + args.resource: gpumem_cupy_allocator,
     }
-    for name, allocator in modes.items():
+    for allocator in modes.values():
         cupy.cuda.set_allocator(allocator)
         run(cupy, sequence[: args.steps // 10])  # warm-up: grows the pools
-        times = [run(cupy, sequence) for _ in range(args.repeat)]
-        results[name] = statistics.median(times)
+    # The modes take turns, repetition by repetition: the host's speed drifts over seconds,
+    # and one mode's repetitions all in a row would take that drift for a difference.
+    times = {name: [] for name in modes}
+    for _ in range(args.repeat):
+        for name, allocator in modes.items():
+            cupy.cuda.set_allocator(allocator)
+            times[name].append(run(cupy, sequence))
+    for name in modes:
+        results[name] = statistics.median(times[name])
         print(json.dumps({"bench": "cupy_loop", "mode": name, "steps": args.steps,
                           "us_per_alloc_free": round(results[name], 3),
-                          "repeats_us": [round(t, 3) for t in times]}))
+                          "repeats_us": [round(t, 3) for t in times[name]]}))
     cupy.cuda.set_allocator(None)
     reference = results["cupy MemoryPool"]
     ours = results["gpumem " + args.resource]
