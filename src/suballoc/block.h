@@ -56,7 +56,6 @@ typedef struct gpumem__block_slab {
 
 void gpumem__block_slab_init(gpumem__block_slab *slab);
 void gpumem__block_slab_destroy(gpumem__block_slab *slab);
-/* A zeroed struct, or NULL when host memory is exhausted. */
 /* Adds a page of structs to the spares; false when host memory is exhausted. */
 GPUMEM_COLD bool gpumem__block_slab_grow(gpumem__block_slab *slab);
 
@@ -70,6 +69,7 @@ static inline gpumem__block *gpumem__block_new(gpumem__block_slab *slab) {
   return block;
 }
 
+/* Returns a struct to the spares. */
 static inline void gpumem__block_delete(gpumem__block_slab *slab, gpumem__block *block) {
   block->next_free = slab->spare;
   slab->spare = block;
