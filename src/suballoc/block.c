@@ -198,6 +198,8 @@ typedef struct flat_fit {
   uint64_t places; /* bit i: place i holds a block of the best-fitting size */
 } flat_fit;
 
+bool gpumem__flat_scan_narrow;
+
 #if defined(__x86_64__)
 /* Eight sizes to an instruction where the processor has AVX2, which nearly every host of
  * a recent GPU has; four (SSE2, which every x86-64 has) elsewhere. */
@@ -247,17 +249,13 @@ static flat_fit flat_fit_sse2(const uint32_t *units, size_t count, uint32_t want
   return fit;
 }
 
-bool gpumem__flat_scan_narrow;
-
 static flat_fit flat_fit_of(const uint32_t *units, size_t count, uint32_t want) {
   /* The processor's answer is read from a word the runtime fills in at load time: no call. */
   if (__builtin_cpu_supports("avx2") && !gpumem__flat_scan_narrow)
     return flat_fit_avx2(units, count, want);
   return flat_fit_sse2(units, count, want);
 }
-#else
-bool gpumem__flat_scan_narrow; /* one form only here */
-
+#else /* one form only */
 static flat_fit flat_fit_of(const uint32_t *units, size_t count, uint32_t want) {
   flat_fit fit = {UINT32_MAX, 0};
   for (size_t i = 0; i < count; i++) {

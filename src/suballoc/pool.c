@@ -953,22 +953,18 @@ static void note_highest(gpumem__block *block, void *user) {
 
 /* The highest block of region `ri` other than `skip`, live or free; NULL when none. Walks
  * every block: only a trim that gives back a region's last chunk, one not linked to the
- * chunk before it (a chunk between them was given back earlier), comes here. */
+ * chunk before it (a chunk between them was given back earlier), comes here. A trim has
+ * folded every free block into the fresh set first (the caches merged, the other sets
+ * dropped), so the live map and the fresh set's indexes hold them all. */
 GPUMEM_COLD static gpumem__block *highest_block(pool_resource *pool, uint8_t ri,
                                                 const gpumem__block *skip) {
   highest_context h = {ri, skip, NULL};
   for (size_t i = 0; i < pool->live.capacity; i++)
     if (pool->live.slots[i].addr)
       note_highest(pool->live.slots[i].block, &h);
-  for (size_t i = 0; i < pool->set_count; i++) {
-    free_set *set = pool->sets[i];
-    for (size_t r = 0; r < REGION_COUNT; r++) {
-      gpumem__free_index_each(&set->open[r], note_highest, &h);
-      gpumem__free_index_each(&set->sealed[r], note_highest, &h);
-    }
-    for (size_t c = 0; c < CACHE_CLASSES; c++)
-      for (gpumem__block *b = set->cached[c]; b; b = b->next_free)
-        note_highest(b, &h);
+  for (size_t r = 0; r < REGION_COUNT; r++) {
+    gpumem__free_index_each(&pool->fresh.open[r], note_highest, &h);
+    gpumem__free_index_each(&pool->fresh.sealed[r], note_highest, &h);
   }
   return h.found;
 }

@@ -4,7 +4,8 @@ CuPy's own memory pool and through gpumem's hook-up, in one process and run.
 Each mode runs the same sequence: arrays of sizes drawn log-uniformly between 256 B and
 4 MiB (seeded), allocated with cupy.empty and kept in a window of 64 live arrays, so every
 step is one allocation and one free. Figure: microseconds per allocate+free pair, the
-median of several repetitions, the modes taking turns. Prints one JSON line per mode and a comparison.
+median of several repetitions, the modes taking turns. Prints one JSON line per mode and a
+comparison.
 
     python3 tools/python/bench_cupy.py [--steps 100000] [--resource "pool(vmm)"]
 """
