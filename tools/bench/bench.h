@@ -106,9 +106,12 @@ gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
                              const bench_sequence *seq, void **slots, const char *phase,
                              uint64_t *elapsed_ns, bench_failure *failure);
 
-/* The durations of repeated passes: their median, fastest and slowest, in nanoseconds. */
+/* The durations of repeated passes: their median, fastest and slowest, in nanoseconds. Where
+ * the host's clock was measured beside each pass (bench_run_passes), its median in GHz and
+ * the median of each pass's duration in cycles of that clock; 0 where it was not. */
 typedef struct bench_pass_times {
   double median_ns, min_ns, max_ns;
+  double clock_ghz, median_cycles;
 } bench_pass_times;
 
 #define BENCH_MAX_REPEAT 1000
@@ -117,7 +120,13 @@ typedef struct bench_pass_times {
  * sorts. */
 bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count);
 
-/* `count` passes (1 to BENCH_MAX_REPEAT) of bench_run_pass, one after another. */
+/* The clock this thread runs at now, in GHz: the rate of a chain of dependent 64-bit
+ * multiplies, taken as 3 cycles each (their latency on current x86 and Arm server cores).
+ * On a shared host it falls when the processor is clocked down or given to another guest. */
+double bench_host_clock_ghz(void);
+
+/* `count` passes (1 to BENCH_MAX_REPEAT) of bench_run_pass, one after another, with the
+ * host's clock measured before and after each (a fraction of a millisecond). */
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure);
@@ -153,6 +162,10 @@ typedef struct bench_result {
    * random and threads, the warm ones for replay); ns and ns_warm are then the median. */
   int repeats;
   double ns_min, ns_max;
+  /* random: the host's clock beside the timed passes (GHz) and the median pass's cycles of
+   * it per operation; 0 where not measured. ns over the host's speed: a figure that moves
+   * between hosts with the same cycles is the host's. */
+  double clock_ghz, cycles;
   uint64_t peak_live_bytes;
   uint64_t peak_reserved_bytes;
   const char *peak_reserved_from; /* "query" or "replay" */

@@ -79,6 +79,8 @@ static void put_operation_fields(const bench_result *r) {
   if (r->repeats > 1)
     printf(",\"repeats\":%d,\"ns_per_op_min\":%.1f,\"ns_per_op_max\":%.1f", r->repeats, r->ns_min,
            r->ns_max);
+  if (r->clock_ghz > 0)
+    printf(",\"host_clock_ghz\":%.2f,\"cycles_per_op\":%.0f", r->clock_ghz, r->cycles);
 }
 
 static void put_replay_fields(const bench_result *r) {
@@ -187,6 +189,8 @@ static void print_operation_table(void) {
     put_speedup_cells(r);
     if (r->repeats > 1) /* the median's spread */
       printf("  (%d passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
+    if (r->clock_ghz > 0)
+      printf("  %.0f cycles/op at %.2f GHz", r->cycles, r->clock_ghz);
     printf("\n");
   }
 }

@@ -177,7 +177,9 @@ static void run_random_workload(const bench_context *ctx, const random_workload 
                            .ns = times.median_ns / ops,
                            .repeats = ctx->repeat,
                            .ns_min = times.min_ns / ops,
-                           .ns_max = times.max_ns / ops};
+                           .ns_max = times.max_ns / ops,
+                           .clock_ghz = times.clock_ghz,
+                           .cycles = times.median_cycles / ops};
     bench_report(ctx, &result);
   }
   free(slots);

@@ -98,6 +98,28 @@ static int compare_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median_of(double *values, int count) {
+  qsort(values, (size_t)count, sizeof *values, compare_double);
+  return (values[(count - 1) / 2] + values[count / 2]) / 2;
+}
+
+double bench_host_clock_ghz(void) {
+  enum { MULTIPLIES = 1 << 17 };
+  uint64_t value = 1, start = bench_now_ns();
+  for (int i = 0; i < MULTIPLIES; i++) {
+    value = value * 0x9E3779B97F4A7C15u + 1;
+    /* Keeps each multiply in the loop, waiting for the one before. */
+    __asm__ volatile("" : "+r"(value));
+  }
+  uint64_t elapsed = bench_now_ns() - start;
+  return elapsed ? 3.0 * MULTIPLIES / (double)elapsed : 0;
+}
+
 bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count) {
   qsort(elapsed, (size_t)count, sizeof *elapsed, compare_u64);
   return (bench_pass_times){.median_ns =
@@ -110,12 +132,21 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure) {
   uint64_t elapsed[BENCH_MAX_REPEAT];
+  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT];
   gpumem_status status = GPUMEM_OK;
-  for (int i = 0; i < count && status == GPUMEM_OK; i++)
+  for (int i = 0; i < count && status == GPUMEM_OK; i++) {
+    double before = bench_host_clock_ghz();
     status = bench_run_pass(alloc, stream, seq, slots, phase, &elapsed[i], failure);
-  if (status == GPUMEM_OK)
-    *times = bench_pass_times_of(elapsed, count);
-  return status;
+    /* The pass ends with the stream's synchronization; the clock is read after it. */
+    clock_ghz[i] = (before + bench_host_clock_ghz()) / 2;
+    cycles[i] = (double)elapsed[i] * clock_ghz[i];
+  }
+  if (status != GPUMEM_OK)
+    return status;
+  *times = bench_pass_times_of(elapsed, count);
+  times->clock_ghz = median_of(clock_ghz, count);
+  times->median_cycles = median_of(cycles, count);
+  return GPUMEM_OK;
 }
 
 gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
