@@ -125,6 +125,9 @@ bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count);
  * On a shared host it falls when the processor is clocked down or given to another guest. */
 double bench_host_clock_ghz(void);
 
+/* The median of `count` values (at least 1), which it sorts. */
+double bench_median_of(double *values, int count);
+
 /* `count` passes (1 to BENCH_MAX_REPEAT) of bench_run_pass, one after another, with the
  * host's clock measured before and after each (a fraction of a millisecond). */
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
@@ -166,6 +169,9 @@ typedef struct bench_result {
    * it per operation; 0 where not measured. ns over the host's speed: a figure that moves
    * between hosts with the same cycles is the host's. */
   double clock_ghz, cycles;
+  /* threads: the host's clock of the slowest thread of each run (the one all wait for),
+   * the median over the runs; 0 where not measured. */
+  double slowest_thread_clock_ghz;
   uint64_t peak_live_bytes;
   uint64_t peak_reserved_bytes;
   const char *peak_reserved_from; /* "query" or "replay" */

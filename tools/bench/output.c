@@ -81,6 +81,8 @@ static void put_operation_fields(const bench_result *r) {
            r->ns_max);
   if (r->clock_ghz > 0)
     printf(",\"host_clock_ghz\":%.2f,\"cycles_per_op\":%.0f", r->clock_ghz, r->cycles);
+  if (r->slowest_thread_clock_ghz > 0)
+    printf(",\"slowest_thread_clock_ghz\":%.2f", r->slowest_thread_clock_ghz);
 }
 
 static void put_replay_fields(const bench_result *r) {
@@ -191,6 +193,8 @@ static void print_operation_table(void) {
       printf("  (%d passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
     if (r->clock_ghz > 0)
       printf("  %.0f cycles/op at %.2f GHz", r->cycles, r->clock_ghz);
+    if (r->slowest_thread_clock_ghz > 0)
+      printf("  slowest thread at %.2f GHz", r->slowest_thread_clock_ghz);
     printf("\n");
   }
 }

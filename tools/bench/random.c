@@ -229,6 +229,7 @@ typedef struct thread_run {
   void **slots;
   gpumem_stream stream;
   uint64_t start_ns, end_ns;
+  double clock_ghz; /* the host's clock for this thread, before and after its timed pass */
   gpumem_status status;
   bench_failure failure;
 } thread_run;
@@ -243,6 +244,7 @@ static void *thread_main(void *arg) {
     bench_die(status, "setting the device of a worker thread");
   t->status = bench_run_pass(t->alloc, t->stream, &t->seq, t->slots, "warm-up pass", &unused_ns,
                              &t->failure);
+  double clock_before = bench_host_clock_ghz();
   pthread_barrier_wait(t->barrier);
   if (t->status != GPUMEM_OK)
     return NULL;
@@ -250,6 +252,7 @@ static void *thread_main(void *arg) {
   t->start_ns = bench_now_ns();
   t->status = bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
   t->end_ns = bench_now_ns();
+  t->clock_ghz = (clock_before + bench_host_clock_ghz()) / 2;
   if (t->status == GPUMEM_OK)
     t->status = bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
   return NULL;
@@ -274,8 +277,10 @@ static void release_threads(thread_run *runs, int count) {
 }
 
 /* Starts the threads on one allocator and returns the time from the first thread's start
- * after the barrier to the last thread's end. Exits on any failure. */
-static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *alloc) {
+ * after the barrier to the last thread's end, and in *slowest_clock_ghz the host's clock of
+ * the thread that ran slowest: all of them wait for it. Exits on any failure. */
+static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *alloc,
+                                 double *slowest_clock_ghz) {
   for (int i = 0; i < count; i++) {
     runs[i].alloc = alloc;
     if (pthread_create(&runs[i].thread, NULL, thread_main, &runs[i]) != 0) {
@@ -286,6 +291,7 @@ static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *a
   for (int i = 0; i < count; i++)
     pthread_join(runs[i].thread, NULL);
   uint64_t first_start = UINT64_MAX, last_end = 0;
+  *slowest_clock_ghz = runs[0].clock_ghz;
   for (int i = 0; i < count; i++) {
     if (runs[i].status != GPUMEM_OK) {
       char workload[64];
@@ -296,6 +302,8 @@ static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *a
       first_start = runs[i].start_ns;
     if (runs[i].end_ns > last_end)
       last_end = runs[i].end_ns;
+    if (runs[i].clock_ghz < *slowest_clock_ghz)
+      *slowest_clock_ghz = runs[i].clock_ghz;
   }
   return last_end - first_start;
 }
@@ -311,8 +319,9 @@ static void run_thread_count(const bench_context *ctx, int count) {
     /* Each repetition starts the threads afresh, each with its own warm-up: a timed pass
      * lasts milliseconds, so threads that the host schedules late can skew any one run. */
     uint64_t elapsed[BENCH_MAX_REPEAT];
+    double slowest_clock_ghz[BENCH_MAX_REPEAT];
     for (int r = 0; r < ctx->repeat; r++)
-      elapsed[r] = run_threads_once(runs, count, alloc);
+      elapsed[r] = run_threads_once(runs, count, alloc, &slowest_clock_ghz[r]);
     bench_close_or_die(alloc);
     bench_pass_times times = bench_pass_times_of(elapsed, ctx->repeat);
     double ops = (double)count * (double)thread_workload.steps;
@@ -324,7 +333,9 @@ static void run_thread_count(const bench_context *ctx, int count) {
                            .ns = times.median_ns / ops,
                            .repeats = ctx->repeat,
                            .ns_min = times.min_ns / ops,
-                           .ns_max = times.max_ns / ops};
+                           .ns_max = times.max_ns / ops,
+                           .slowest_thread_clock_ghz =
+                               bench_median_of(slowest_clock_ghz, ctx->repeat)};
     bench_report(ctx, &result);
   }
   release_threads(runs, count);

@@ -103,7 +103,7 @@ static int compare_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static double median_of(double *values, int count) {
+double bench_median_of(double *values, int count) {
   qsort(values, (size_t)count, sizeof *values, compare_double);
   return (values[(count - 1) / 2] + values[count / 2]) / 2;
 }
@@ -144,8 +144,8 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
   if (status != GPUMEM_OK)
     return status;
   *times = bench_pass_times_of(elapsed, count);
-  times->clock_ghz = median_of(clock_ghz, count);
-  times->median_cycles = median_of(cycles, count);
+  times->clock_ghz = bench_median_of(clock_ghz, count);
+  times->median_cycles = bench_median_of(cycles, count);
   return GPUMEM_OK;
 }
 
