@@ -7,6 +7,9 @@
  *   bias while other threads arrive and revoke it, round after round, loses no update of a
  *   counter that only the lock protects.
  * - In a child of fork, a lock the parent biased is revoked by the child's threads.
+ * - A waiter on the shared lock goes to sleep rather than spin on (the lock says so), and
+ *   the unlock wakes it; many more threads than processors, each taking the lock again and
+ *   again, all finish and lose no update.
  * Needs no device; it runs under the simulated device's label. */
 #include "check.h"
 #include "core/spinlock.h"
@@ -133,9 +136,67 @@ static void test_revocation_after_fork(void) {
   printf("revoked in a child of fork\n");
 }
 
+/* ---- sleeping waiters ---- */
+
+static void *take_and_count(void *arg) {
+  race *r = arg;
+  increment(r, 0);
+  return NULL;
+}
+
+static void test_waiter_sleeps_until_woken(void) {
+  static race r;
+  memset(&r, 0, sizeof r);
+  /* Revoked first, so that this thread takes the shared lock below. */
+  pthread_t other;
+  increment(&r, 0);
+  CHECK_EQ(pthread_create(&other, NULL, take_and_count, &r), 0);
+  CHECK_EQ(pthread_join(other, NULL), 0);
+  gpumem__spin_lock(&r.lock);
+  CHECK_EQ(pthread_create(&other, NULL, take_and_count, &r), 0);
+  /* The waiter spins a few hundred pauses, then marks the lock and sleeps. */
+  for (int waited_ms = 0; atomic_load(&r.lock.locked) != GPUMEM__LOCKED_WAITERS; waited_ms++) {
+    CHECK(waited_ms < 10000);
+    usleep(1000);
+  }
+  CHECK_U64_EQ(r.counter, 2);
+  gpumem__spin_unlock(&r.lock); /* wakes it */
+  CHECK_EQ(pthread_join(other, NULL), 0);
+  CHECK_U64_EQ(r.counter, 3);
+  CHECK_EQ(atomic_load(&r.lock.locked), GPUMEM__UNLOCKED);
+  printf("a waiter sleeps on the held lock and the unlock wakes it\n");
+}
+
+enum { crowd = 32, crowd_increments = 2000 };
+
+static void *contend_long(void *arg) {
+  race *r = arg;
+  while (!atomic_load(&r->go))
+    ;
+  for (int i = 0; i < crowd_increments; i++)
+    increment(r, contender_spin);
+  return NULL;
+}
+
+static void test_crowd(void) {
+  static race r;
+  memset(&r, 0, sizeof r);
+  pthread_t threads[crowd];
+  for (int i = 0; i < crowd; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, contend_long, &r), 0);
+  atomic_store(&r.go, 1);
+  for (int i = 0; i < crowd; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  CHECK_U64_EQ(r.counter, (uint64_t)crowd * crowd_increments);
+  CHECK_EQ(atomic_load(&r.lock.locked), GPUMEM__UNLOCKED);
+  printf("%d threads, %d sections each: all finished, no update lost\n", crowd, crowd_increments);
+}
+
 int main(void) {
   test_bias_and_revocation();
   test_exclusion_across_revocation();
   test_revocation_after_fork();
+  test_waiter_sleeps_until_woken();
+  test_crowd();
   return 0;
 }

@@ -3,6 +3,7 @@
 #include "core/spinlock.h"
 
 #if defined(__linux__)
+#include <linux/futex.h>
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -56,16 +57,43 @@ bool gpumem__spin_bias_supported(void) {
   return bias_supported;
 }
 
+/* Sleeps while the shared lock reads GPUMEM__LOCKED_WAITERS (returns at once if it has
+ * changed already, or spuriously); elsewhere than Linux, gives the processor up once. */
+static void sleep_on(gpumem__spinlock *lock) {
+#if defined(__linux__) && defined(SYS_futex)
+  syscall(SYS_futex, &lock->locked, FUTEX_WAIT_PRIVATE, GPUMEM__LOCKED_WAITERS, NULL, NULL, 0);
+#else
+  sched_yield();
+#endif
+}
+
+void gpumem__spin_wake(gpumem__spinlock *lock) {
+#if defined(__linux__) && defined(SYS_futex)
+  syscall(SYS_futex, &lock->locked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+#else
+  (void)lock;
+#endif
+}
+
+/* A few hundred pauses for a holder that is about to leave, then sleep. A sleeper marks the
+ * lock GPUMEM__LOCKED_WAITERS, so that the unlock wakes one; a woken thread takes the lock
+ * in that state too, since others may still sleep (one wake too many costs a system call,
+ * one too few a thread that never wakes). */
 static void take_shared(gpumem__spinlock *lock) {
-  for (unsigned spins = 0;; spins++) {
-    if (!atomic_load_explicit(&lock->locked, memory_order_relaxed) &&
-        !atomic_exchange_explicit(&lock->locked, 1, memory_order_acquire))
+  int state = GPUMEM__UNLOCKED;
+  for (unsigned spins = 0; spins < 256; spins++) {
+    state = atomic_load_explicit(&lock->locked, memory_order_relaxed);
+    if (state == GPUMEM__UNLOCKED &&
+        atomic_compare_exchange_weak_explicit(&lock->locked, &state, GPUMEM__LOCKED,
+                                              memory_order_acquire, memory_order_relaxed))
       return;
-    if (spins < 128)
-      gpumem__cpu_relax();
-    else
-      sched_yield();
+    if (state == GPUMEM__LOCKED_WAITERS)
+      break; /* others sleep already: queue behind them rather than overtake */
+    gpumem__cpu_relax();
   }
+  while (atomic_exchange_explicit(&lock->locked, GPUMEM__LOCKED_WAITERS, memory_order_acquire) !=
+         GPUMEM__UNLOCKED)
+    sleep_on(lock);
 }
 
 void gpumem__spin_lock_shared(gpumem__spinlock *lock) {
