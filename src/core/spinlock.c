@@ -75,20 +75,19 @@ void gpumem__spin_wake(gpumem__spinlock *lock) {
 #endif
 }
 
-/* A few hundred pauses for a holder that is about to leave, then sleep. A sleeper marks the
+/* A thousand pauses for a holder that is about to leave, then sleep. A sleeper marks the
  * lock GPUMEM__LOCKED_WAITERS, so that the unlock wakes one; a woken thread takes the lock
  * in that state too, since others may still sleep (one wake too many costs a system call,
- * one too few a thread that never wakes). */
+ * one too few a thread that never wakes). Spinners take a free lock even while others
+ * sleep: queueing every newcomer behind the sleepers made each handover wait for a wake-up,
+ * and four threads on one pool ran a third slower. */
 static void take_shared(gpumem__spinlock *lock) {
-  int state = GPUMEM__UNLOCKED;
-  for (unsigned spins = 0; spins < 256; spins++) {
-    state = atomic_load_explicit(&lock->locked, memory_order_relaxed);
+  for (unsigned spins = 0; spins < 1024; spins++) {
+    int state = atomic_load_explicit(&lock->locked, memory_order_relaxed);
     if (state == GPUMEM__UNLOCKED &&
         atomic_compare_exchange_weak_explicit(&lock->locked, &state, GPUMEM__LOCKED,
                                               memory_order_acquire, memory_order_relaxed))
       return;
-    if (state == GPUMEM__LOCKED_WAITERS)
-      break; /* others sleep already: queue behind them rather than overtake */
     gpumem__cpu_relax();
   }
   while (atomic_exchange_explicit(&lock->locked, GPUMEM__LOCKED_WAITERS, memory_order_acquire) !=

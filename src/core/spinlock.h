@@ -10,9 +10,9 @@
  * then on every thread, the owner too, takes the shared lock: it spins a little, then
  * sleeps in the kernel (a futex on Linux; elsewhere it yields the processor) until the
  * holder wakes it. Waiters must not keep spinning: holders may call the driver (growth,
- * events), and on a virtual machine a spinning waiter takes the processor its holder's
- * virtual one needs. Sixteen threads on one pool ran 300 times slower with spinning waiters
- * than with sleeping ones.
+ * events), and on a virtual machine busy waiters keep every virtual processor busy, so the
+ * host preempts holders too. On the H100 host, 16 threads on one pool(vmm) did 0.1 million
+ * operations a second when waiters spun and yielded, and 0.9 when they slept.
  *
  * Why the barrier makes it safe: the owner enters by storing `owner_inside` and then loading
  * `revoked`; the revoker stores `revoked` and then loads `owner_inside`. Without fences both
