@@ -26,6 +26,13 @@ Policies:
         With --cap X (harvest only), a granule is taken from a hole only when new memory
         would take what is mapped past X times the live peak so far.
 
+  offline
+        not an allocator: how far placement alone gets when it knows the future. Knowing
+        every block's lifetime in advance, blocks go largest first, each at the lowest
+        offset that is free for its whole life (one range, no granules, no regions; one
+        pass). An allocator that learns lifetimes only when blocks are freed should not
+        expect to beat it (the heuristic is common, not proven optimal).
+
 --regions LIMITS (MiB, comma-separated; default 1) splits requests into more regions than
 the pool's two: a request goes to the region of the last limit it reaches, the smallest
 below the first limit.
@@ -267,11 +274,47 @@ def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
     return report
 
 
+def offline(path):
+    """Peak of a clairvoyant placement of one pass over the live peak (see "offline")."""
+    lifetimes, live, live_bytes, peak_live, event = [], {}, 0, 0, 0
+    with open(path) as trace:
+        next(trace)
+        for event, line in enumerate(trace):
+            fields = line.rstrip("\n").split(",")
+            size = round_up(max(int(fields[4]), 1), UNIT)
+            if fields[2] == "allocate":
+                live[fields[3]] = (event, size)
+                live_bytes += size
+                peak_live = max(peak_live, live_bytes)
+            elif fields[3] in live:
+                start, size = live.pop(fields[3])
+                lifetimes.append((start, event, size))
+                live_bytes -= size
+    lifetimes += [(start, event + 1, size) for start, size in live.values()]
+    # Placed blocks by the 64-event buckets their lives cross: a block need only be checked
+    # against those sharing a bucket with it.
+    buckets, top = {}, 0
+    for start, end, size in sorted(lifetimes, key=lambda block: -block[2]):
+        taken = set()
+        for bucket in range(start >> 6, ((end - 1) >> 6) + 1):
+            taken.update(b for b in buckets.get(bucket, ()) if b[0] < end and b[1] > start)
+        offset = 0
+        for other_offset, other_end in sorted((b[3], b[3] + b[2]) for b in taken):
+            if other_offset - offset >= size:
+                break
+            offset = max(offset, other_end)
+        placed = (start, end, size, offset)
+        for bucket in range(start >> 6, ((end - 1) >> 6) + 1):
+            buckets.setdefault(bucket, []).append(placed)
+        top = max(top, offset + size)
+    return top / peak_live
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+")
     parser.add_argument("--policy", default="now",
-                        choices=["now", "move", "harvest", "harvest-at-growth"])
+                        choices=["now", "move", "harvest", "harvest-at-growth", "offline"])
     parser.add_argument("--cap", type=float,
                         help="for move and harvest: take granules from holes only past this ratio")
     parser.add_argument("--growths", action="store_true",
@@ -281,6 +324,10 @@ def main():
     args = parser.parse_args()
     limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))
     for path in args.traces:
+        if args.policy == "offline":
+            print(f"{path.split('/')[-1]:30} offline peak placed over peak live "
+                  f"{offline(path):.3f}", flush=True)
+            continue
         report = replay(path, args.policy, args.cap, limits, growths=args.growths)
         print(f"{path.split('/')[-1]:30} {args.policy:5} peak reserved over peak live "
               + "; ".join(report), flush=True)
