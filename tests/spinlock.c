@@ -66,6 +66,7 @@ typedef struct race {
   gpumem__spinlock lock;
   /* Plain memory: only the lock orders the read-modify-writes. */
   unsigned long counter;
+  int increments_each; /* by each contender */
   atomic_int go;
 } race;
 
@@ -83,7 +84,7 @@ static void *contend(void *arg) {
   race *r = arg;
   while (!atomic_load(&r->go))
     ;
-  for (int i = 0; i < increments; i++)
+  for (int i = 0; i < r->increments_each; i++)
     increment(r, contender_spin);
   return NULL;
 }
@@ -92,6 +93,7 @@ static void test_exclusion_across_revocation(void) {
   static race r;
   for (int round = 0; round < rounds; round++) {
     memset(&r, 0, sizeof r);
+    r.increments_each = increments;
     increment(&r, 0); /* biases the lock to this thread where it can */
     pthread_t threads[contenders];
     for (int i = 0; i < contenders; i++)
@@ -169,21 +171,13 @@ static void test_waiter_sleeps_until_woken(void) {
 
 enum { crowd = 32, crowd_increments = 2000 };
 
-static void *contend_long(void *arg) {
-  race *r = arg;
-  while (!atomic_load(&r->go))
-    ;
-  for (int i = 0; i < crowd_increments; i++)
-    increment(r, contender_spin);
-  return NULL;
-}
-
 static void test_crowd(void) {
   static race r;
   memset(&r, 0, sizeof r);
+  r.increments_each = crowd_increments;
   pthread_t threads[crowd];
   for (int i = 0; i < crowd; i++)
-    CHECK_EQ(pthread_create(&threads[i], NULL, contend_long, &r), 0);
+    CHECK_EQ(pthread_create(&threads[i], NULL, contend, &r), 0);
   atomic_store(&r.go, 1);
   for (int i = 0; i < crowd; i++)
     CHECK_EQ(pthread_join(threads[i], NULL), 0);
