@@ -15,6 +15,8 @@
 #include "core/spinlock.h"
 
 #include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +148,31 @@ static void *take_and_count(void *arg) {
   return NULL;
 }
 
+#if defined(__linux__)
+static atomic_long sleeper_tid;
+
+static void *publish_tid_then_take(void *arg) {
+  atomic_store(&sleeper_tid, (long)syscall(SYS_gettid));
+  return take_and_count(arg);
+}
+
+/* The scheduler's state of one of this process's threads ('R' running, 'S' asleep, ...). */
+static char thread_state(long tid) {
+  char path[64], stat[512];
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+  FILE *file = fopen(path, "r");
+  if (!file)
+    return '?';
+  size_t length = fread(stat, 1, sizeof stat - 1, file);
+  fclose(file);
+  stat[length] = '\0';
+  /* "tid (name) state ...": the name may hold spaces and parentheses, the state follows
+   * the last ')'. */
+  const char *close = strrchr(stat, ')');
+  return close && close[1] == ' ' ? close[2] : '?';
+}
+#endif
+
 static void test_waiter_sleeps_until_woken(void) {
   static race r;
   memset(&r, 0, sizeof r);
@@ -155,12 +182,26 @@ static void test_waiter_sleeps_until_woken(void) {
   CHECK_EQ(pthread_create(&other, NULL, take_and_count, &r), 0);
   CHECK_EQ(pthread_join(other, NULL), 0);
   gpumem__spin_lock(&r.lock);
+#if defined(__linux__)
+  atomic_store(&sleeper_tid, 0);
+  CHECK_EQ(pthread_create(&other, NULL, publish_tid_then_take, &r), 0);
+#else
   CHECK_EQ(pthread_create(&other, NULL, take_and_count, &r), 0);
-  /* The waiter spins a few hundred pauses, then marks the lock and sleeps. */
+#endif
+  /* The waiter spins a thousand pauses, then marks the lock and sleeps. */
   for (int waited_ms = 0; atomic_load(&r.lock.locked) != GPUMEM__LOCKED_WAITERS; waited_ms++) {
     CHECK(waited_ms < 10000);
     usleep(1000);
   }
+#if defined(__linux__)
+  /* Marked, and asleep in the kernel rather than spinning on: the scheduler says 'S'. */
+  char state = '?';
+  for (int waited_ms = 0; (state = thread_state(atomic_load(&sleeper_tid))) != 'S'; waited_ms++) {
+    CHECK(waited_ms < 10000);
+    usleep(1000);
+  }
+  CHECK_EQ(state, 'S');
+#endif
   CHECK_U64_EQ(r.counter, 2);
   gpumem__spin_unlock(&r.lock); /* wakes it */
   CHECK_EQ(pthread_join(other, NULL), 0);

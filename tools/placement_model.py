@@ -307,7 +307,7 @@ def offline(path):
         for bucket in range(start >> 6, ((end - 1) >> 6) + 1):
             buckets.setdefault(bucket, []).append(placed)
         top = max(top, offset + size)
-    return top / peak_live
+    return top / peak_live if peak_live else 1.0
 
 
 def main():
@@ -322,6 +322,8 @@ def main():
     parser.add_argument("--regions", default="1",
                         help="region limits in MiB, comma-separated (default 1: the pool's two)")
     args = parser.parse_args()
+    if args.policy == "offline" and (args.cap or args.growths or args.regions != "1"):
+        parser.error("--cap, --growths and --regions do not apply to --policy offline")
     limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))
     for path in args.traces:
         if args.policy == "offline":

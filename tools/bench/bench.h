@@ -121,8 +121,9 @@ typedef struct bench_pass_times {
 bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count);
 
 /* The clock this thread runs at now, in GHz: the rate of a chain of dependent 64-bit
- * multiplies, taken as 3 cycles each (their latency on current x86 and Arm server cores).
- * On a shared host it falls when the processor is clocked down or given to another guest. */
+ * multiplies, taken as 3 cycles each (their latency on x86 cores of the last decade; other
+ * processors may differ, so compare figures within one kind). On a shared host it falls
+ * when the processor is clocked down or given to another guest. */
 double bench_host_clock_ghz(void);
 
 /* The median of `count` values (at least 1), which it sorts. */
@@ -165,12 +166,12 @@ typedef struct bench_result {
    * random and threads, the warm ones for replay); ns and ns_warm are then the median. */
   int repeats;
   double ns_min, ns_max;
-  /* random: the host's clock beside the timed passes (GHz) and the median pass's cycles of
-   * it per operation; 0 where not measured. ns over the host's speed: a figure that moves
-   * between hosts with the same cycles is the host's. */
+  /* random and replay: the host's clock beside the timed (replay: warm) passes, in GHz, and
+   * the median pass's cycles of it per operation (event); 0 where not measured. A figure
+   * that moves between hosts with the same cycles is the host's. */
   double clock_ghz, cycles;
-  /* threads: the host's clock of the slowest thread of each run (the one all wait for),
-   * the median over the runs; 0 where not measured. */
+  /* threads: the host's clock of the thread that finished last in each run (the one all
+   * wait for), the median over the runs; 0 where not measured. */
   double slowest_thread_clock_ghz;
   uint64_t peak_live_bytes;
   uint64_t peak_reserved_bytes;

@@ -97,6 +97,8 @@ static void put_replay_fields(const bench_result *r) {
          (unsigned long long)r->peak_live_bytes, (unsigned long long)r->peak_reserved_bytes,
          reserved_over_live(r));
   printf(",\"peak_reserved_from\":\"%s\"", r->peak_reserved_from);
+  if (r->clock_ghz > 0)
+    printf(",\"host_clock_ghz\":%.2f,\"cycles_per_event_warm\":%.0f", r->clock_ghz, r->cycles);
 }
 
 static void put_speedup_fields(const bench_result *r) {
@@ -212,6 +214,8 @@ static void print_replay_table(void) {
     printf("  %13.3f", reserved_over_live(r));
     if (r->repeats > 1) /* the warm median's spread */
       printf("  (%d warm passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
+    if (r->clock_ghz > 0)
+      printf("  %.0f cycles/event warm at %.2f GHz", r->cycles, r->clock_ghz);
     printf("\n");
   }
 }

@@ -234,8 +234,8 @@ typedef struct thread_run {
   bench_failure failure;
 } thread_run;
 
-/* Warm-up, then the barrier, then the timed pass. A thread whose warm-up failed still
- * waits at the barrier, so that the others are not left waiting forever. */
+/* Warm-up, then the barrier, then the timed pass, then the barrier again. A thread whose
+ * warm-up failed still waits at both, so that the others are not left waiting forever. */
 static void *thread_main(void *arg) {
   thread_run *t = arg;
   uint64_t unused_ns;
@@ -246,12 +246,14 @@ static void *thread_main(void *arg) {
                              &t->failure);
   double clock_before = bench_host_clock_ghz();
   pthread_barrier_wait(t->barrier);
-  if (t->status != GPUMEM_OK)
-    return NULL;
-  t->failure.phase = "timed pass";
-  t->start_ns = bench_now_ns();
-  t->status = bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
-  t->end_ns = bench_now_ns();
+  if (t->status == GPUMEM_OK) {
+    t->failure.phase = "timed pass";
+    t->start_ns = bench_now_ns();
+    t->status = bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
+    t->end_ns = bench_now_ns();
+  }
+  /* The clock again once every thread's timed pass is over, so as not to slow another. */
+  pthread_barrier_wait(t->barrier);
   t->clock_ghz = (clock_before + bench_host_clock_ghz()) / 2;
   if (t->status == GPUMEM_OK)
     t->status = bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
@@ -278,7 +280,7 @@ static void release_threads(thread_run *runs, int count) {
 
 /* Starts the threads on one allocator and returns the time from the first thread's start
  * after the barrier to the last thread's end, and in *slowest_clock_ghz the host's clock of
- * the thread that ran slowest: all of them wait for it. Exits on any failure. */
+ * that last thread: all of them wait for it. Exits on any failure. */
 static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *alloc,
                                  double *slowest_clock_ghz) {
   for (int i = 0; i < count; i++) {
@@ -291,7 +293,6 @@ static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *a
   for (int i = 0; i < count; i++)
     pthread_join(runs[i].thread, NULL);
   uint64_t first_start = UINT64_MAX, last_end = 0;
-  *slowest_clock_ghz = runs[0].clock_ghz;
   for (int i = 0; i < count; i++) {
     if (runs[i].status != GPUMEM_OK) {
       char workload[64];
@@ -300,10 +301,10 @@ static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *a
     }
     if (runs[i].start_ns < first_start)
       first_start = runs[i].start_ns;
-    if (runs[i].end_ns > last_end)
+    if (runs[i].end_ns > last_end) {
       last_end = runs[i].end_ns;
-    if (runs[i].clock_ghz < *slowest_clock_ghz)
       *slowest_clock_ghz = runs[i].clock_ghz;
+    }
   }
   return last_end - first_start;
 }

@@ -270,6 +270,8 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .repeats = ctx->repeat,
                          .ns_min = warm.min_ns / (double)seq->count,
                          .ns_max = warm.max_ns / (double)seq->count,
+                         .clock_ghz = warm.clock_ghz,
+                         .cycles = warm.median_cycles / (double)seq->count,
                          .peak_live_bytes = seq->peak_live_bytes,
                          .peak_reserved_bytes = peak_reserved,
                          .peak_reserved_from = peak_known ? "query" : "replay"};
