@@ -110,8 +110,9 @@ double bench_median_of(double *values, int count) {
 
 double bench_host_clock_ghz(void) {
   enum { MULTIPLIES = 1 << 17 };
-  /* Multiplies only, no add: each step is then one multiply's latency. Odd by odd stays odd,
-   * so the value never sticks at zero. */
+  /* Multiplies only: an add after each multiply costs a cycle of its own on some processors
+   * (AMD's) and none on others (the Xeon of the GPU host). Odd by odd stays odd, so the
+   * value never sticks at zero. */
   uint64_t value = 3, start = bench_now_ns();
   for (int i = 0; i < MULTIPLIES; i++) {
     value *= 0x9E3779B97F4A7C15u;
