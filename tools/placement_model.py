@@ -234,13 +234,19 @@ def largest_free(region, count=4):
     return " ".join(f"{size / MIB:.1f}" for size in sizes[:count]) or "none"
 
 
-def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
+def read_events(path):
+    """The trace's events: (is an allocation, pointer, size in bytes), in order."""
     events = []
     with open(path) as trace:
         next(trace)
         for line in trace:
             fields = line.rstrip("\n").split(",")
             events.append((fields[2] == "allocate", fields[3], int(fields[4])))
+    return events
+
+
+def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
+    events = read_events(path)
     model = Model(policy, cap, limits)
     peak_live, report = 0, []
     for number in range(passes):
@@ -276,21 +282,19 @@ def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
 
 def offline(path):
     """Peak of a clairvoyant placement of one pass over the live peak (see "offline")."""
-    lifetimes, live, live_bytes, peak_live, event = [], {}, 0, 0, 0
-    with open(path) as trace:
-        next(trace)
-        for event, line in enumerate(trace):
-            fields = line.rstrip("\n").split(",")
-            size = round_up(max(int(fields[4]), 1), UNIT)
-            if fields[2] == "allocate":
-                live[fields[3]] = (event, size)
-                live_bytes += size
-                peak_live = max(peak_live, live_bytes)
-            elif fields[3] in live:
-                start, size = live.pop(fields[3])
-                lifetimes.append((start, event, size))
-                live_bytes -= size
-    lifetimes += [(start, event + 1, size) for start, size in live.values()]
+    events = read_events(path)
+    lifetimes, live, live_bytes, peak_live = [], {}, 0, 0
+    for event, (is_allocation, pointer, size) in enumerate(events):
+        if is_allocation:
+            size = round_up(max(size, 1), UNIT)
+            live[pointer] = (event, size)
+            live_bytes += size
+            peak_live = max(peak_live, live_bytes)
+        elif pointer in live:
+            start, size = live.pop(pointer)
+            lifetimes.append((start, event, size))
+            live_bytes -= size
+    lifetimes += [(start, len(events), size) for start, size in live.values()]
     # Placed blocks by the 64-event buckets their lives cross: a block need only be checked
     # against those sharing a bucket with it.
     buckets, top = {}, 0

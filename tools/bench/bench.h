@@ -116,9 +116,8 @@ typedef struct bench_pass_times {
 
 #define BENCH_MAX_REPEAT 1000
 
-/* The median, fastest and slowest of `count` durations (1 to BENCH_MAX_REPEAT), which it
- * sorts. */
-bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count);
+/* The median, fastest and slowest of `count` durations (1 to BENCH_MAX_REPEAT). */
+bench_pass_times bench_pass_times_of(const uint64_t *elapsed, int count);
 
 /* The clock this thread runs at now, in GHz: the rate of a chain of dependent 64-bit
  * multiplies, taken as 3 cycles each (their latency on x86 cores of the last decade; other

@@ -93,11 +93,6 @@ gpumem_status bench_finish_pass(bench_allocator *alloc, gpumem_stream stream,
   return status;
 }
 
-static int compare_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
 static int compare_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -123,12 +118,12 @@ double bench_host_clock_ghz(void) {
   return elapsed ? 3.0 * MULTIPLIES / (double)elapsed : 0;
 }
 
-bench_pass_times bench_pass_times_of(uint64_t *elapsed, int count) {
-  qsort(elapsed, (size_t)count, sizeof *elapsed, compare_u64);
-  return (bench_pass_times){.median_ns =
-                                ((double)elapsed[(count - 1) / 2] + (double)elapsed[count / 2]) / 2,
-                            .min_ns = (double)elapsed[0],
-                            .max_ns = (double)elapsed[count - 1]};
+bench_pass_times bench_pass_times_of(const uint64_t *elapsed, int count) {
+  double ns[BENCH_MAX_REPEAT];
+  for (int i = 0; i < count; i++)
+    ns[i] = (double)elapsed[i];
+  double median = bench_median_of(ns, count); /* sorts ns */
+  return (bench_pass_times){.median_ns = median, .min_ns = ns[0], .max_ns = ns[count - 1]};
 }
 
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
