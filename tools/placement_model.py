@@ -41,6 +41,11 @@ below the first limit.
 live bytes then and the largest free blocks of the request's region before it: where the
 memory over the live peak came from.
 
+--layout EVENTS (comma-separated event numbers, counted from 0 after the header line)
+prints, just before each of those events of the first pass, the large region's blocks of
+1 MiB and up in address order: where each starts and its size in MiB, and for an allocated
+one the events that allocated and free it: which blocks pin the holes a request misses.
+
 Each trace is replayed twice on the same state (a cold and a warm pass, each ending by
 freeing what the trace left live), as gpumem-bench replay does, whose figure is the cold
 pass's; the ratio after the warm pass says whether a loop of the workload keeps growing.
@@ -245,14 +250,46 @@ def read_events(path):
     return events
 
 
-def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
+def freeing_events(events):
+    """For each allocating event, the event that frees its block (None: never freed)."""
+    freed_by, live = {}, {}
+    for event, (is_allocation, pointer, _) in enumerate(events):
+        if is_allocation:
+            live[pointer] = event
+            freed_by[event] = None
+        elif pointer in live:
+            freed_by[live.pop(pointer)] = event
+    return freed_by
+
+
+def print_layout(region, event, born, freed_by):
+    """The blocks of 1 MiB and up of the large region just before `event` (see --layout)."""
+    print(f"before event {event}: large region of {region.end / MIB:.1f} MiB")
+    for addr, size, free in region.blocks:
+        if size < MIB:
+            continue
+        if free:
+            life = "free"
+        else:
+            allocated_at = born[addr]
+            freed_at = freed_by[allocated_at]
+            life = (f"allocated at event {allocated_at}, "
+                    + ("never freed" if freed_at is None else f"freed at event {freed_at}"))
+        print(f"  {addr / MIB:9.1f} MiB  {size / MIB:7.1f} MiB  {life}")
+
+
+def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False, layouts=()):
     events = read_events(path)
     model = Model(policy, cap, limits)
+    freed_by = freeing_events(events) if layouts else {}
+    born = {}  # large region address -> the event that allocated the block there
     peak_live, report = 0, []
     for number in range(passes):
         live, live_bytes = {}, 0
         moves_before, maps_before, unmaps_before = model.moves, model.maps, model.unmaps
         for event, (is_allocation, pointer, size) in enumerate(events):
+            if number == 0 and event in layouts:
+                print_layout(model.regions[0], event, born, freed_by)
             if is_allocation:
                 physical_before = model.physical
                 free_before = growths and [largest_free(region) for region in model.regions]
@@ -262,6 +299,8 @@ def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False):
                     print(f"pass {number + 1} event {event}: {size / MIB:.2f} MiB in region {r}"
                           f" took {(model.physical - physical_before) * GRANULE / MIB:.0f} MiB new;"
                           f" live {live_bytes / MIB:.0f} MiB, largest free {free_before[r]}")
+                if live[pointer][0] == 0:
+                    born[live[pointer][1]] = event
                 live_bytes += size
                 peak_live = max(peak_live, live_bytes)
                 model.peak_live_so_far = peak_live
@@ -323,18 +362,23 @@ def main():
                         help="for move and harvest: take granules from holes only past this ratio")
     parser.add_argument("--growths", action="store_true",
                         help="print each step that takes new physical memory")
+    parser.add_argument("--layout", default="",
+                        help="event numbers, comma-separated: print the large region before each")
     parser.add_argument("--regions", default="1",
                         help="region limits in MiB, comma-separated (default 1: the pool's two)")
     args = parser.parse_args()
-    if args.policy == "offline" and (args.cap or args.growths or args.regions != "1"):
-        parser.error("--cap, --growths and --regions do not apply to --policy offline")
+    if args.policy == "offline" and (args.cap or args.growths or args.layout
+                                     or args.regions != "1"):
+        parser.error("--cap, --growths, --layout and --regions do not apply to --policy offline")
+    layouts = {int(event) for event in args.layout.split(",") if event}
     limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))
     for path in args.traces:
         if args.policy == "offline":
             print(f"{path.split('/')[-1]:30} offline peak placed over peak live "
                   f"{offline(path):.3f}", flush=True)
             continue
-        report = replay(path, args.policy, args.cap, limits, growths=args.growths)
+        report = replay(path, args.policy, args.cap, limits, growths=args.growths,
+                        layouts=layouts)
         print(f"{path.split('/')[-1]:30} {args.policy:5} peak reserved over peak live "
               + "; ".join(report), flush=True)
 

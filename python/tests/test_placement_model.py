@@ -37,3 +37,15 @@ def test_offline_placement_knows_lifetimes(tmp_path):
     write_trace(trace)
     # C first at 0, A at 0 before C's life, B after C: 12 MiB for 12 live.
     assert load_model().offline(str(trace)) == 1.0
+
+
+def test_layout_names_the_block_that_pins_the_hole(tmp_path, capsys):
+    trace = tmp_path / "hole.csv"
+    write_trace(trace)
+    load_model().replay(str(trace), "now", layouts={3})
+    # Before C: A's 4 MiB hole at 0, then B, which lives until the last event.
+    assert capsys.readouterr().out.splitlines() == [
+        "before event 3: large region of 8.0 MiB",
+        "        0.0 MiB      4.0 MiB  free",
+        "        4.0 MiB      4.0 MiB  allocated at event 1, freed at event 5",
+    ]
