@@ -299,7 +299,7 @@ def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False, layou
                     print(f"pass {number + 1} event {event}: {size / MIB:.2f} MiB in region {r}"
                           f" took {(model.physical - physical_before) * GRANULE / MIB:.0f} MiB new;"
                           f" live {live_bytes / MIB:.0f} MiB, largest free {free_before[r]}")
-                if live[pointer][0] == 0:
+                if layouts and live[pointer][0] == 0:
                     born[live[pointer][1]] = event
                 live_bytes += size
                 peak_live = max(peak_live, live_bytes)

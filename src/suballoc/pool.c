@@ -628,12 +628,33 @@ static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, siz
   return front;
 }
 
-/* Cuts an allocation of `size` bytes out of the front of free block `block` of `set`, in
- * `index` (the lowest addresses first, which keeps a pool that grows in place low). The free
- * rest stays where it was, usually without moving in the index. Never fails. In line:
- * every allocation from the free index takes this path. */
-static inline gpumem__block *carve_front(pool_resource *pool, gpumem__free_index *index,
-                                         gpumem__block *block, size_t size) {
+/* Splits off the front of free block `block` of `index` up to the next multiple of
+ * `alignment`: the skipped piece keeps the block's struct and index entry and stays free;
+ * returns the rest, filed in the index too. NULL when host memory for the split is exhausted
+ * (nothing changed then). Out of line: only over-aligned requests skip anything, as blocks
+ * start at multiples of the default alignment. */
+GPUMEM_COLD static gpumem__block *skip_to_alignment(pool_resource *pool, gpumem__free_index *index,
+                                                    gpumem__block *block, size_t alignment) {
+  size_t old_size = block->size;
+  gpumem__block *rest = split(pool, block, gpumem__align_up(block->addr, alignment) - block->addr);
+  if (!rest)
+    return NULL;
+  gpumem__free_index_resized(index, block, old_size);
+  gpumem__free_index_insert(index, rest);
+  return rest;
+}
+
+/* Cuts an allocation of `size` bytes at `alignment` out of the front of free block `block`
+ * of `set` (the lowest addresses first, which keeps a pool that grows in place low). The
+ * free rest stays where it was, usually without moving in the index; the piece skipped for
+ * an over-aligned allocation stays free too. NULL when host memory for a split is exhausted
+ * (nothing changed then). In line: every allocation from the free index comes here. */
+static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
+                                   size_t size, size_t alignment) {
+  gpumem__free_index *index = index_of(set, block);
+  if (GPUMEM_UNLIKELY(block->addr & (alignment - 1)) &&
+      !(block = skip_to_alignment(pool, index, block, alignment)))
+    return NULL;
   gpumem__block *taken;
   if (block->size - size < GPUMEM__BLOCK_UNIT || !(taken = split_front(pool, block, size))) {
     /* An exact fit, or no host memory to split: the caller gets the whole block. */
@@ -644,25 +665,6 @@ static inline gpumem__block *carve_front(pool_resource *pool, gpumem__free_index
   }
   taken->is_free = BLOCK_ALLOCATED;
   return taken;
-}
-
-/* carve_front at `alignment`: the piece skipped for an over-aligned allocation stays free.
- * NULL when host memory for that split is exhausted (nothing changed then). */
-static gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block, size_t size,
-                            size_t alignment) {
-  gpumem__free_index *index = index_of(set, block);
-  uintptr_t start = gpumem__align_up(block->addr, alignment);
-  if (start != block->addr) {
-    /* The skipped piece keeps the block's struct and index entry; the rest is cut after it. */
-    size_t old_size = block->size;
-    gpumem__block *rest = split(pool, block, start - block->addr);
-    if (!rest)
-      return NULL;
-    gpumem__free_index_resized(index, block, old_size);
-    gpumem__free_index_insert(index, rest);
-    block = rest;
-  }
-  return carve_front(pool, index, block, size);
 }
 
 /* A fitting block of `set` in any region, or from another set's sealed blocks in any. */
@@ -760,14 +762,8 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow(pool_resource *pool, size_t b
 static gpumem_status allocate_from_index(pool_resource *pool, free_set *set, size_t bytes,
                                          size_t size, gpumem_stream stream, void **ptr) {
   gpumem__block *block = find_in_set(set, region_for(pool, size), size);
-  /* Upstreams align to the default and sizes are multiples of it, so blocks start aligned
-   * and carve's alignment step is skipped; an upstream that broke that contract still gets
-   * it. */
-  if (block)
-    block = GPUMEM_LIKELY(block->addr % GPUMEM_DEFAULT_ALIGNMENT == 0)
-                ? carve_front(pool, index_of(set, block), block, size)
-                : carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT);
-  if (block && GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
+  if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
+      GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
     gpumem__spin_unlock(&pool->lock);
     *ptr = (void *)block->addr;
     return GPUMEM_OK;
