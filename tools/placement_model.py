@@ -31,7 +31,10 @@ Policies:
         every block's lifetime in advance, blocks go largest first, each at the lowest
         offset that is free for its whole life (one range, no granules, no regions; one
         pass). An allocator that learns lifetimes only when blocks are freed should not
-        expect to beat it (the heuristic is common, not proven optimal).
+        expect to beat it (the heuristic is common, not proven optimal). --order picks
+        what goes first: size (the default), lifetime (longest first), area (size times
+        lifetime) or start (allocation order, as an online allocator sees them); --fit
+        picks the lowest offset that fits (the default) or the tightest gap.
 
 --regions LIMITS (MiB, comma-separated; default 1) splits requests into more regions than
 the pool's two: a request goes to the region of the last limit it reaches, the smallest
@@ -319,7 +322,15 @@ def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False, layou
     return report
 
 
-def offline(path):
+OFFLINE_ORDERS = {
+    "size": lambda block: -block[2],
+    "lifetime": lambda block: (-(block[1] - block[0]), -block[2]),
+    "area": lambda block: -block[2] * (block[1] - block[0]),
+    "start": lambda block: block[0],
+}
+
+
+def offline(path, order="size", fit="lowest"):
     """Peak of a clairvoyant placement of one pass over the live peak (see "offline")."""
     events = read_events(path)
     lifetimes, live, live_bytes, peak_live = [], {}, 0, 0
@@ -337,15 +348,20 @@ def offline(path):
     # Placed blocks by the 64-event buckets their lives cross: a block need only be checked
     # against those sharing a bucket with it.
     buckets, top = {}, 0
-    for start, end, size in sorted(lifetimes, key=lambda block: -block[2]):
+    for start, end, size in sorted(lifetimes, key=OFFLINE_ORDERS[order]):
         taken = set()
         for bucket in range(start >> 6, ((end - 1) >> 6) + 1):
             taken.update(b for b in buckets.get(bucket, ()) if b[0] < end and b[1] > start)
-        offset = 0
+        # Gaps between the blocks in the way, lowest first; the space above them all last.
+        offset, gaps = 0, []
         for other_offset, other_end in sorted((b[3], b[3] + b[2]) for b in taken):
             if other_offset - offset >= size:
-                break
+                gaps.append((other_offset - offset, offset))
+                if fit == "lowest":
+                    break
             offset = max(offset, other_end)
+        if gaps:
+            offset = gaps[0][1] if fit == "lowest" else min(gaps)[1]
         placed = (start, end, size, offset)
         for bucket in range(start >> 6, ((end - 1) >> 6) + 1):
             buckets.setdefault(bucket, []).append(placed)
@@ -366,7 +382,13 @@ def main():
                         help="event numbers, comma-separated: print the large region before each")
     parser.add_argument("--regions", default="1",
                         help="region limits in MiB, comma-separated (default 1: the pool's two)")
+    parser.add_argument("--order", default="size", choices=sorted(OFFLINE_ORDERS),
+                        help="for offline: which blocks are placed first")
+    parser.add_argument("--fit", default="lowest", choices=["lowest", "tightest"],
+                        help="for offline: the lowest offset that fits, or the tightest gap")
     args = parser.parse_args()
+    if args.policy != "offline" and (args.order != "size" or args.fit != "lowest"):
+        parser.error("--order and --fit apply to --policy offline only")
     if args.policy == "offline" and (args.cap or args.growths or args.layout
                                      or args.regions != "1"):
         parser.error("--cap, --growths, --layout and --regions do not apply to --policy offline")
@@ -375,7 +397,7 @@ def main():
     for path in args.traces:
         if args.policy == "offline":
             print(f"{path.split('/')[-1]:30} offline peak placed over peak live "
-                  f"{offline(path):.3f}", flush=True)
+                  f"{offline(path, args.order, args.fit):.3f}", flush=True)
             continue
         report = replay(path, args.policy, args.cap, limits, growths=args.growths,
                         layouts=layouts)

@@ -39,6 +39,39 @@ def test_offline_placement_knows_lifetimes(tmp_path):
     assert load_model().offline(str(trace)) == 1.0
 
 
+def test_offline_in_allocation_order_keeps_the_hole(tmp_path):
+    trace = tmp_path / "hole.csv"
+    write_trace(trace)
+    # Placed as they come, A at 0 and B at 4 MiB: C, placed last, goes past B.
+    assert load_model().offline(str(trace), order="start") == 16 / 12
+
+
+def write_gap_trace(path):
+    # A (2 MiB) and B (4 MiB) live throughout, above holes of 5 and 3 MiB (left by H and I);
+    # then C (3 MiB) and, while C lives, D (5 MiB).
+    events = [("allocate", "0xh", 5 * MIB), ("allocate", "0xa", 2 * MIB),
+              ("allocate", "0xi", 3 * MIB), ("allocate", "0xb", 4 * MIB),
+              ("free", "0xh", 5 * MIB), ("free", "0xi", 3 * MIB),
+              ("allocate", "0xc", 3 * MIB), ("allocate", "0xd", 5 * MIB),
+              ("free", "0xc", 3 * MIB), ("free", "0xd", 5 * MIB),
+              ("free", "0xa", 2 * MIB), ("free", "0xb", 4 * MIB)]
+    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
+    lines += [f"0,00:00:00.{i:06d},{action},{pointer},{size},0"
+              for i, (action, pointer, size) in enumerate(events)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_offline_fit_lowest_or_tightest(tmp_path):
+    trace = tmp_path / "gaps.csv"
+    write_gap_trace(trace)
+    model = load_model()
+    # In allocation order: H 0-5, A 5-7, I 7-10, B 10-14 MiB, 14 live. The lowest fit puts C
+    # in H's 5 MiB hole, so D goes past B (19 MiB); the tightest puts C in I's 3 MiB hole
+    # and D in H's.
+    assert model.offline(str(trace), order="start", fit="lowest") == 19 / 14
+    assert model.offline(str(trace), order="start", fit="tightest") == 1.0
+
+
 def test_layout_names_the_block_that_pins_the_hole(tmp_path, capsys):
     trace = tmp_path / "hole.csv"
     write_trace(trace)
