@@ -371,14 +371,16 @@ GPUMEM_API gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
 
 /* ---------------------------------------------------------------------------------------
  * Binning: requests go to the smallest bin whose size holds them; larger ones to the
- * upstream. The bins of sizes 2^min_exponent .. 2^max_exponent are fixed_size resources
- * over the upstream, created when first used; gpumem_binning_add_bin adds a bin served by
+ * upstream. The bins of sizes 2^min_exponent .. 2^max_exponent (256 B .. 1 MiB by default,
+ * as the spec's binning(UPSTREAM)) are fixed_size resources over the upstream, created
+ * when first used; gpumem_binning_add_bin adds a bin served by
  * any resource.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_binning_options {
-  int min_exponent; /* smallest bin 2^min_exponent bytes; 0 with max_exponent 0: no bins */
-  int max_exponent; /* largest bin 2^max_exponent bytes */
+  int min_exponent;     /* smallest bin 2^min_exponent bytes; 0: 8 (256 B) */
+  int max_exponent;     /* largest bin 2^max_exponent bytes; 0: 20 (1 MiB) */
+  int no_exponent_bins; /* nonzero: no bins until gpumem_binning_add_bin adds them */
 } gpumem_binning_options;
 
 GPUMEM_API gpumem_status gpumem_binning_create(gpumem_resource *upstream,

@@ -107,6 +107,76 @@ static uint64_t producer_then_other_stream(gpumem_resource *mr, bool frees_synch
   return hazards;
 }
 
+/* ---- a pool whose cross-stream waits are lost ---- */
+
+/* The device calls as they are, but for a stream wait that does nothing: a pool given these
+ * reuses another stream's freed blocks without waiting, as a pool that forgot the wait
+ * would. */
+static gpumem__device_ops forgetful_device;
+
+static gpumem_status forget_wait(int device, gpumem_stream stream, gpumem__event event) {
+  (void)device, (void)stream, (void)event;
+  return GPUMEM_OK;
+}
+
+static void make_forgetful(gpumem_resource *mr) {
+  forgetful_device = *mr->dev;
+  forgetful_device.stream_wait_event = forget_wait;
+  mr->dev = &forgetful_device;
+}
+
+/* A random multi-stream workload: four streams allocate blocks of a few sizes, write each
+ * with a kernel, and free it on its stream while the kernel may still be pending; now and
+ * then a stream's work completes. The pool hands one stream's freed blocks to another
+ * (after its seals), which is where a missing wait shows. A request a pool at its maximum
+ * refuses is skipped. Returns the hazards seen;
+ * *waits: the stream waits the resource asked for. */
+static uint64_t multi_stream_workload(gpumem_resource *mr, unsigned seed, uint64_t *waits) {
+  enum { streams = 4, slots = 96, steps = 3000 };
+  static const size_t sizes[] = {4 << 10, 48 << 10, 256 << 10, 3 << 20};
+  gpumem_stream stream[streams];
+  for (int s = 0; s < streams; s++)
+    CHECK_OK(gpumem_stream_create(0, &stream[s]));
+  struct {
+    void *ptr;
+    size_t bytes;
+    int stream;
+  } live[slots] = {{0}};
+  gpumem_sim_reset_hazards();
+  uint64_t waits_before = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
+  for (int step = 0; step < steps; step++) {
+    seed = seed * 1103515245u + 12345u;
+    unsigned pick = seed >> 8;
+    int slot = (int)(pick % slots);
+    if (live[slot].ptr) {
+      CHECK_OK(gpumem_deallocate(mr, live[slot].ptr, live[slot].bytes, stream[live[slot].stream]));
+      live[slot].ptr = NULL;
+    } else {
+      int s = (int)((pick / slots) % streams);
+      size_t bytes = sizes[(pick / slots / streams) % 4];
+      gpumem_status status = gpumem_allocate(mr, bytes, stream[s], &live[slot].ptr);
+      if (status == GPUMEM_ERR_OUT_OF_MEMORY) /* a pool at its maximum: it stays usable */
+        continue;
+      CHECK_OK(status);
+      CHECK_OK(gpumem_sim_launch(stream[s], live[slot].ptr, bytes, (unsigned char)step));
+      live[slot].bytes = bytes;
+      live[slot].stream = s;
+    }
+    if (pick % 64 == 0)
+      CHECK_OK(gpumem_sim_complete(stream[(pick / 64) % streams]));
+  }
+  uint64_t hazards = gpumem_sim_hazard_count();
+  for (int slot = 0; slot < slots; slot++)
+    if (live[slot].ptr)
+      CHECK_OK(gpumem_deallocate(mr, live[slot].ptr, live[slot].bytes, stream[live[slot].stream]));
+  CHECK_OK(gpumem_sim_complete_all());
+  for (int s = 0; s < streams; s++)
+    CHECK_OK(gpumem_stream_destroy(stream[s]));
+  *waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT) - waits_before;
+  gpumem_sim_reset_hazards();
+  return hazards;
+}
+
 int main(void) {
   check_init_backend();
   if (strcmp(gpumem_backend_name(), "sim") != 0) {
@@ -135,6 +205,36 @@ int main(void) {
                0);
     CHECK_OK(gpumem_resource_release(mr));
     printf("%-14s no hazard in 20 producer/other-stream rounds\n", specs[i]);
+  }
+
+  /* Multi-stream workloads: the pools (and what is built on them) wait before reusing
+   * another stream's blocks, and do reuse them (the waits show it); the same pools with
+   * their waits lost must be caught. */
+  static const char *const pools[] = {
+      "pool(cuda)",         "pool(vmm)",  "pool(vmm, max=80MiB)",
+      "binning(pool(vmm))", "arena(vmm)", "fixed_size(cuda, block=4MiB, prealloc=4)"};
+  for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+    for (unsigned seed = 1; seed <= 3; seed++) {
+      gpumem_resource *mr;
+      CHECK_OK(gpumem_resource_from_spec(pools[i], &mr));
+      uint64_t waits = 0;
+      CHECK_EQ(multi_stream_workload(mr, seed, &waits), 0);
+      CHECK(waits > 0);
+      CHECK_OK(gpumem_resource_release(mr));
+    }
+    printf("%s: no hazard in 3 random four-stream workloads\n", pools[i]);
+  }
+  static const char *const forgetful[] = {"pool(cuda)", "pool(vmm)"};
+  for (size_t i = 0; i < sizeof forgetful / sizeof forgetful[0]; i++) {
+    gpumem_resource *mr;
+    CHECK_OK(gpumem_resource_from_spec(forgetful[i], &mr));
+    make_forgetful(mr);
+    uint64_t waits = 0;
+    uint64_t hazards = multi_stream_workload(mr, 1, &waits);
+    CHECK(hazards > 0);
+    CHECK_OK(gpumem_resource_release(mr));
+    printf("%s with its waits lost: %llu hazards detected\n", forgetful[i],
+           (unsigned long long)hazards);
   }
   return 0;
 }

@@ -147,10 +147,47 @@ static void test_growth_rounding(void) {
   printf("growth rounding passed\n");
 }
 
+static const gpumem_binning_options without_bins = {.no_exponent_bins = 1};
+
+/* Zeroed options, or none, mean the defaults: bins of 256 B to 1 MiB, as the spec's
+ * binning(UPSTREAM); a request above 1 MiB goes to the upstream. */
+static void test_binning_defaults(void) {
+  gpumem_resource *cuda, *mr;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+  const gpumem_binning_options zeroed = {0};
+  const gpumem_binning_options *cases[] = {NULL, &zeroed};
+  for (int c = 0; c < 2; c++) {
+    CHECK_OK(gpumem_binning_create(cuda, cases[c], &mr));
+    char text[1024];
+    CHECK_OK(gpumem_resource_describe(mr, text, sizeof text));
+    CHECK(strstr(text, "min=8, max=20") != NULL);
+    void *tiny, *bin_sized, *beyond;
+    CHECK_OK(gpumem_allocate(mr, 200, NULL, &tiny)); /* the 256 B bin: one 2 MiB chunk */
+    CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 1);
+    CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, &bin_sized)); /* the 1 MiB bin's chunk */
+    CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 2);
+    CHECK_OK(gpumem_allocate(mr, (1 << 20) + 1, NULL, &beyond)); /* straight upstream */
+    CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_COUNT), 3);
+    CHECK_OK(gpumem_deallocate(mr, beyond, (1 << 20) + 1, NULL));
+    CHECK_OK(gpumem_deallocate(mr, bin_sized, 1 << 20, NULL));
+    CHECK_OK(gpumem_deallocate(mr, tiny, 200, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+  /* Without exponent bins every request goes upstream until bins are added. */
+  CHECK_OK(gpumem_binning_create(cuda, &without_bins, &mr));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(mr, 200, NULL, &ptr));
+  CHECK_U64_EQ(check_query(cuda, GPUMEM_QUERY_LIVE_BYTES), 200);
+  CHECK_OK(gpumem_deallocate(mr, ptr, 200, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("binning defaults passed\n");
+}
+
 static void test_binning_replace(void) {
   gpumem_resource *cuda, *mr, *first, *second;
   CHECK_OK(gpumem_cuda_create(0, &cuda));
-  CHECK_OK(gpumem_binning_create(cuda, NULL, &mr));
+  CHECK_OK(gpumem_binning_create(cuda, &without_bins, &mr));
   CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &first));
   CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &second));
   CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, first));
@@ -206,7 +243,7 @@ static void test_failed_releases(void) {
   CHECK_OK(gpumem_cuda_create(0, &cuda));
 
   /* Replacing a bin: the old one cannot be destroyed, so the bin stays as it was. */
-  CHECK_OK(gpumem_binning_create(cuda, NULL, &mr));
+  CHECK_OK(gpumem_binning_create(cuda, &without_bins, &mr));
   CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &first));
   CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=4MiB)", &second));
   CHECK_OK(gpumem_binning_add_bin(mr, 1 << 20, first));
@@ -341,6 +378,7 @@ int main(void) {
   test_fixed_size();
   test_binning();
   test_growth_rounding();
+  test_binning_defaults();
   test_binning_replace();
   test_vmm_maximum(sim);
   if (sim)

@@ -273,7 +273,9 @@ static PyObject *py_init_adaptor(PyObject *module, PyObject *args) {
         .size = (size_t)a, .maximum_size = (size_t)b, .superblock_size = (size_t)c};
     status = gpumem_arena_create(up, &options, &mr);
   } else if (!strcmp(kind, "binning")) {
-    gpumem_binning_options options = {.min_exponent = (int)a, .max_exponent = (int)b};
+    /* Python's BinningMemoryResource passes 0, 0 for "no bins", as RMM's does. */
+    gpumem_binning_options options = {
+        .min_exponent = (int)a, .max_exponent = (int)b, .no_exponent_bins = !a && !b};
     status = gpumem_binning_create(up, &options, &mr);
   } else if (!strcmp(kind, "fixed_size")) {
     gpumem_fixed_size_options options = {.block_size = (size_t)a,

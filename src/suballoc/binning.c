@@ -232,7 +232,14 @@ gpumem_status gpumem_binning_create(gpumem_resource *upstream, const gpumem_binn
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_binning_create: %s is NULL",
                         upstream ? "out" : "the upstream resource");
   gpumem_binning_options options = opts ? *opts : (gpumem_binning_options){0};
-  bool no_bins = options.min_exponent == 0 && options.max_exponent == 0;
+  bool no_bins = options.no_exponent_bins != 0;
+  if (no_bins) {
+    options.min_exponent = 0;
+    options.max_exponent = 0;
+  } else {
+    options.min_exponent = options.min_exponent ? options.min_exponent : 8;
+    options.max_exponent = options.max_exponent ? options.max_exponent : 20;
+  }
   if (!no_bins && (options.min_exponent < 8 || options.max_exponent > 40 ||
                    options.min_exponent > options.max_exponent))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,

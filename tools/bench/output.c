@@ -16,6 +16,8 @@ static size_t result_count, result_capacity;
 
 static const char *const reference_labels[] = {BENCH_REF_CUMEMALLOC, BENCH_REF_ASYNC};
 static const char *const reference_keys[] = {"cuMemAlloc", "async"};
+/* The names the benchmark definitions give the references, carried by their lines. */
+static const char *const reference_names[] = {"cuda", "async"};
 #define REFERENCE_COUNT 2
 
 static const char *kind_name(bench_kind kind) {
@@ -69,6 +71,9 @@ static void put_common_fields(const bench_context *ctx, const bench_result *r) {
     put_json_string(ctx->gpu);
   else
     printf("null");
+  for (int i = 0; i < REFERENCE_COUNT; i++)
+    if (strcmp(r->resource, reference_labels[i]) == 0)
+      printf(",\"reference\":\"%s\"", reference_names[i]);
 }
 
 static void put_operation_fields(const bench_result *r) {
