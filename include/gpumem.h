@@ -331,9 +331,11 @@ typedef struct gpumem_pool_options {
 GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
                                             const gpumem_pool_options *opts, gpumem_resource **out);
 
-/* Gives every whole free upstream chunk back to the upstream (over vmm: unmaps free
- * memory). Synchronizes the pool's device first, so that blocks freed on any stream count
- * as free. *released (may be NULL) receives the bytes given back. */
+/* Gives free memory back to the upstream: every whole free upstream chunk, and over vmm
+ * every whole free piece of mapped memory (gpumem_vmm_options.piece_size), also inside
+ * chunks that are partly in use. Synchronizes the pool's device first, so that blocks
+ * freed on any stream count as free. *released (may be NULL) receives the bytes given
+ * back. */
 GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
 
 /* ---------------------------------------------------------------------------------------
@@ -406,6 +408,12 @@ GPUMEM_API gpumem_status gpumem_binning_add_bin(gpumem_resource *binning, size_t
 typedef struct gpumem_vmm_options {
   /* bytes of address space to reserve; 0: four times the device's memory */
   size_t reserve_size;
+  /* Physical memory is made and mapped in pieces of at most this many bytes (whole
+   * granules; a piece never crosses a multiple of piece_size from the range's start), so
+   * that a pool's trim can unmap any whole free piece, even inside a growth step that is
+   * partly in use. Smaller pieces give back more and cost more driver calls when memory is
+   * mapped; 0: 32 MiB. */
+  size_t piece_size;
 } gpumem_vmm_options;
 
 GPUMEM_API gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts,

@@ -1,10 +1,11 @@
 /* pool.c: the pool (and the arena, pools per stream) against a simple model and their
  * promises.
  *
- * - A randomized run checked against a model: no two live blocks overlap, every reserved
- *   byte is either in a live block or free (a live block holds its request rounded to 256,
- *   or up to 1/16 more when it came from the pool's cache), and freeing everything
- *   coalesces back to the initial state.
+ * - Randomized runs, on one stream and on three, with and without trims, checked against a
+ *   model: no two live blocks overlap, every reserved byte is either in a live block or
+ *   free (a live block holds its request rounded to 256, or up to 1/16 more when it came
+ *   from the pool's cache), and freeing everything coalesces back to the initial state
+ *   (and a trim then gives back everything).
  * - Growth in place over vmm: growth steps merge into one free block, also after trims
  *   that gave back the chunks between and after them.
  * - The cache of freed blocks: a block goes whole to the next request of its class; a
@@ -12,7 +13,8 @@
  *   merged, before the pool grows; a full cache merges and the pool stays whole.
  * - The maximum size is honoured; out of memory leaves the pool usable; near the maximum,
  *   a pool growing in place asks only for what its free last block lacks.
- * - Trim gives whole free chunks back.
+ * - Trim gives whole free chunks back, and over vmm whole free pieces of a chunk whose ends
+ *   are in use; a trim whose unmap fails changes nothing.
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
  * - Many threads on one pool, freeing each other's blocks.
@@ -41,6 +43,7 @@ enum { model_slots = 400, model_steps = 20000 };
 typedef struct model {
   void *ptr[model_slots];
   size_t bytes[model_slots];
+  int stream[model_slots]; /* the stream the block was allocated and is freed on */
   uint64_t live_rounded;
 } model;
 
@@ -75,15 +78,24 @@ static void check_model(gpumem_resource *mr, const model *m) {
                 held, m->live_rounded);
 }
 
-static void test_model(const char *spec) {
+/* A random run on `stream_count` streams (each block freed on the stream it was allocated
+ * on), checked against the model; with `trim_every`, a pool is trimmed that often. At the
+ * end, with everything freed, the pool is back in its initial state: one free block per
+ * chunk (per region over vmm) where nothing could keep blocks apart, and in any case a
+ * trim gives back everything. */
+static void test_model(const char *spec, int stream_count, int trim_every) {
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  bool is_pool = strncmp(spec, "pool", 4) == 0;
   uint64_t initial_reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
   uint64_t initial_blocks = check_query(mr, GPUMEM_QUERY_FREE_BLOCKS);
-  gpumem_stream stream;
-  CHECK_OK(gpumem_stream_create(0, &stream));
+  gpumem_stream streams[3];
+  CHECK(stream_count >= 1 && stream_count <= 3);
+  for (int s = 0; s < stream_count; s++)
+    CHECK_OK(gpumem_stream_create(0, &streams[s]));
   static model m;
   memset(&m, 0, sizeof m);
+  uint64_t trimmed = 0;
   uint64_t x = 12345;
   for (int step = 0; step < model_steps; step++) {
     x ^= x << 13;
@@ -91,17 +103,28 @@ static void test_model(const char *spec) {
     x ^= x << 17;
     int slot = (int)(x % model_slots);
     if (m.ptr[slot]) {
-      CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], stream));
+      CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], streams[m.stream[slot]]));
       m.live_rounded -= rounded(m.bytes[slot]);
       m.ptr[slot] = NULL;
     } else {
+      int s = (int)((x >> 30) % (uint64_t)stream_count);
+      gpumem_stream stream = streams[s];
       /* Mostly small, sometimes megabytes, now and then over-aligned. */
       size_t bytes = (x >> 40) % 8 == 0 ? 1 + (x >> 20) % (6u << 20) : 1 + (x >> 20) % 20000;
       size_t alignment = (x >> 50) % 16 == 0 ? (size_t)4096 << ((x >> 54) % 8) : 256;
       CHECK_OK(gpumem_allocate_aligned(mr, bytes, alignment, stream, &m.ptr[slot]));
       CHECK_EQ((uintptr_t)m.ptr[slot] % alignment, 0);
       m.bytes[slot] = bytes;
+      m.stream[slot] = s;
       m.live_rounded += rounded(bytes);
+    }
+    if (trim_every && is_pool && step % trim_every == trim_every - 1) {
+      uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+      size_t released;
+      CHECK_OK(gpumem_pool_trim(mr, &released));
+      CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved - released);
+      trimmed += released;
+      check_model(mr, &m);
     }
     if (step % 997 == 0)
       check_model(mr, &m);
@@ -109,22 +132,33 @@ static void test_model(const char *spec) {
   check_model(mr, &m);
   for (int slot = 0; slot < model_slots; slot++)
     if (m.ptr[slot])
-      CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], stream));
+      CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], streams[m.stream[slot]]));
   /* Everything free again: each chunk is one free block again (over vmm, whose growth steps
    * merged, one per region), nothing live. */
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES),
                check_query(mr, GPUMEM_QUERY_RESERVED_BYTES));
-  if (strncmp(spec, "arena", 5) == 0)
-    ; /* stream pools keep their superblocks: no single initial state to compare with */
+  if (!is_pool || stream_count > 1 || trim_every)
+    ; /* stream pools keep their superblocks, streams' sets their blocks, trims leave gaps */
   else if (strstr(spec, "vmm")) /* one block per region: small requests and the rest */
     CHECK(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS) <= 2);
   else if (initial_reserved == check_query(mr, GPUMEM_QUERY_RESERVED_BYTES))
     CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), initial_blocks);
-  CHECK_OK(gpumem_stream_synchronize(stream));
-  CHECK_OK(gpumem_stream_destroy(stream));
+  if (is_pool) {
+    CHECK_OK(gpumem_pool_trim(mr, NULL));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  }
+  for (int s = 0; s < stream_count; s++) {
+    CHECK_OK(gpumem_stream_synchronize(streams[s]));
+    CHECK_OK(gpumem_stream_destroy(streams[s]));
+  }
   CHECK_OK(gpumem_resource_release(mr));
-  printf("%-34s model run passed\n", spec);
+  if (trim_every)
+    CHECK(trimmed > 0); /* the trims had free memory to give back while blocks were live */
+  printf("%-34s model run on %d stream%s passed", spec, stream_count, stream_count > 1 ? "s" : "");
+  if (trim_every)
+    printf(" (trims gave back %.1f MiB while blocks were live)", trimmed / 1048576.0);
+  printf("\n");
 }
 
 /* ---- the cache of freed blocks ---- */
@@ -260,6 +294,92 @@ static void test_growth_in_place_after_trims(void) {
   CHECK_OK(gpumem_deallocate(mr, all, 2 * step, NULL));
   CHECK_OK(gpumem_resource_release(mr));
   printf("growth in place after trims passed\n");
+}
+
+/* One 10 MiB growth step over vmm with 2 MiB pieces; its middle 8 MiB freed between two
+ * live 1 MiB blocks. A trim unmaps the three whole pieces inside ([2, 8) MiB), leaves the
+ * two pieces the live blocks touch, and the live blocks stay usable. */
+static void test_trim_pieces(void) {
+  bool sim = strcmp(gpumem_backend_name(), "sim") == 0;
+  enum { MiB = 1 << 20 };
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB))", &mr));
+  char *whole, *front, *middle, *back;
+  CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&whole));
+  CHECK_OK(gpumem_deallocate(mr, whole, 10 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(mr, MiB, NULL, (void **)&front));
+  CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&middle));
+  CHECK_OK(gpumem_allocate(mr, MiB, NULL, (void **)&back));
+  CHECK_PTR_EQ(front, whole);
+  CHECK_PTR_EQ(back, whole + 9 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, middle, 8 * MiB, NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 10 * MiB);
+
+  size_t released = 0;
+  if (sim) { /* an unmap that fails: nothing changes, and a later trim succeeds */
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_UNMAP, 1));
+    CHECK_FAILS_WITH(gpumem_pool_trim(mr, &released), GPUMEM_ERR_CUDA, "unmapping");
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 10 * MiB);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 8 * MiB);
+  }
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, 6 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 4 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 2); /* [1, 2) and [8, 9) MiB */
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), MiB);
+  if (sim) {
+    uint64_t mapped;
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 4 * MiB);
+    CHECK_OK(gpumem_sim_launch(NULL, front, MiB, 1)); /* still mapped and accessible */
+    CHECK_OK(gpumem_sim_launch(NULL, back, MiB, 2));
+    CHECK_OK(gpumem_sim_complete(NULL));
+    CHECK_EQ(front[MiB - 1], 1);
+    CHECK_EQ(back[0], 2);
+  }
+  CHECK_OK(gpumem_stream_synchronize(NULL));
+  /* The pool grows in place after its last block, and the remains of the cut chunk and
+   * the new one merge when free, then go back whole. */
+  char *grown;
+  CHECK_OK(gpumem_allocate(mr, 6 * MiB, NULL, (void **)&grown));
+  CHECK_PTR_EQ(grown, whole + 10 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, grown, 6 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, back, MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, front, MiB, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, 10 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  if (sim) {
+    uint64_t mapped;
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 0);
+  }
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* Released with a cut chunk still held: its two remains go back as two allocations. */
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB))", &mr));
+  CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&whole));
+  CHECK_OK(gpumem_deallocate(mr, whole, 10 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(mr, MiB, NULL, (void **)&front));
+  CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&middle));
+  CHECK_OK(gpumem_allocate(mr, MiB, NULL, (void **)&back));
+  CHECK_OK(gpumem_deallocate(mr, middle, 8 * MiB, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, 6 * MiB);
+  gpumem_resource *vmm;
+  CHECK_OK(gpumem_resource_upstream(mr, &vmm));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_COUNT), 2);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_BYTES), 4 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, back, MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, front, MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  if (sim) {
+    uint64_t mapped;
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 0);
+  }
+  printf("trim of free pieces over vmm passed\n");
 }
 
 /* ---- maximum size and out of memory ---- */
@@ -643,17 +763,31 @@ static void test_many_streams(const char *spec, int stream_count) {
 
 int main(void) {
   check_init_backend();
-  test_model("pool(cuda, initial=32MiB)");
-  test_model("pool(cuda, initial=1)");
-  test_model("pool(vmm)");
-  test_model("pool(async)");
-  test_model("arena(cuda, size=32MiB)");
-  test_model("arena(vmm, superblock=1MiB)");
+  static const struct {
+    const char *spec;
+    int streams, trim_every;
+  } model_runs[] = {
+      {"pool(cuda, initial=32MiB)", 1, 0},
+      {"pool(cuda, initial=1)", 1, 0},
+      {"pool(vmm)", 1, 0},
+      {"pool(async)", 1, 0},
+      {"arena(cuda, size=32MiB)", 1, 0},
+      {"arena(vmm, superblock=1MiB)", 1, 0},
+      {"pool(cuda, initial=32MiB)", 3, 0},
+      {"pool(vmm)", 3, 0},
+      {"arena(vmm, superblock=1MiB)", 3, 0},
+      {"pool(vmm(piece=2MiB))", 1, 1999},
+      {"pool(vmm(piece=2MiB))", 3, 2999},
+      {"pool(cuda, initial=1)", 3, 2999},
+  };
+  for (size_t i = 0; i < sizeof model_runs / sizeof model_runs[0]; i++)
+    test_model(model_runs[i].spec, model_runs[i].streams, model_runs[i].trim_every);
   test_cache();
   test_growth_in_place();
   test_growth_in_place_after_trims();
   test_maximum();
   test_trim();
+  test_trim_pieces();
   test_cross_stream();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");

@@ -235,6 +235,55 @@ static void test_vmm_maximum(bool sim) {
   printf("vmm maximum passed\n");
 }
 
+/* vmm makes physical memory in pieces cut at multiples of the piece size: 5 MiB with 2 MiB
+ * pieces are three pieces (6 MiB mapped), one allocation of 5 MiB, freed only whole. */
+static void test_vmm_pieces(bool sim) {
+  enum { MiB = 1 << 20 };
+  gpumem_resource *vmm;
+  CHECK_OK(gpumem_resource_from_spec("vmm(piece=2MiB)", &vmm));
+  char text[256];
+  CHECK_OK(gpumem_resource_describe(vmm, text, sizeof text));
+  CHECK(strstr(text, "piece=2097152") != NULL);
+  uint64_t creates = sim ? gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) : 0;
+  char *ptr;
+  CHECK_OK(gpumem_allocate(vmm, 5 * MiB, NULL, (void **)&ptr));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 6 * MiB);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_BYTES), 5 * MiB);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_COUNT), 1);
+  if (sim) {
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 3);
+    CHECK_OK(gpumem_sim_launch(NULL, ptr, 5 * MiB, 7)); /* one access setting covers all */
+    CHECK_OK(gpumem_sim_complete(NULL));
+    CHECK_EQ(ptr[5 * MiB - 1], 7);
+  }
+  CHECK_FAILS_WITH(gpumem_deallocate(vmm, ptr + 2 * MiB, 3 * MiB, NULL), GPUMEM_ERR_MISUSE,
+                   "not a live allocation");
+  CHECK_FAILS_WITH(gpumem_deallocate(vmm, ptr, 6 * MiB, NULL), GPUMEM_ERR_MISUSE,
+                   "allocated with 5242880 bytes");
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 6 * MiB);
+  CHECK_OK(gpumem_deallocate(vmm, ptr, 5 * MiB, NULL));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_COUNT), 0);
+  if (sim) { /* a piece that cannot be made: the ones made before it go, nothing is left */
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_CREATE, 3));
+    CHECK_STATUS(gpumem_allocate(vmm, 5 * MiB, NULL, (void **)&ptr), GPUMEM_ERR_OUT_OF_MEMORY);
+    uint64_t mapped;
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 0);
+    CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 0);
+    CHECK_OK(gpumem_allocate(vmm, 5 * MiB, NULL, (void **)&ptr));
+    CHECK_OK(gpumem_deallocate(vmm, ptr, 5 * MiB, NULL));
+  }
+  CHECK_OK(gpumem_resource_release(vmm));
+
+  /* The default piece is 32 MiB. */
+  CHECK_OK(gpumem_resource_from_spec("vmm", &vmm));
+  CHECK_OK(gpumem_resource_describe(vmm, text, sizeof text));
+  CHECK(strstr(text, "piece=33554432") != NULL);
+  CHECK_OK(gpumem_resource_release(vmm));
+  printf("vmm pieces passed\n");
+}
+
 /* Releases whose destroy fails on the simulated device (a pool synchronizes before giving
  * its chunks back; the synchronization is made to fail). */
 static void test_failed_releases(void) {
@@ -362,6 +411,12 @@ static void test_reinitialize_without_vmm(void) {
     if (gpumem_sim_configure(&config) != GPUMEM_OK)
       _exit(3);
     test_reinitialize(false);
+    /* The vmm upstream itself says why it cannot be made. */
+    gpumem_resource *vmm = (gpumem_resource *)0x1;
+    CHECK_FAILS_WITH(gpumem_vmm_create(0, NULL, &vmm), GPUMEM_ERR_UNSUPPORTED,
+                     "does not support virtual memory management");
+    CHECK_PTR_EQ(vmm, (gpumem_resource *)0x1);
+    printf("vmm on a device without virtual memory management: unsupported\n");
     fflush(stdout);
     _exit(0);
   }
@@ -381,6 +436,7 @@ int main(void) {
   test_binning_defaults();
   test_binning_replace();
   test_vmm_maximum(sim);
+  test_vmm_pieces(sim);
   if (sim)
     test_failed_releases();
   test_reinitialize(true);

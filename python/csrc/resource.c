@@ -245,7 +245,7 @@ static PyObject *py_init_base(PyObject *module, PyObject *args) {
   } else if (!strcmp(kind, "system")) {
     status = gpumem_system_create(device, &mr);
   } else if (!strcmp(kind, "vmm")) {
-    gpumem_vmm_options options = {.reserve_size = (size_t)a};
+    gpumem_vmm_options options = {.reserve_size = (size_t)a, .piece_size = (size_t)b};
     status = gpumem_vmm_create(device, &options, &mr);
   } else {
     return PyErr_Format(gpumem_py_invalid_error, "unknown base resource %s", kind);

@@ -107,10 +107,12 @@ class SystemMemoryResource(MemoryResource):
 class VmmMemoryResource(MemoryResource):
     """Device memory mapped on demand into one reserved address range (cuMemMap): a pool
     over it grows in place. reserve_size: address space to reserve (default 4x the
-    device's memory)."""
+    device's memory). piece_size: physical memory is made in pieces of at most this size,
+    each of which a pool's trim can unmap on its own (default 32 MiB)."""
 
-    def __init__(self, reserve_size=None, device=None):
-        _lib.init_base(self, "vmm", device, _size(reserve_size, device))
+    def __init__(self, reserve_size=None, piece_size=None, device=None):
+        _lib.init_base(self, "vmm", device, _size(reserve_size, device),
+                       _size(piece_size, device))
 
 
 class UpstreamMemoryResource(MemoryResource):
@@ -137,7 +139,8 @@ class PoolMemoryResource(UpstreamMemoryResource):
         self._upstream = upstream_mr
 
     def trim(self):
-        """Gives whole free chunks back to the upstream; returns the bytes given back."""
+        """Gives whole free chunks back to the upstream, and over vmm whole free pieces of
+        partly used ones; returns the bytes given back."""
         return _lib.pool_trim(self)
 
 

@@ -35,8 +35,9 @@ def expected_lines(name):
             r"read back: in managed memory",
         ],
         "reinitialize.py": [
-            r"is_initialized before: False", r"pool_allocator=True: pool\(\S+, initial=0, max=0\)",
-            rf"with sizes: pool\(\S+, initial=268435456, max={total // 2}\)",
+            r"is_initialized before: False", r"pool_allocator=True: pool\((vmm\(reserve=\d+, piece=\d+\)|cuda), initial=0, max=0\)",
+            rf"with sizes: pool\((vmm\(reserve=\d+, piece=\d+\)|cuda), initial=268435456, "
+            rf"max={total // 2}\)",
             r"managed_memory=True: managed\(prefetch=false\)",
             r"both: pool\(managed\(prefetch=false\), initial=268435456, max=0\)",
             r"neither: cuda",

@@ -27,7 +27,7 @@ RESOURCES = {
     "pinned_host": (lambda: mr.PinnedHostMemoryResource(),
                     "pinned_host(mapped=false, write_combined=false)"),
     "system": (lambda: mr.SystemMemoryResource(), "system"),
-    "vmm": (lambda: mr.VmmMemoryResource(reserve_size="1GiB"), "vmm(reserve=1073741824)"),
+    "vmm": (lambda: mr.VmmMemoryResource(reserve_size="1GiB"), "vmm(reserve=1073741824, piece=33554432)"),
     "pool": (lambda: mr.PoolMemoryResource(cuda(), initial_pool_size="4MiB",
                                            maximum_pool_size="64MiB"),
              "pool(cuda, initial=4194304, max=67108864)"),
@@ -263,7 +263,7 @@ def test_trim_is_for_pools_only():
 
 def test_pool_over_vmm_needs_no_initial_size():
     pool = mr.PoolMemoryResource(mr.VmmMemoryResource(reserve_size="1GiB"))
-    assert pool.spec == "pool(vmm(reserve=1073741824), initial=0, max=0)"
+    assert pool.spec == "pool(vmm(reserve=1073741824, piece=33554432), initial=0, max=0)"
     assert pool.reserved_bytes == 0
     ptrs = [pool.allocate(3 * MiB) for _ in range(4)]
     assert pool.live_bytes == 12 * MiB
@@ -271,6 +271,20 @@ def test_pool_over_vmm_needs_no_initial_size():
     for ptr in ptrs:
         pool.deallocate(ptr, 3 * MiB)
     assert pool.live_count == 0
+
+
+def test_pool_trim_unmaps_free_pieces_inside_a_growth_step():
+    pool = mr.PoolMemoryResource(mr.VmmMemoryResource(piece_size="2MiB"))
+    whole = pool.allocate(10 * MiB)
+    pool.deallocate(whole, 10 * MiB)
+    front, middle, back = pool.allocate(MiB), pool.allocate(8 * MiB), pool.allocate(MiB)
+    pool.deallocate(middle, 8 * MiB)
+    assert pool.trim() == 6 * MiB, "the whole 2 MiB pieces between the live blocks"
+    assert pool.reserved_bytes == 4 * MiB
+    pool.deallocate(front, MiB)
+    pool.deallocate(back, MiB)
+    assert pool.trim() == 4 * MiB
+    assert pool.reserved_bytes == 0
 
 
 def test_pool_over_managed_memory():

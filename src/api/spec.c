@@ -228,12 +228,13 @@ static gpumem_status build_fixed_size(int device, gpumem_resource *upstream,
 
 /* ---- vmm ---- */
 
-enum { VMM_RESERVE };
+enum { VMM_RESERVE, VMM_PIECE };
 
 static gpumem_status build_vmm(int device, gpumem_resource *upstream, const spec_values *values,
                                gpumem_resource **out) {
   gpumem_vmm_options opts = {0};
   opts.reserve_size = (size_t)value_or(values, VMM_RESERVE, 0);
+  opts.piece_size = (size_t)value_or(values, VMM_PIECE, 0);
   return gpumem_vmm_create(device, &opts, out);
 }
 
@@ -317,6 +318,7 @@ static const spec_kind spec_kinds[] = {
      SPEC_NO_UPSTREAM,
      {
          [VMM_RESERVE] = {"reserve", SPEC_SIZE},
+         [VMM_PIECE] = {"piece", SPEC_SIZE},
      },
      "device memory mapped on demand into one reserved address range (cuMemMap)",
      build_vmm},

@@ -114,6 +114,10 @@ typedef struct pool_resource {
   gpumem__block_map live;
   gpumem__block_slab slab;
   gpumem__sorted chunks; /* of chunk, by address */
+  /* Over vmm, trims give back whole pieces of physical memory, which are cut at every
+   * multiple of piece_size from piece_origin and at chunks' ends; 0: whole chunks only. */
+  size_t piece_size;
+  uintptr_t piece_origin;
   gpumem__suballoc_stats stats;
 } pool_resource;
 
@@ -996,34 +1000,91 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
     r->tail = highest_block(pool, block->region, block);
 }
 
-/* Gives back to the upstream every chunk lying wholly inside free block `block` of the fresh
- * set. Pieces of the block outside those chunks stay free. */
-static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
+/* The first range [*a, *b) of free block `block` that can go back to the upstream, in chunk
+ * *at: a whole chunk, or over vmm whole pieces of one. False when there is none. */
+static bool next_releasable(const pool_resource *pool, const gpumem__block *block, size_t *at,
+                            uintptr_t *a, uintptr_t *b) {
+  uintptr_t start = block->addr, end = block->addr + block->size;
+  size_t i = gpumem__sorted_floor(&pool->chunks, start);
+  if (i == pool->chunks.count || chunk_at(pool, i)->addr > start)
+    i = gpumem__sorted_lower_bound(&pool->chunks, start);
+  for (; i < pool->chunks.count && chunk_at(pool, i)->addr < end; i++) {
+    const chunk *c = chunk_at(pool, i);
+    uintptr_t lo = c->addr > start ? c->addr : start;
+    uintptr_t hi = c->addr + c->size < end ? c->addr + c->size : end;
+    if (lo >= hi)
+      continue;
+    size_t p = pool->piece_size;
+    if (p) { /* round in to piece boundaries, where the chunk's own ends are not reached */
+      if (lo != c->addr)
+        lo = pool->piece_origin + (lo - pool->piece_origin + p - 1) / p * p;
+      if (hi != c->addr + c->size)
+        hi = pool->piece_origin + (hi - pool->piece_origin) / p * p;
+    } else if (lo != c->addr || hi != c->addr + c->size) {
+      continue;
+    }
+    if (lo < hi) {
+      *at = i;
+      *a = lo;
+      *b = hi;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Gives [a, b) of chunk `at` back to the upstream and keeps the chunk's records: the chunk
+ * goes, shrinks, or (cut in the middle) becomes two. The caller made room for one more. */
+static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, uintptr_t b) {
   gpumem_resource *up = pool->header.upstream;
+  chunk *c = chunk_at(pool, at);
+  uintptr_t c_end = c->addr + c->size;
+  gpumem_status status;
+  /* The device was synchronized before the trim: no work uses the memory any more, and the
+   * default stream, unlike a freeing stream, cannot have been destroyed. */
+  if (a == c->addr && b == c_end)
+    status = up->ops->deallocate(up, (void *)a, b - a, GPUMEM_DEFAULT_ALIGNMENT, NULL);
+  else
+    status = gpumem__vmm_unmap_pieces(up, a, b - a);
+  if (status != GPUMEM_OK)
+    return status;
+  if (a == c->addr && b == c_end) {
+    gpumem__sorted_remove_at(&pool->chunks, at);
+  } else if (a == c->addr) {
+    *c = (chunk){b, c_end - b};
+  } else {
+    c->size = a - c->addr;
+    if (b != c_end)
+      gpumem__sorted_insert_at(&pool->chunks, at + 1, &(chunk){b, c_end - b});
+  }
+  gpumem__stats_sub_reserved(&pool->stats, b - a);
+  return GPUMEM_OK;
+}
+
+/* Gives back to the upstream every whole chunk, and over vmm every run of whole pieces,
+ * lying inside free block `block` of the fresh set. The rest of the block stays free. */
+static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
   free_set *set = &pool->fresh;
   gpumem__free_index *index = index_of(set, block); /* every piece stays in its region */
   gpumem__free_index_remove(index, block);
-  size_t at = gpumem__sorted_lower_bound(&pool->chunks, block->addr);
-  while (at < pool->chunks.count && block) {
-    chunk c = *chunk_at(pool, at);
-    if (c.addr + c.size > block->addr + block->size)
+  size_t at;
+  uintptr_t a, b;
+  while (block && next_releasable(pool, block, &at, &a, &b)) {
+    if (!gpumem__sorted_reserve(&pool->chunks, pool->chunks.count + 1))
       break;
     gpumem__block *piece = block, *after = NULL;
-    if (c.addr > block->addr) {
-      piece = split(pool, block, c.addr - block->addr);
+    if (a > block->addr) {
+      piece = split(pool, block, a - block->addr);
       if (!piece)
         break;
       gpumem__free_index_insert(index, block);
     }
-    if (piece->size > c.size && !(after = split(pool, piece, c.size))) {
+    if (piece->size > b - a && !(after = split(pool, piece, b - a))) {
       release_block(pool, set, piece, BLOCK_SEALED);
       block = NULL;
       break;
     }
-    /* The device was synchronized before the trim: no work uses the chunk any more, and
-     * the default stream, unlike a freeing stream, cannot have been destroyed. */
-    gpumem_status status =
-        up->ops->deallocate(up, (void *)c.addr, c.size, GPUMEM_DEFAULT_ALIGNMENT, NULL);
+    gpumem_status status = release_range(pool, at, a, b);
     if (status != GPUMEM_OK) {
       /* Undo the cuts: `after` is in no index yet, so it rejoins `piece` directly, and the
        * whole is filed back (merging with the front piece, which is). */
@@ -1034,9 +1095,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
     }
     unlink_block(pool, piece);
     gpumem__block_delete(&pool->slab, piece);
-    gpumem__sorted_remove_at(&pool->chunks, at);
-    gpumem__stats_sub_reserved(&pool->stats, c.size);
-    *released += c.size;
+    *released += b - a;
     block = after;
   }
   if (block)
@@ -1202,6 +1261,8 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
     size_t size;
     gpumem__vmm_range(upstream, &base, &size);
     pool->regions[REGION_LARGE].base = base;
+    pool->piece_origin = base;
+    pool->piece_size = gpumem__vmm_piece_size(upstream);
     pool->regions[REGION_SMALL].base = base + size / 2 / granularity * granularity;
     pool->split_regions = !fixed_block;
   }

@@ -27,6 +27,13 @@ gpumem_status gpumem__pool_deallocate_if_owned(gpumem_resource *pool, void *ptr,
 bool gpumem__vmm_grows_in_place(const gpumem_resource *upstream);
 /* The mapping granularity of a vmm resource. */
 size_t gpumem__vmm_granularity(const gpumem_resource *vmm);
+/* The size of a vmm resource's pieces: physical memory is made and freed in pieces cut at
+ * every multiple of it from the range's start (and at allocations' ends). */
+size_t gpumem__vmm_piece_size(const gpumem_resource *vmm);
+/* Unmaps [addr, addr+size), a run of whole pieces of live allocations, after the work on the
+ * default stream; the rest of each allocation stays (one cut in the middle becomes two,
+ * each freed on its own later). Nothing changes on failure. */
+gpumem_status gpumem__vmm_unmap_pieces(gpumem_resource *vmm, uintptr_t addr, size_t size);
 /* The address range a vmm resource reserved. */
 void gpumem__vmm_range(const gpumem_resource *vmm, uintptr_t *base, size_t *size);
 /* As allocate, at exactly `addr` (granularity-aligned): GPUMEM_ERR_OUT_OF_MEMORY without a

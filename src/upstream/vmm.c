@@ -1,10 +1,16 @@
 /* vmm.c: the virtual-memory upstream. It reserves one range of device address space at
- * creation and maps physical memory into it on demand, one physical allocation per block.
+ * creation and maps physical memory into it on demand.
  *
  * Placing each block at the lowest free address makes a pool's growth steps land one after
  * another, so the pool above can treat them as one range and merge blocks across them: no
  * fragmentation between growth steps and no need for a large initial pool. Reserved bytes
- * are the physical bytes mapped, the memory this resource really takes from the device. */
+ * are the physical bytes mapped, the memory this resource really takes from the device.
+ *
+ * A block's physical memory is made in pieces, cut at every multiple of the piece size from
+ * the range's start. The driver unmaps and frees physical memory only as the whole piece it
+ * was made as, so pieces are what lets a pool's trim give back the free middle of a growth
+ * step whose ends are in use; their size weighs that against the driver calls each piece
+ * costs when memory is mapped. */
 #include "core/sorted.h"
 #include "suballoc/pool.h"
 #include "suballoc/suballoc.h"
@@ -14,16 +20,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define DEFAULT_PIECE ((size_t)32 << 20)
+
 typedef struct va_range {
   uintptr_t addr;
   size_t size;
 } va_range;
 
+/* One piece of physical memory mapped at addr. An allocation is a run of adjacent pieces
+ * whose last one ends_allocation; its first is the one after a gap or after another
+ * allocation's last. */
 typedef struct mapping {
   uintptr_t addr;
-  size_t size; /* mapped bytes: the request rounded up to the granularity */
-  size_t requested;
+  size_t size;      /* mapped bytes: whole granules */
+  size_t requested; /* the bytes of the allocation's request that fall in this piece */
   gpumem__vmm_handle handle;
+  bool ends_allocation;
 } mapping;
 
 typedef struct vmm_resource {
@@ -113,22 +125,82 @@ static void give_range(vmm_resource *self, uintptr_t addr, size_t size) {
 
 /* ---- mappings ---- */
 
-/* Maps physical memory at [addr, addr+size); undoes its own steps on failure. */
-static gpumem_status map_range(vmm_resource *self, uintptr_t addr, size_t size,
-                               gpumem__vmm_handle *handle) {
+/* Where the piece starting at `addr` ends: at the next multiple of the piece size from the
+ * range's start, or at `end`. */
+static uintptr_t piece_end(const vmm_resource *self, uintptr_t addr, uintptr_t end) {
+  size_t piece = self->options.piece_size;
+  uintptr_t next = self->base + ((addr - self->base) / piece + 1) * piece;
+  return next < end ? next : end;
+}
+
+/* The most pieces `size` bytes can take: whole pieces and two partial ones at the ends. */
+static size_t most_pieces(const vmm_resource *self, size_t size) {
+  return size / self->options.piece_size + 2;
+}
+
+/* Unmaps the `count` pieces from index `at` (adjacent) after `stream`'s work and forgets
+ * them; *requested: the request bytes they held. Nothing changes when the unmap fails. */
+static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, gpumem_stream stream,
+                                  size_t *requested) {
+  const gpumem__device_ops *dev = self->header.dev;
+  uintptr_t addr = mapping_at(self, at)->addr;
+  const mapping *last = mapping_at(self, at + count - 1);
+  size_t size = last->addr + last->size - addr;
+  /* The driver does not order an unmap after the work that uses the memory. */
+  gpumem_status status = dev->stream_synchronize(stream);
+  if (status == GPUMEM_OK)
+    status = dev->vmm_unmap((void *)addr, size);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p", size, (void *)addr);
+  *requested = 0;
+  for (size_t i = 0; i < count; i++) {
+    *requested += mapping_at(self, at)->requested;
+    dev->vmm_destroy(mapping_at(self, at)->handle);
+    gpumem__sorted_remove_at(&self->mappings, at);
+  }
+  give_range(self, addr, size);
+  gpumem__stats_sub_reserved(&self->stats, size);
+  gpumem__stats_bump(&self->stats.live_bytes, -(uint64_t)*requested);
+  return GPUMEM_OK;
+}
+
+/* Maps physical memory at [addr, addr+size) piece by piece and files the pieces as one
+ * allocation of `bytes`; undoes its own steps on failure. The caller made room for the
+ * pieces' records. */
+static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size, size_t bytes) {
   const gpumem__device_ops *dev = self->header.dev;
   int device = self->header.device;
-  gpumem_status status = dev->vmm_create(device, size, handle);
-  if (status != GPUMEM_OK)
-    return status;
-  status = dev->vmm_map((void *)addr, size, *handle);
-  if (status == GPUMEM_OK) {
-    status = dev->vmm_set_access((void *)addr, size, device);
-    if (status != GPUMEM_OK)
-      dev->vmm_unmap((void *)addr, size);
+  size_t at = gpumem__sorted_lower_bound(&self->mappings, addr), count = 0;
+  gpumem_status status = GPUMEM_OK;
+  uintptr_t end = addr + size;
+  for (uintptr_t cursor = addr; cursor < end && status == GPUMEM_OK;) {
+    uintptr_t next = piece_end(self, cursor, end);
+    gpumem__vmm_handle handle;
+    status = dev->vmm_create(device, next - cursor, &handle);
+    if (status == GPUMEM_OK) {
+      status = dev->vmm_map((void *)cursor, next - cursor, handle);
+      if (status != GPUMEM_OK)
+        dev->vmm_destroy(handle);
+    }
+    if (status == GPUMEM_OK) {
+      size_t held = bytes < next - cursor ? bytes : next - cursor;
+      bytes -= held;
+      gpumem__sorted_insert_at(&self->mappings, at + count++,
+                               &(mapping){cursor, next - cursor, held, handle, next == end});
+    }
+    cursor = next;
   }
-  if (status != GPUMEM_OK)
-    dev->vmm_destroy(*handle);
+  /* Access for the whole run at once: the driver's cost is per call more than per byte. */
+  if (status == GPUMEM_OK)
+    status = dev->vmm_set_access((void *)addr, size, device);
+  if (status != GPUMEM_OK && count > 0) {
+    const mapping *last = mapping_at(self, at + count - 1);
+    dev->vmm_unmap((void *)addr, last->addr + last->size - addr);
+    for (size_t i = 0; i < count; i++) {
+      dev->vmm_destroy(mapping_at(self, at)->handle);
+      gpumem__sorted_remove_at(&self->mappings, at);
+    }
+  }
   return status;
 }
 
@@ -143,10 +215,11 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
   size_t va_alignment = alignment > self->granularity ? alignment : self->granularity;
   pthread_mutex_lock(&self->lock);
   uintptr_t addr;
-  /* Room for one more mapping and for the free ranges it can ever split off, so that the
-   * paths that give memory back never need to allocate. */
-  bool have_room = gpumem__sorted_reserve(&self->mappings, self->mappings.count + 1) &&
-                   gpumem__sorted_reserve(&self->free_ranges, self->mappings.count + 2);
+  /* Room for the pieces and for the free ranges they can ever split off (never more than
+   * the pieces plus one), so that the paths that give memory back never need to allocate. */
+  size_t pieces = self->mappings.count + most_pieces(self, size);
+  bool have_room = gpumem__sorted_reserve(&self->mappings, pieces) &&
+                   gpumem__sorted_reserve(&self->free_ranges, pieces + 1);
   if (!have_room || !take_range(self, want, size, va_alignment, &addr)) {
     pthread_mutex_unlock(&self->lock);
     if (quiet && have_room)
@@ -154,8 +227,7 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
     return gpumem__fail_out_of_memory(
         mr, bytes, have_room ? "its reserved address range is full" : "the host is out of memory");
   }
-  gpumem__vmm_handle handle;
-  gpumem_status status = map_range(self, addr, size, &handle);
+  gpumem_status status = map_pieces(self, addr, size, bytes);
   if (status != GPUMEM_OK) {
     give_range(self, addr, size);
     pthread_mutex_unlock(&self->lock);
@@ -163,7 +235,6 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
       return gpumem__fail_out_of_memory(mr, bytes, "the device has no more physical memory");
     return gpumem__fail_context(status, "vmm: mapping %zu bytes", size);
   }
-  gpumem__sorted_insert(&self->mappings, &(mapping){addr, size, bytes, handle});
   gpumem__stats_add_reserved(&self->stats, size);
   gpumem__stats_allocated(&self->stats, bytes);
   pthread_mutex_unlock(&self->lock);
@@ -176,21 +247,12 @@ static gpumem_status vmm_allocate(gpumem_resource *mr, size_t bytes, size_t alig
   return allocate_at((vmm_resource *)mr, 0, bytes, alignment, false, ptr);
 }
 
-static gpumem_status unmap_at(vmm_resource *self, size_t at, gpumem_stream stream) {
-  const gpumem__device_ops *dev = self->header.dev;
-  mapping m = *mapping_at(self, at);
-  /* The driver does not order an unmap after the work that uses the memory. */
-  gpumem_status status = dev->stream_synchronize(stream);
-  if (status == GPUMEM_OK)
-    status = dev->vmm_unmap((void *)m.addr, m.size);
-  if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p", m.size, (void *)m.addr);
-  dev->vmm_destroy(m.handle);
-  gpumem__sorted_remove_at(&self->mappings, at);
-  give_range(self, m.addr, m.size);
-  gpumem__stats_sub_reserved(&self->stats, m.size);
-  gpumem__stats_freed(&self->stats, m.requested);
-  return GPUMEM_OK;
+/* True when piece `at` continues the allocation of the piece before it. */
+static bool continues_allocation(const vmm_resource *self, size_t at) {
+  if (at == 0)
+    return false;
+  const mapping *before = mapping_at(self, at - 1);
+  return !before->ends_allocation && before->addr + before->size == mapping_at(self, at)->addr;
 }
 
 static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
@@ -198,20 +260,55 @@ static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes
   vmm_resource *self = (vmm_resource *)mr;
   pthread_mutex_lock(&self->lock);
   size_t at = gpumem__sorted_find(&self->mappings, (uintptr_t)ptr);
-  gpumem_status status;
-  if (at == self->mappings.count)
+  gpumem_status status = GPUMEM_OK;
+  if (at == self->mappings.count || continues_allocation(self, at)) {
     status = gpumem__fail(GPUMEM_ERR_MISUSE,
                           "deallocate of %p (%zu bytes) from resource 'vmm': that pointer is "
                           "not a live allocation of this resource (never allocated here, or "
                           "already freed)",
                           ptr, bytes);
-  else if (mapping_at(self, at)->requested != bytes)
-    status = gpumem__fail(GPUMEM_ERR_MISUSE,
-                          "deallocate of %p from resource 'vmm' with %zu bytes, but it was "
-                          "allocated with %zu bytes",
-                          ptr, bytes, mapping_at(self, at)->requested);
-  else
-    status = unmap_at(self, at, stream);
+  } else {
+    size_t count = 1, allocated = mapping_at(self, at)->requested;
+    for (; !mapping_at(self, at + count - 1)->ends_allocation; count++)
+      allocated += mapping_at(self, at + count)->requested;
+    size_t requested;
+    if (allocated != bytes)
+      status = gpumem__fail(GPUMEM_ERR_MISUSE,
+                            "deallocate of %p from resource 'vmm' with %zu bytes, but it was "
+                            "allocated with %zu bytes",
+                            ptr, bytes, allocated);
+    else if ((status = unmap_pieces(self, at, count, stream, &requested)) == GPUMEM_OK)
+      gpumem__stats_bump(&self->stats.live_count, (uint64_t)-1);
+  }
+  pthread_mutex_unlock(&self->lock);
+  return status;
+}
+
+gpumem_status gpumem__vmm_unmap_pieces(gpumem_resource *vmm, uintptr_t addr, size_t size) {
+  vmm_resource *self = (vmm_resource *)vmm;
+  pthread_mutex_lock(&self->lock);
+  size_t at = gpumem__sorted_find(&self->mappings, addr), count = 0;
+  uintptr_t cursor = addr;
+  while (at + count < self->mappings.count && mapping_at(self, at + count)->addr == cursor &&
+         cursor < addr + size)
+    cursor += mapping_at(self, at + count++)->size;
+  gpumem_status status = GPUMEM_OK;
+  if (count == 0 || cursor != addr + size) {
+    status = gpumem__fail(GPUMEM_ERR_INTERNAL,
+                          "vmm: unmapping %zu bytes at %p: not a run of whole mapped pieces", size,
+                          (void *)addr);
+  } else {
+    /* An allocation cut in the middle becomes two; one cut at an end stays one. */
+    bool front_stays = continues_allocation(self, at);
+    bool back_stays = !mapping_at(self, at + count - 1)->ends_allocation;
+    size_t requested;
+    status = unmap_pieces(self, at, count, NULL, &requested);
+    if (status == GPUMEM_OK) {
+      if (front_stays)
+        mapping_at(self, at - 1)->ends_allocation = true;
+      gpumem__stats_bump(&self->stats.live_count, (uint64_t)front_stays + back_stays - 1);
+    }
+  }
   pthread_mutex_unlock(&self->lock);
   return status;
 }
@@ -221,7 +318,9 @@ static gpumem_status vmm_query(const gpumem_resource *mr, gpumem_query what, uin
 }
 
 static void vmm_describe(const gpumem_resource *mr, char *buf, size_t size) {
-  snprintf(buf, size, "vmm(reserve=%zu)", ((const vmm_resource *)mr)->options.reserve_size);
+  const vmm_resource *self = (const vmm_resource *)mr;
+  snprintf(buf, size, "vmm(reserve=%zu, piece=%zu)", self->options.reserve_size,
+           self->options.piece_size);
 }
 
 static void release_everything(vmm_resource *self) {
@@ -261,6 +360,10 @@ size_t gpumem__vmm_granularity(const gpumem_resource *vmm) {
   return ((const vmm_resource *)vmm)->granularity;
 }
 
+size_t gpumem__vmm_piece_size(const gpumem_resource *vmm) {
+  return ((const vmm_resource *)vmm)->options.piece_size;
+}
+
 void gpumem__vmm_range(const gpumem_resource *vmm, uintptr_t *base, size_t *size) {
   const vmm_resource *self = (const vmm_resource *)vmm;
   *base = self->base;
@@ -295,6 +398,10 @@ static gpumem_status plan(const gpumem__device_ops *dev, int device, gpumem_vmm_
     options->reserve_size = 4 * total_bytes;
   }
   options->reserve_size = gpumem__align_up(options->reserve_size, *granularity);
+  /* Within the range (which is whole granules), so that rounding up cannot overflow. */
+  size_t piece = options->piece_size ? options->piece_size : DEFAULT_PIECE;
+  piece = piece < options->reserve_size ? piece : options->reserve_size;
+  options->piece_size = gpumem__align_up(piece, *granularity);
   return GPUMEM_OK;
 }
 
