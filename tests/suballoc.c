@@ -276,6 +276,33 @@ static void test_vmm_pieces(bool sim) {
   }
   CHECK_OK(gpumem_resource_release(vmm));
 
+  /* More than the whole reserved range fails at once, before room is made for the records
+   * of its pieces (a petabyte in 2 MiB pieces would need gigabytes of them). */
+  CHECK_OK(gpumem_resource_from_spec("vmm(reserve=64MiB, piece=2MiB)", &vmm));
+  CHECK_FAILS_WITH(gpumem_allocate(vmm, (size_t)1 << 50, NULL, (void **)&ptr),
+                   GPUMEM_ERR_OUT_OF_MEMORY, "its reserved address range is full");
+  /* Pieces filed between others keep their order: the middle of three allocations is
+   * freed and made again in its place, smaller. */
+  char *first, *middle, *last;
+  CHECK_OK(gpumem_allocate(vmm, 6 * MiB, NULL, (void **)&first));
+  CHECK_OK(gpumem_allocate(vmm, 6 * MiB, NULL, (void **)&middle));
+  CHECK_OK(gpumem_allocate(vmm, 6 * MiB, NULL, (void **)&last));
+  CHECK_OK(gpumem_deallocate(vmm, middle, 6 * MiB, NULL));
+  char *again;
+  CHECK_OK(gpumem_allocate(vmm, 4 * MiB, NULL, (void **)&again));
+  CHECK_PTR_EQ(again, middle);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 16 * MiB);
+  CHECK_FAILS_WITH(gpumem_deallocate(vmm, again + 2 * MiB, 2 * MiB, NULL), GPUMEM_ERR_MISUSE,
+                   "not a live allocation");
+  CHECK_FAILS_WITH(gpumem_deallocate(vmm, last, 4 * MiB, NULL), GPUMEM_ERR_MISUSE,
+                   "allocated with 6291456 bytes");
+  CHECK_OK(gpumem_deallocate(vmm, first, 6 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(vmm, last, 6 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(vmm, again, 4 * MiB, NULL));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(vmm));
+
   /* The default piece is 32 MiB. */
   CHECK_OK(gpumem_resource_from_spec("vmm", &vmm));
   CHECK_OK(gpumem_resource_describe(vmm, text, sizeof text));

@@ -110,7 +110,7 @@ class VmmMemoryResource(MemoryResource):
     device's memory). piece_size: physical memory is made in pieces of at most this size,
     each of which a pool's trim can unmap on its own (default 32 MiB)."""
 
-    def __init__(self, reserve_size=None, piece_size=None, device=None):
+    def __init__(self, reserve_size=None, device=None, *, piece_size=None):
         _lib.init_base(self, "vmm", device, _size(reserve_size, device),
                        _size(piece_size, device))
 

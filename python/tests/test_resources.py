@@ -197,6 +197,15 @@ def test_vmm_reserves_what_it_maps():
     assert resource.reserved_bytes == 0
 
 
+def test_vmm_arguments_keep_their_places():
+    # The device stays the second positional argument; the piece size is named only.
+    assert mr.VmmMemoryResource("1GiB", 0).device == 0
+    with pytest.raises(TypeError):
+        mr.VmmMemoryResource("1GiB", 0, "2MiB")
+    assert mr.VmmMemoryResource("1GiB", piece_size="2MiB").spec == \
+        "vmm(reserve=1073741824, piece=2097152)"
+
+
 @pytest.mark.sim
 def test_system_memory_needs_pageable_memory_access(run_script):
     script = """

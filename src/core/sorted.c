@@ -70,6 +70,21 @@ void gpumem__sorted_remove_at(gpumem__sorted *array, size_t at) {
   array->count--;
 }
 
+void gpumem__sorted_remove_range(gpumem__sorted *array, size_t at, size_t count) {
+  char *base = array->items;
+  memmove(base + at * array->stride, base + (at + count) * array->stride,
+          (array->count - at - count) * array->stride);
+  array->count -= count;
+}
+
+void *gpumem__sorted_open_gap(gpumem__sorted *array, size_t at, size_t count) {
+  char *base = array->items;
+  memmove(base + (at + count) * array->stride, base + at * array->stride,
+          (array->count - at) * array->stride);
+  array->count += count;
+  return base + at * array->stride;
+}
+
 void gpumem__sorted_free(gpumem__sorted *array) {
   free(array->items);
   array->items = NULL;

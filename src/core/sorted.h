@@ -36,6 +36,13 @@ bool gpumem__sorted_insert(gpumem__sorted *array, const void *item);
 void gpumem__sorted_insert_at(gpumem__sorted *array, size_t at, const void *item);
 
 void gpumem__sorted_remove_at(gpumem__sorted *array, size_t at);
+/* Removes the `count` elements from `at` with one move, where one remove_at per element
+ * would move the tail `count` times. */
+void gpumem__sorted_remove_range(gpumem__sorted *array, size_t at, size_t count);
+/* Moves the elements from `at` up by `count` and returns the first of the `count` slots left
+ * for the caller to fill, in key order, before anything else reads the array. The caller
+ * reserved the room. */
+void *gpumem__sorted_open_gap(gpumem__sorted *array, size_t at, size_t count);
 
 void gpumem__sorted_free(gpumem__sorted *array);
 

@@ -1070,7 +1070,11 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
   size_t at;
   uintptr_t a, b;
   while (block && next_releasable(pool, block, &at, &a, &b)) {
-    if (!gpumem__sorted_reserve(&pool->chunks, pool->chunks.count + 1))
+    /* Only a cut in the middle makes a chunk record more: whole chunks and ends go back
+     * without host memory, as before pieces. */
+    const chunk *c = chunk_at(pool, at);
+    if (a != c->addr && b != c->addr + c->size &&
+        !gpumem__sorted_reserve(&pool->chunks, pool->chunks.count + 1))
       break;
     gpumem__block *piece = block, *after = NULL;
     if (a > block->addr) {

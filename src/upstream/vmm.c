@@ -154,10 +154,10 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
     return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p", size, (void *)addr);
   *requested = 0;
   for (size_t i = 0; i < count; i++) {
-    *requested += mapping_at(self, at)->requested;
-    dev->vmm_destroy(mapping_at(self, at)->handle);
-    gpumem__sorted_remove_at(&self->mappings, at);
+    *requested += mapping_at(self, at + i)->requested;
+    dev->vmm_destroy(mapping_at(self, at + i)->handle);
   }
+  gpumem__sorted_remove_range(&self->mappings, at, count);
   give_range(self, addr, size);
   gpumem__stats_sub_reserved(&self->stats, size);
   gpumem__stats_bump(&self->stats.live_bytes, -(uint64_t)*requested);
@@ -170,9 +170,14 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
 static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size, size_t bytes) {
   const gpumem__device_ops *dev = self->header.dev;
   int device = self->header.device;
-  size_t at = gpumem__sorted_lower_bound(&self->mappings, addr), count = 0;
-  gpumem_status status = GPUMEM_OK;
   uintptr_t end = addr + size;
+  size_t pieces = 0;
+  for (uintptr_t cursor = addr; cursor < end; cursor = piece_end(self, cursor, end))
+    pieces++;
+  /* One move of the records above for the whole run, not one per piece. */
+  size_t at = gpumem__sorted_lower_bound(&self->mappings, addr), count = 0;
+  mapping *filed = gpumem__sorted_open_gap(&self->mappings, at, pieces);
+  gpumem_status status = GPUMEM_OK;
   for (uintptr_t cursor = addr; cursor < end && status == GPUMEM_OK;) {
     uintptr_t next = piece_end(self, cursor, end);
     gpumem__vmm_handle handle;
@@ -185,21 +190,19 @@ static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size,
     if (status == GPUMEM_OK) {
       size_t held = bytes < next - cursor ? bytes : next - cursor;
       bytes -= held;
-      gpumem__sorted_insert_at(&self->mappings, at + count++,
-                               &(mapping){cursor, next - cursor, held, handle, next == end});
+      filed[count++] = (mapping){cursor, next - cursor, held, handle, next == end};
     }
     cursor = next;
   }
   /* Access for the whole run at once: the driver's cost is per call more than per byte. */
   if (status == GPUMEM_OK)
     status = dev->vmm_set_access((void *)addr, size, device);
-  if (status != GPUMEM_OK && count > 0) {
-    const mapping *last = mapping_at(self, at + count - 1);
-    dev->vmm_unmap((void *)addr, last->addr + last->size - addr);
-    for (size_t i = 0; i < count; i++) {
-      dev->vmm_destroy(mapping_at(self, at)->handle);
-      gpumem__sorted_remove_at(&self->mappings, at);
-    }
+  if (status != GPUMEM_OK) {
+    if (count > 0)
+      dev->vmm_unmap((void *)addr, filed[count - 1].addr + filed[count - 1].size - addr);
+    for (size_t i = 0; i < count; i++)
+      dev->vmm_destroy(filed[i].handle);
+    gpumem__sorted_remove_range(&self->mappings, at, pieces);
   }
   return status;
 }
@@ -213,6 +216,10 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
   if (size < bytes)
     return gpumem__fail_out_of_memory(mr, bytes, "the size overflows");
   size_t va_alignment = alignment > self->granularity ? alignment : self->granularity;
+  /* More than the whole range can never fit: say so before making room for its pieces. */
+  if (size > self->options.reserve_size)
+    return quiet ? GPUMEM_ERR_OUT_OF_MEMORY
+                 : gpumem__fail_out_of_memory(mr, bytes, "its reserved address range is full");
   pthread_mutex_lock(&self->lock);
   uintptr_t addr;
   /* Room for the pieces and for the free ranges they can ever split off (never more than
@@ -289,14 +296,16 @@ gpumem_status gpumem__vmm_unmap_pieces(gpumem_resource *vmm, uintptr_t addr, siz
   pthread_mutex_lock(&self->lock);
   size_t at = gpumem__sorted_find(&self->mappings, addr), count = 0;
   uintptr_t cursor = addr;
+  /* Whole pieces of one allocation, each starting where the one before it ends. */
   while (at + count < self->mappings.count && mapping_at(self, at + count)->addr == cursor &&
-         cursor < addr + size)
+         cursor < addr + size && (count == 0 || !mapping_at(self, at + count - 1)->ends_allocation))
     cursor += mapping_at(self, at + count++)->size;
   gpumem_status status = GPUMEM_OK;
   if (count == 0 || cursor != addr + size) {
-    status = gpumem__fail(GPUMEM_ERR_INTERNAL,
-                          "vmm: unmapping %zu bytes at %p: not a run of whole mapped pieces", size,
-                          (void *)addr);
+    status = gpumem__fail(
+        GPUMEM_ERR_INTERNAL,
+        "vmm: unmapping %zu bytes at %p: not a run of whole mapped pieces of one allocation", size,
+        (void *)addr);
   } else {
     /* An allocation cut in the middle becomes two; one cut at an end stays one. */
     bool front_stays = continues_allocation(self, at);

@@ -1,0 +1,204 @@
+/* host_memory.c: every host allocation gpumem makes may fail, and each failure is handled
+ * cleanly.
+ *
+ * The program is linked with malloc, calloc and realloc wrapped (-Wl,--wrap), so that the
+ * test decides which host allocation fails. A workload over each suballocator (pool over
+ * vmm with small pieces, pool over cuda, binning, arena, fixed_size) is first run clean to
+ * count its host allocations; then, for each of them in turn, exactly that one fails and
+ * the workload runs again. Each step that fails must say why, leave the resource as it was
+ * (same live count and reserved bytes) and succeed when retried. At the end no device
+ * memory is left in use.
+ *
+ * Apart from the sweep: a pool's trim when no host array can grow still gives back whole
+ * chunks and pieces at a chunk's ends (those need no new record), and a cut in the middle
+ * of a chunk is left for a later trim, with the pool usable. Simulated device only. */
+#include "check.h"
+#include "gpumem/sim.h"
+
+#include <string.h>
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t count, size_t size);
+void *__real_realloc(void *ptr, size_t size);
+
+/* Host allocations made since the count was last reset, and the one to fail (0: none). One
+ * thread at a time runs here. */
+static size_t host_allocations, host_allocation_to_fail;
+/* Every growth of an existing host array fails (new allocations still succeed). */
+static bool arrays_cannot_grow;
+
+static bool host_allocation_fails(void) {
+  host_allocations++;
+  return host_allocations == host_allocation_to_fail;
+}
+
+void *__wrap_malloc(size_t size) {
+  return host_allocation_fails() ? NULL : __real_malloc(size);
+}
+
+void *__wrap_calloc(size_t count, size_t size) {
+  return host_allocation_fails() ? NULL : __real_calloc(count, size);
+}
+
+void *__wrap_realloc(void *ptr, size_t size) {
+  bool fails = host_allocation_fails() || (arrays_cannot_grow && ptr != NULL);
+  return fails ? NULL : __real_realloc(ptr, size);
+}
+
+static gpumem_resource *sweep_resource;
+/* Whether a failed step must leave the reserved bytes as they were: not where the resource
+ * answers with an upstream pool's figure (binning), which keeps what it grew by for the
+ * request that then failed, as free memory. */
+static bool reserved_stays;
+static int failures_seen;
+
+static uint64_t query_or_zero(gpumem_query what) {
+  uint64_t value = 0;
+  if (sweep_resource)
+    CHECK_OK(gpumem_resource_query(sweep_resource, what, &value));
+  return value;
+}
+
+/* Runs `call`; if it fails, checks the failure and that nothing changed, then runs it again
+ * with every host allocation succeeding, which must succeed. */
+#define STEP(call)                                                                                 \
+  do {                                                                                             \
+    uint64_t live_before_ = query_or_zero(GPUMEM_QUERY_LIVE_COUNT);                                \
+    uint64_t live_bytes_before_ = query_or_zero(GPUMEM_QUERY_LIVE_BYTES);                          \
+    uint64_t reserved_before_ = query_or_zero(GPUMEM_QUERY_RESERVED_BYTES);                        \
+    gpumem_status step_status_ = (call);                                                           \
+    if (step_status_ != GPUMEM_OK) {                                                               \
+      failures_seen++;                                                                             \
+      size_t to_fail_ = host_allocation_to_fail;                                                   \
+      host_allocation_to_fail = 0;                                                                 \
+      CHECK(strlen(gpumem_last_error_message()) > 0);                                              \
+      CHECK_U64_EQ(query_or_zero(GPUMEM_QUERY_LIVE_COUNT), live_before_);                          \
+      CHECK_U64_EQ(query_or_zero(GPUMEM_QUERY_LIVE_BYTES), live_bytes_before_);                    \
+      if (reserved_stays)                                                                          \
+        CHECK_U64_EQ(query_or_zero(GPUMEM_QUERY_RESERVED_BYTES), reserved_before_);                \
+      CHECK_OK(call);                                                                              \
+      host_allocation_to_fail = to_fail_;                                                          \
+    }                                                                                              \
+  } while (0)
+
+static void workload(const char *spec) {
+  enum { MiB = 1 << 20 };
+  gpumem_resource *mr = NULL;
+  STEP(gpumem_resource_from_spec(spec, &mr));
+  sweep_resource = mr;
+  gpumem_stream stream = NULL;
+  STEP(gpumem_stream_create(0, &stream));
+  static const size_t sizes[] = {1, 256, 5000, 1 * MiB, 3 * MiB, 9 * MiB, 700};
+  enum { count = sizeof sizes / sizeof sizes[0] };
+  void *ptrs[count];
+  for (size_t i = 0; i < count; i++)
+    STEP(gpumem_allocate(mr, sizes[i], i % 2 ? stream : NULL, &ptrs[i]));
+  /* Free the large blocks and trim with the small ones live: over vmm with 2 MiB pieces
+   * that unmaps parts of growth steps, cutting chunks in two. */
+  STEP(gpumem_deallocate(mr, ptrs[5], sizes[5], stream));
+  STEP(gpumem_deallocate(mr, ptrs[4], sizes[4], NULL));
+  if (strncmp(spec, "pool", 4) == 0)
+    STEP(gpumem_pool_trim(mr, NULL));
+  STEP(gpumem_allocate(mr, 5 * MiB, stream, &ptrs[5]));
+  STEP(gpumem_deallocate(mr, ptrs[5], 5 * MiB, stream));
+  for (size_t i = 0; i < count; i++)
+    if (i != 4 && i != 5)
+      STEP(gpumem_deallocate(mr, ptrs[i], sizes[i], i % 2 ? stream : NULL));
+  if (strncmp(spec, "pool", 4) == 0)
+    STEP(gpumem_pool_trim(mr, NULL));
+  STEP(gpumem_stream_synchronize(stream));
+  STEP(gpumem_stream_destroy(stream));
+  sweep_resource = NULL;
+  STEP(gpumem_resource_release(mr));
+}
+
+static void sweep(const char *spec) {
+  uint64_t used_before;
+  CHECK_OK(gpumem_sim_device_used(0, &used_before));
+  reserved_stays = strncmp(spec, "binning", 7) != 0;
+  host_allocations = 0;
+  host_allocation_to_fail = 0;
+  workload(spec);
+  size_t clean_run = host_allocations;
+  CHECK(clean_run > 0);
+  failures_seen = 0;
+  for (size_t n = 1; n <= clean_run; n++) {
+    host_allocations = 0;
+    host_allocation_to_fail = n;
+    workload(spec);
+    host_allocation_to_fail = 0;
+    /* An upstream whose last release failed under a resource that was destroyed (a
+     * binning resource's pool) is kept and released again here. */
+    CHECK_OK(gpumem_resource_release(NULL));
+    uint64_t used;
+    CHECK_OK(gpumem_sim_device_used(0, &used));
+    CHECK_U64_EQ(used, used_before);
+  }
+  printf("%s: %zu host allocations, each failed in turn (%d steps failed and were retried)\n", spec,
+         clean_run, failures_seen);
+}
+
+/* A trim when no host array can grow (the pool's chunk records among them) gives back
+ * what needs no record more: whole chunks, and pieces at a chunk's ends. */
+static void trim_without_host_memory(void) {
+  enum { MiB = 1 << 20, steps = 16 };
+  gpumem_resource *pool;
+  void *ptrs[steps];
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB))", &pool));
+  for (int i = 0; i < steps; i++) /* one growth step, so one chunk, each */
+    CHECK_OK(gpumem_allocate(pool, 2 * MiB, NULL, &ptrs[i]));
+  for (int i = 0; i < steps; i++)
+    CHECK_OK(gpumem_deallocate(pool, ptrs[i], 2 * MiB, NULL));
+  uint64_t reserved = check_query(pool, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK(reserved >= steps * 2 * MiB);
+  size_t released = 0;
+  arrays_cannot_grow = true;
+  CHECK_OK(gpumem_pool_trim(pool, &released));
+  arrays_cannot_grow = false;
+  CHECK_U64_EQ(released, reserved);
+  CHECK_U64_EQ(check_query(pool, GPUMEM_QUERY_RESERVED_BYTES), 0);
+
+  /* One 6 MiB growth step with its ends live, and as many 2 MiB ones after it as fill the
+   * chunk records' room (16): its middle piece needs a record more. */
+  void *front, *middle, *back;
+  CHECK_OK(gpumem_allocate(pool, 6 * MiB, NULL, &front));
+  CHECK_OK(gpumem_deallocate(pool, front, 6 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(pool, 2 * MiB, NULL, &front));
+  CHECK_OK(gpumem_allocate(pool, 2 * MiB, NULL, &middle));
+  CHECK_OK(gpumem_allocate(pool, 2 * MiB, NULL, &back));
+  CHECK_PTR_EQ((char *)middle, (char *)front + 2 * MiB);
+  CHECK_PTR_EQ((char *)back, (char *)front + 4 * MiB);
+  for (int i = 1; i < steps; i++)
+    CHECK_OK(gpumem_allocate(pool, 2 * MiB, NULL, &ptrs[i]));
+  CHECK_OK(gpumem_deallocate(pool, middle, 2 * MiB, NULL));
+  arrays_cannot_grow = true;
+  CHECK_OK(gpumem_pool_trim(pool, &released));
+  arrays_cannot_grow = false;
+  CHECK_U64_EQ(released, 0);
+  CHECK_U64_EQ(check_query(pool, GPUMEM_QUERY_RESERVED_BYTES), (steps + 2) * 2 * MiB);
+  CHECK_OK(gpumem_allocate(pool, 2 * MiB, NULL, &middle)); /* the pool is usable */
+  CHECK_PTR_EQ((char *)middle, (char *)front + 2 * MiB);
+  CHECK_OK(gpumem_deallocate(pool, middle, 2 * MiB, NULL));
+  CHECK_OK(gpumem_pool_trim(pool, &released)); /* with host memory again, the middle goes */
+  CHECK_U64_EQ(released, 2 * MiB);
+  CHECK_U64_EQ(check_query(pool, GPUMEM_QUERY_RESERVED_BYTES), (steps + 1) * 2 * MiB);
+  CHECK_OK(gpumem_deallocate(pool, front, 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(pool, back, 2 * MiB, NULL));
+  for (int i = 1; i < steps; i++)
+    CHECK_OK(gpumem_deallocate(pool, ptrs[i], 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(pool));
+  printf("trim without host memory passed\n");
+}
+
+int main(void) {
+  check_init_backend();
+  trim_without_host_memory();
+  static const char *const specs[] = {
+      "pool(vmm(piece=2MiB), initial=2MiB)",           "pool(cuda, initial=4MiB)",
+      "binning(pool(cuda, initial=1), min=8, max=12)", "arena(vmm, size=16MiB)",
+      "fixed_size(cuda, block=16MiB, prealloc=2)",
+  };
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    sweep(specs[i]);
+  return 0;
+}
