@@ -223,47 +223,59 @@ void bench_random(const bench_context *ctx, const char *workloads) {
 typedef struct thread_run {
   pthread_t thread;
   int device;
+  int repeat;
   bench_allocator *alloc;
   pthread_barrier_t *barrier;
   bench_sequence seq;
   void **slots;
   gpumem_stream stream;
-  uint64_t start_ns, end_ns;
-  double clock_ghz; /* the host's clock for this thread, before and after its timed pass */
+  /* Per repetition: the timed pass's start and end, and the host's clock for this thread,
+   * before and after it. */
+  uint64_t start_ns[BENCH_MAX_REPEAT], end_ns[BENCH_MAX_REPEAT];
+  double clock_ghz[BENCH_MAX_REPEAT];
   gpumem_status status;
   bench_failure failure;
 } thread_run;
 
-/* Warm-up, then the barrier, then the timed pass, then the barrier again. A thread whose
- * warm-up failed still waits at both, so that the others are not left waiting forever. */
+/* Each repetition: warm-up, then the barrier, then the timed pass, then the barrier again.
+ * The threads live through every repetition, as a program's workers do: a pool's lock is
+ * biased to the thread that uses it (see spinlock.h), and a new thread taking a stream's
+ * pool over from one that ended would revoke that bias for good. A thread whose pass
+ * failed still waits at every barrier, so that the others are not left waiting forever. */
 static void *thread_main(void *arg) {
   thread_run *t = arg;
   uint64_t unused_ns;
   gpumem_status status = gpumem_set_device(t->device);
   if (status != GPUMEM_OK)
     bench_die(status, "setting the device of a worker thread");
-  t->status = bench_run_pass(t->alloc, t->stream, &t->seq, t->slots, "warm-up pass", &unused_ns,
-                             &t->failure);
-  double clock_before = bench_host_clock_ghz();
-  pthread_barrier_wait(t->barrier);
-  if (t->status == GPUMEM_OK) {
-    t->failure.phase = "timed pass";
-    t->start_ns = bench_now_ns();
-    t->status = bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
-    t->end_ns = bench_now_ns();
+  t->status = GPUMEM_OK;
+  for (int r = 0; r < t->repeat; r++) {
+    if (t->status == GPUMEM_OK)
+      t->status = bench_run_pass(t->alloc, t->stream, &t->seq, t->slots, "warm-up pass", &unused_ns,
+                                 &t->failure);
+    double clock_before = bench_host_clock_ghz();
+    pthread_barrier_wait(t->barrier);
+    if (t->status == GPUMEM_OK) {
+      t->failure.phase = "timed pass";
+      t->start_ns[r] = bench_now_ns();
+      t->status =
+          bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
+      t->end_ns[r] = bench_now_ns();
+    }
+    /* The clock again once every thread's timed pass is over, so as not to slow another. */
+    pthread_barrier_wait(t->barrier);
+    t->clock_ghz[r] = (clock_before + bench_host_clock_ghz()) / 2;
+    if (t->status == GPUMEM_OK)
+      t->status = bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
   }
-  /* The clock again once every thread's timed pass is over, so as not to slow another. */
-  pthread_barrier_wait(t->barrier);
-  t->clock_ghz = (clock_before + bench_host_clock_ghz()) / 2;
-  if (t->status == GPUMEM_OK)
-    t->status = bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
   return NULL;
 }
 
 static void prepare_threads(thread_run *runs, int count, int device, pthread_barrier_t *barrier) {
   for (int i = 0; i < count; i++) {
     thread_run *t = &runs[i];
-    *t = (thread_run){.device = device, .barrier = barrier};
+    t->device = device;
+    t->barrier = barrier;
     build_random_sequence(&thread_workload, thread_workload.seed + (uint64_t)i, &t->seq);
     t->slots = new_slot_table(t->seq.slot_count);
     t->stream = new_stream(device);
@@ -278,13 +290,14 @@ static void release_threads(thread_run *runs, int count) {
   }
 }
 
-/* Starts the threads on one allocator and returns the time from the first thread's start
- * after the barrier to the last thread's end, and in *slowest_clock_ghz the host's clock of
- * that last thread: all of them wait for it. Exits on any failure. */
-static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *alloc,
-                                 double *slowest_clock_ghz) {
+/* Starts the threads on one allocator for `repeat` repetitions and stores, for each, the
+ * time from the first thread's start after the barrier to the last thread's end, and the
+ * host's clock of that last thread (all of them wait for it). Exits on any failure. */
+static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int repeat,
+                        uint64_t *elapsed, double *slowest_clock_ghz) {
   for (int i = 0; i < count; i++) {
     runs[i].alloc = alloc;
+    runs[i].repeat = repeat;
     if (pthread_create(&runs[i].thread, NULL, thread_main, &runs[i]) != 0) {
       fprintf(stderr, "gpumem-bench: cannot start thread %d of %d\n", i + 1, count);
       exit(EXIT_FAILURE);
@@ -292,21 +305,25 @@ static uint64_t run_threads_once(thread_run *runs, int count, bench_allocator *a
   }
   for (int i = 0; i < count; i++)
     pthread_join(runs[i].thread, NULL);
-  uint64_t first_start = UINT64_MAX, last_end = 0;
   for (int i = 0; i < count; i++) {
     if (runs[i].status != GPUMEM_OK) {
       char workload[64];
       snprintf(workload, sizeof workload, "threads (thread %d of %d)", i + 1, count);
       bench_die_failure("threads", alloc->label, workload, &runs[i].failure);
     }
-    if (runs[i].start_ns < first_start)
-      first_start = runs[i].start_ns;
-    if (runs[i].end_ns > last_end) {
-      last_end = runs[i].end_ns;
-      *slowest_clock_ghz = runs[i].clock_ghz;
-    }
   }
-  return last_end - first_start;
+  for (int r = 0; r < repeat; r++) {
+    uint64_t first_start = UINT64_MAX, last_end = 0;
+    for (int i = 0; i < count; i++) {
+      if (runs[i].start_ns[r] < first_start)
+        first_start = runs[i].start_ns[r];
+      if (runs[i].end_ns[r] > last_end) {
+        last_end = runs[i].end_ns[r];
+        slowest_clock_ghz[r] = runs[i].clock_ghz[r];
+      }
+    }
+    elapsed[r] = last_end - first_start;
+  }
 }
 
 static void run_thread_count(const bench_context *ctx, int count) {
@@ -317,12 +334,11 @@ static void run_thread_count(const bench_context *ctx, int count) {
   prepare_threads(runs, count, ctx->device, &barrier);
   for (size_t i = 0; i < ctx->label_count; i++) {
     bench_allocator *alloc = bench_open_or_die(ctx->labels[i], ctx->device);
-    /* Each repetition starts the threads afresh, each with its own warm-up: a timed pass
-     * lasts milliseconds, so threads that the host schedules late can skew any one run. */
+    /* Several repetitions, each with its own warm-up: a timed pass lasts milliseconds, so
+     * threads that the host schedules late can skew any one of them. */
     uint64_t elapsed[BENCH_MAX_REPEAT];
     double slowest_clock_ghz[BENCH_MAX_REPEAT];
-    for (int r = 0; r < ctx->repeat; r++)
-      elapsed[r] = run_threads_once(runs, count, alloc, &slowest_clock_ghz[r]);
+    run_threads(runs, count, alloc, ctx->repeat, elapsed, slowest_clock_ghz);
     bench_close_or_die(alloc);
     bench_pass_times times = bench_pass_times_of(elapsed, ctx->repeat);
     double ops = (double)count * (double)thread_workload.steps;
