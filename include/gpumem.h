@@ -220,6 +220,42 @@ GPUMEM_API gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem
 GPUMEM_API gpumem_status gpumem_resource_upstream(const gpumem_resource *mr,
                                                   gpumem_resource **upstream);
 
+/* The kind of memory a resource hands out. */
+typedef enum gpumem_memory_kind {
+  GPUMEM_MEMORY_DEVICE = 0,      /* device memory: cuda, async, vmm and what is built on them */
+  GPUMEM_MEMORY_MANAGED = 1,     /* managed memory, pages moving between host and device */
+  GPUMEM_MEMORY_PINNED_HOST = 2, /* page-locked host memory the device can reach */
+  GPUMEM_MEMORY_HOST = 3         /* pageable host memory (system) */
+} gpumem_memory_kind;
+
+/* What a resource can do, as data (the resource contract, version 2). Every resource
+ * reports it; an adaptor that passes allocations through reports its upstream's, so wrapping
+ * a resource never changes what the layers above may do with it (a pool over
+ * limit(vmm) grows in place exactly as a pool over vmm). */
+typedef struct gpumem_resource_capabilities {
+  size_t size;      /* set by the caller: sizeof(gpumem_resource_capabilities) */
+  uint32_t version; /* set by gpumem: GPUMEM_CAPABILITIES_VERSION of the library */
+  int device;       /* the device the memory is for */
+  gpumem_memory_kind memory;
+  /* 1: allocate and deallocate follow the stream-ordered contract themselves (a free
+   * becomes reusable only after the stream's work); 0: they are synchronous. */
+  int stream_ordered;
+  /* 1: the resource maps memory at addresses its caller chooses inside one reserved range,
+   * in multiples of `granularity`, and can unmap whole `piece_size` pieces of a live
+   * allocation (vmm, and pass-through adaptors over it): a pool over it grows in place. */
+  int places_at_address;
+  size_t granularity; /* with places_at_address; else 0 */
+  size_t piece_size;  /* with places_at_address; else 0 */
+} gpumem_resource_capabilities;
+
+#define GPUMEM_CAPABILITIES_VERSION 1u
+
+/* Fills *caps with what mr can do. caps->size must be set: a caller built against an older,
+ * smaller struct gets the fields it knows. GPUMEM_ERR_INVALID_ARGUMENT for NULL or a size
+ * smaller than the first version's. */
+GPUMEM_API gpumem_status gpumem_resource_get_capabilities(const gpumem_resource *mr,
+                                                          gpumem_resource_capabilities *caps);
+
 /* ---------------------------------------------------------------------------------------
  * Base resources. Each takes a device (or GPUMEM_CURRENT_DEVICE) and an options struct in
  * which zero means default (NULL means all defaults). On success *out holds a new

@@ -58,6 +58,36 @@ static gpumem_status faulty_deallocate(gpumem_resource *mr, void *ptr, size_t by
   return status;
 }
 
+/* Placement passes through with the same injection as allocate: a chosen failure makes a
+ * pool above grow elsewhere, the path a taken address range takes. */
+static gpumem_status faulty_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
+                                        void **ptr) {
+  faulty_resource *self = (faulty_resource *)mr;
+  uint64_t call = atomic_fetch_add_explicit(&self->calls, 1, memory_order_relaxed) + 1;
+  gpumem_status injected;
+  if (should_fail(self, call, &injected))
+    return GPUMEM_ERR_OUT_OF_MEMORY; /* quiet, as the contract's taken range is */
+  gpumem_status status = mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
+  if (status == GPUMEM_OK) {
+    atomic_fetch_add_explicit(&self->live_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&self->live_bytes, bytes, memory_order_relaxed);
+  }
+  return status;
+}
+
+static gpumem_status faulty_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
+                                         int *allocations_added) {
+  faulty_resource *self = (faulty_resource *)mr;
+  gpumem_status status =
+      mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
+  if (status == GPUMEM_OK) {
+    atomic_fetch_add_explicit(&self->live_count, (uint64_t)(int64_t)*allocations_added,
+                              memory_order_relaxed);
+    atomic_fetch_sub_explicit(&self->live_bytes, size, memory_order_relaxed);
+  }
+  return status;
+}
+
 static gpumem_status faulty_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
   const faulty_resource *self = (const faulty_resource *)mr;
   if (what == GPUMEM_QUERY_LIVE_COUNT) {
@@ -109,6 +139,8 @@ static const gpumem__resource_ops faulty_ops = {
     .query = faulty_query,
     .describe = faulty_describe,
     .destroy = faulty_destroy,
+    .allocate_at = faulty_allocate_at,
+    .unmap_pieces = faulty_unmap_pieces,
 };
 
 static gpumem_status checked_options(const gpumem_faulty_options *opts,
@@ -138,7 +170,7 @@ gpumem_status gpumem_faulty_create(gpumem_resource *upstream, const gpumem_fault
   faulty_resource *self = calloc(1, sizeof *self);
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_faulty_create: out of host memory");
-  gpumem__resource_init(&self->header, &faulty_ops, upstream->device, upstream->dev, upstream);
+  gpumem__resource_init_pass_through(&self->header, &faulty_ops, upstream);
   pthread_mutex_init(&self->lock, NULL);
   self->options = options;
   *out = &self->header;

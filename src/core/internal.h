@@ -50,9 +50,36 @@ typedef struct gpumem__resource_ops {
    * Called only with no live allocations. If giving memory back fails, returns the failure
    * and leaves the resource valid and usable, so that its release can be tried again. */
   gpumem_status (*destroy)(gpumem_resource *self);
+
+  /* Version 2: placement. Read only when the resource's capabilities say
+   * places_at_address, and only from a table of version 2 or later. */
+  /* As allocate, at exactly `addr` (a multiple of the granularity inside the range), on the
+   * default stream: GPUMEM_ERR_OUT_OF_MEMORY without a message when that range is taken or
+   * cannot be mapped, so that the caller can grow elsewhere. */
+  gpumem_status (*allocate_at)(gpumem_resource *self, uintptr_t addr, size_t bytes, void **ptr);
+  /* Unmaps [addr, addr+size), a run of whole pieces of one live allocation, after the work
+   * on the default stream; the rest of the allocation stays allocated. *allocations_added
+   * gets the change in the number of live allocations: -1 (the whole allocation went),
+   * 0 (one end went) or +1 (the middle went: what is left is two allocations, each freed on
+   * its own later). Nothing changes on failure. */
+  gpumem_status (*unmap_pieces)(gpumem_resource *self, uintptr_t addr, size_t size,
+                                int *allocations_added);
 } gpumem__resource_ops;
 
-#define GPUMEM__RESOURCE_OPS_VERSION 1u
+#define GPUMEM__RESOURCE_OPS_VERSION 2u
+
+/* What a resource can do (the contract's data, public as gpumem_resource_capabilities).
+ * A resource sets it at creation; a pass-through adaptor copies its upstream's. */
+typedef struct gpumem__capabilities {
+  gpumem_memory_kind memory;
+  bool stream_ordered;
+  /* allocate_at and unmap_pieces work, with the geometry below */
+  bool places_at_address;
+  size_t granularity; /* addresses and sizes of placement are multiples of it */
+  size_t piece_size;  /* physical memory is cut at every multiple of it from range_base */
+  uintptr_t range_base;
+  size_t range_size;
+} gpumem__capabilities;
 
 struct gpumem_resource {
   const gpumem__resource_ops *ops;
@@ -61,11 +88,32 @@ struct gpumem_resource {
   atomic_uint_fast64_t refcount;
   /* The device backend, cached so that the hot path needs no lookup. */
   const struct gpumem__device_ops *dev;
+  gpumem__capabilities caps;
 };
 
-/* Fills the header of a new resource: refcount 1, upstream retained (may be NULL). */
+/* Fills the header of a new resource: refcount 1, upstream retained (may be NULL). The
+ * capabilities start as synchronous device memory without placement; a resource that
+ * differs sets its own after this. */
 void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops, int device,
                            const struct gpumem__device_ops *dev, gpumem_resource *upstream);
+
+/* Fills the header of a pass-through adaptor over `upstream`: its device, backend and
+ * capabilities are the upstream's. Placement is forwarded only when `ops` can forward it
+ * (a version 2 table with allocate_at and unmap_pieces). */
+void gpumem__resource_init_pass_through(gpumem_resource *mr, const gpumem__resource_ops *ops,
+                                        gpumem_resource *upstream);
+
+/* Fills the header of a suballocator over `upstream`: the upstream's device and kind of
+ * memory, stream-ordered, no placement of its own. */
+void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resource_ops *ops,
+                                        gpumem_resource *upstream);
+
+/* True when mr can map memory at chosen addresses: its capabilities say so and its table is
+ * recent enough to have the operations. */
+static inline bool gpumem__places_at_address(const gpumem_resource *mr) {
+  return mr->caps.places_at_address && mr->ops->version >= 2 && mr->ops->allocate_at &&
+         mr->ops->unmap_pieces;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Errors. The thread's last error message and raw CUDA error live in thread-local storage.

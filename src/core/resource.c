@@ -63,7 +63,49 @@ void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops,
   mr->upstream = gpumem_resource_retain(upstream);
   mr->device = device;
   mr->dev = dev;
+  mr->caps = (gpumem__capabilities){.memory = GPUMEM_MEMORY_DEVICE};
   atomic_init(&mr->refcount, 1);
+}
+
+void gpumem__resource_init_pass_through(gpumem_resource *mr, const gpumem__resource_ops *ops,
+                                        gpumem_resource *upstream) {
+  gpumem__resource_init(mr, ops, upstream->device, upstream->dev, upstream);
+  mr->caps = upstream->caps;
+  if (!gpumem__places_at_address(mr))
+    mr->caps = (gpumem__capabilities){.memory = upstream->caps.memory,
+                                      .stream_ordered = upstream->caps.stream_ordered};
+}
+
+void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resource_ops *ops,
+                                        gpumem_resource *upstream) {
+  gpumem__resource_init(mr, ops, upstream->device, upstream->dev, upstream);
+  mr->caps = (gpumem__capabilities){.memory = upstream->caps.memory, .stream_ordered = true};
+}
+
+gpumem_status gpumem_resource_get_capabilities(const gpumem_resource *mr,
+                                               gpumem_resource_capabilities *caps) {
+  size_t first = offsetof(gpumem_resource_capabilities, piece_size) + sizeof caps->piece_size;
+  if (!mr || !caps || caps->size < first)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_resource_get_capabilities: %s",
+                        !mr     ? "the resource is NULL"
+                        : !caps ? "caps is NULL"
+                                : "caps->size is smaller than any version of the struct: set it "
+                                  "to sizeof(gpumem_resource_capabilities)");
+  bool placement = gpumem__places_at_address(mr);
+  gpumem_resource_capabilities filled = {
+      .size = caps->size,
+      .version = GPUMEM_CAPABILITIES_VERSION,
+      .device = mr->device,
+      .memory = mr->caps.memory,
+      .stream_ordered = mr->caps.stream_ordered,
+      .places_at_address = placement,
+      .granularity = placement ? mr->caps.granularity : 0,
+      .piece_size = placement ? mr->caps.piece_size : 0,
+  };
+  size_t copied = caps->size < sizeof filled ? caps->size : sizeof filled;
+  memcpy(caps, &filled, copied);
+  return GPUMEM_OK;
 }
 
 gpumem_resource *gpumem_resource_retain(gpumem_resource *mr) {

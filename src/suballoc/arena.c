@@ -182,6 +182,7 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
   if (!local)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
   gpumem__resource_init(&local->source, &source_ops, arena->header.device, arena->header.dev, NULL);
+  local->source.caps.memory = arena->header.caps.memory;
   local->arena = arena;
   local->stream = stream;
   /* Empty at first: the first superblock is taken when the stream first allocates, so no
@@ -437,7 +438,7 @@ gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_
     free(arena);
     return gpumem__fail_context(status, "gpumem_arena_create: creating the global pool");
   }
-  gpumem__resource_init(&arena->header, &arena_ops, upstream->device, upstream->dev, upstream);
+  gpumem__resource_init_suballocator(&arena->header, &arena_ops, upstream);
   arena->id = atomic_fetch_add(&next_arena_id, 1);
   arena->options = options;
   arena->large_threshold = options.superblock_size / 4;

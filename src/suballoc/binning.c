@@ -249,7 +249,7 @@ gpumem_status gpumem_binning_create(gpumem_resource *upstream, const gpumem_binn
   binning_resource *self = calloc(1, sizeof *self);
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_binning_create: out of host memory");
-  gpumem__resource_init(&self->header, &binning_ops, upstream->device, upstream->dev, upstream);
+  gpumem__resource_init_suballocator(&self->header, &binning_ops, upstream);
   pthread_mutex_init(&self->lock, NULL);
   self->options = options;
   for (int e = options.min_exponent; !no_bins && e <= options.max_exponent; e++)

@@ -116,7 +116,7 @@ gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
     free(self);
     return status;
   }
-  gpumem__resource_init(&self->header, &fixed_size_ops, upstream->device, upstream->dev, upstream);
+  gpumem__resource_init_suballocator(&self->header, &fixed_size_ops, upstream);
   self->options = options;
   *out = &self->header;
   return GPUMEM_OK;

@@ -521,7 +521,7 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   /* The least step: over vmm whole granules, which is what gets mapped whatever is asked
    * (no overflow: the rounding is a multiple of the granularity). */
   size_t least = pool->grows_in_place
-                     ? gpumem__align_up(size, gpumem__vmm_granularity(pool->header.upstream))
+                     ? gpumem__align_up(size, pool->header.upstream->caps.granularity)
                      : size;
   size_t max = pool->options.maximum_size;
   if (max) {
@@ -554,7 +554,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
                       !growth_step(pool, size - tail->size, &shortfall);
     size_t wanted = tail_grows ? shortfall : full;
     if ((tail_grows || !full_why) &&
-        gpumem__vmm_allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+        up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
       *taken = wanted;
       return GPUMEM_OK;
     }
@@ -1045,7 +1045,7 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
   if (a == c->addr && b == c_end)
     status = up->ops->deallocate(up, (void *)a, b - a, GPUMEM_DEFAULT_ALIGNMENT, NULL);
   else
-    status = gpumem__vmm_unmap_pieces(up, a, b - a);
+    status = up->ops->unmap_pieces(up, a, b - a, &(int){0});
   if (status != GPUMEM_OK)
     return status;
   if (a == c->addr && b == c_end) {
@@ -1224,14 +1224,11 @@ bool gpumem__is_pool(const gpumem_resource *mr) {
 
 /* The default initial size: half the device's free memory for device-memory upstreams, none
  * for those that grow in place or hand out host memory. */
-static gpumem_status default_initial_size(const gpumem_resource *upstream, bool grows_in_place,
-                                          size_t *size) {
-  const gpumem_resource *base = upstream;
-  while (base->upstream)
-    base = base->upstream;
-  const char *kind = base->ops->kind;
+static gpumem_status default_initial_size(const gpumem_resource *upstream, size_t *size) {
+  gpumem_memory_kind memory = upstream->caps.memory;
   *size = 0;
-  if (grows_in_place || !strcmp(kind, "pinned_host") || !strcmp(kind, "system"))
+  if (gpumem__places_at_address(upstream) || memory == GPUMEM_MEMORY_PINNED_HOST ||
+      memory == GPUMEM_MEMORY_HOST)
     return GPUMEM_OK;
   size_t free_bytes, total_bytes;
   gpumem_status status = upstream->dev->mem_info(upstream->device, &free_bytes, &total_bytes);
@@ -1243,11 +1240,11 @@ static gpumem_status default_initial_size(const gpumem_resource *upstream, bool 
 static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
                                const gpumem_pool_options *options, size_t growth_rounding,
                                size_t fixed_block) {
-  gpumem__resource_init(&pool->header, &pool_ops, upstream->device, upstream->dev, upstream);
+  gpumem__resource_init_suballocator(&pool->header, &pool_ops, upstream);
   pool->options = *options;
   pool->fixed_block = fixed_block;
   pool->chunks = (gpumem__sorted)GPUMEM__SORTED_INIT(chunk);
-  pool->grows_in_place = gpumem__vmm_grows_in_place(upstream);
+  pool->grows_in_place = gpumem__places_at_address(upstream);
   pool->growth_rounding = growth_rounding ? growth_rounding : GROWTH_ROUNDING;
   for (size_t r = 0; r < REGION_COUNT; r++) {
     gpumem__free_index_init(&pool->fresh.open[r]);
@@ -1256,17 +1253,16 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   if (pool->grows_in_place) {
     /* Growth steps are whole granules (by default one), or the vmm would map more than the
      * pool counts. */
-    size_t granularity = gpumem__vmm_granularity(upstream);
+    size_t granularity = upstream->caps.granularity;
     pool->growth_rounding =
         growth_rounding ? gpumem__align_up(growth_rounding, granularity) : granularity;
     /* Large requests grow up from the start of the vmm range, small ones from its middle;
      * a pool of equal blocks has no small requests to keep apart. */
-    uintptr_t base;
-    size_t size;
-    gpumem__vmm_range(upstream, &base, &size);
+    uintptr_t base = upstream->caps.range_base;
+    size_t size = upstream->caps.range_size;
     pool->regions[REGION_LARGE].base = base;
     pool->piece_origin = base;
-    pool->piece_size = gpumem__vmm_piece_size(upstream);
+    pool->piece_size = upstream->caps.piece_size;
     pool->regions[REGION_SMALL].base = base + size / 2 / granularity * granularity;
     pool->split_regions = !fixed_block;
   }
@@ -1294,7 +1290,7 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
   gpumem_pool_options options = opts ? *opts : (gpumem_pool_options){0};
   if (options.initial_size == 0) {
     gpumem_status status =
-        default_initial_size(upstream, gpumem__vmm_grows_in_place(upstream), &options.initial_size);
+        default_initial_size(upstream, &options.initial_size);
     if (status != GPUMEM_OK)
       return gpumem__fail_context(status, "gpumem_pool_create: reading the device's memory");
     if (options.maximum_size && options.initial_size > options.maximum_size)

@@ -124,6 +124,7 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
     return gpumem__fail_context(status, "gpumem_async_create on device %d", device);
   }
   gpumem__base_init(&self->base, &async_ops, &async_impl, device, dev);
+  self->base.header.caps.stream_ordered = true;
   self->options = options;
   self->pool = pool;
   *out = &self->base.header;

@@ -95,6 +95,7 @@ gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *op
   if (status != GPUMEM_OK)
     return status;
   self->options = options;
+  self->base.header.caps.memory = GPUMEM_MEMORY_MANAGED;
   *out = &self->base.header;
   return GPUMEM_OK;
 }

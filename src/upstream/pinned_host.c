@@ -66,6 +66,7 @@ gpumem_status gpumem_pinned_host_create(int device, const gpumem_pinned_host_opt
   if (status != GPUMEM_OK)
     return status;
   self->options = options;
+  self->base.header.caps.memory = GPUMEM_MEMORY_PINNED_HOST;
   *out = &self->base.header;
   return GPUMEM_OK;
 }

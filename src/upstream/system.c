@@ -59,7 +59,9 @@ gpumem_status gpumem_system_create(int device, gpumem_resource **out) {
   gpumem__base_resource *self;
   status = gpumem__base_new("gpumem_system_create", sizeof *self, &system_ops, &system_impl, device,
                             dev, &self);
-  if (status == GPUMEM_OK)
+  if (status == GPUMEM_OK) {
+    self->header.caps.memory = GPUMEM_MEMORY_HOST;
     *out = &self->header;
+  }
   return status;
 }

@@ -12,7 +12,7 @@
  * step whose ends are in use; their size weighs that against the driver calls each piece
  * costs when memory is mapped. */
 #include "core/sorted.h"
-#include "suballoc/pool.h"
+#include "device/device.h"
 #include "suballoc/suballoc.h"
 
 #include <pthread.h>
@@ -291,8 +291,10 @@ static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes
   return status;
 }
 
-gpumem_status gpumem__vmm_unmap_pieces(gpumem_resource *vmm, uintptr_t addr, size_t size) {
-  vmm_resource *self = (vmm_resource *)vmm;
+/* The placement operation of the contract: see gpumem__resource_ops.unmap_pieces. */
+static gpumem_status vmm_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
+                                      int *allocations_added) {
+  vmm_resource *self = (vmm_resource *)mr;
   pthread_mutex_lock(&self->lock);
   size_t at = gpumem__sorted_find(&self->mappings, addr), count = 0;
   uintptr_t cursor = addr;
@@ -315,7 +317,8 @@ gpumem_status gpumem__vmm_unmap_pieces(gpumem_resource *vmm, uintptr_t addr, siz
     if (status == GPUMEM_OK) {
       if (front_stays)
         mapping_at(self, at - 1)->ends_allocation = true;
-      gpumem__stats_bump(&self->stats.live_count, (uint64_t)front_stays + back_stays - 1);
+      *allocations_added = (int)front_stays + (int)back_stays - 1;
+      gpumem__stats_bump(&self->stats.live_count, (uint64_t)(int64_t)*allocations_added);
     }
   }
   pthread_mutex_unlock(&self->lock);
@@ -351,6 +354,12 @@ static gpumem_status vmm_destroy(gpumem_resource *mr) {
   return GPUMEM_OK;
 }
 
+/* The placement operation of the contract: see gpumem__resource_ops.allocate_at. */
+static gpumem_status vmm_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
+                                     void **ptr) {
+  return allocate_at((vmm_resource *)mr, addr, bytes, GPUMEM_DEFAULT_ALIGNMENT, true, ptr);
+}
+
 static const gpumem__resource_ops vmm_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "vmm",
@@ -359,30 +368,9 @@ static const gpumem__resource_ops vmm_ops = {
     .query = vmm_query,
     .describe = vmm_describe,
     .destroy = vmm_destroy,
+    .allocate_at = vmm_allocate_at,
+    .unmap_pieces = vmm_unmap_pieces,
 };
-
-bool gpumem__vmm_grows_in_place(const gpumem_resource *upstream) {
-  return upstream && upstream->ops == &vmm_ops;
-}
-
-size_t gpumem__vmm_granularity(const gpumem_resource *vmm) {
-  return ((const vmm_resource *)vmm)->granularity;
-}
-
-size_t gpumem__vmm_piece_size(const gpumem_resource *vmm) {
-  return ((const vmm_resource *)vmm)->options.piece_size;
-}
-
-void gpumem__vmm_range(const gpumem_resource *vmm, uintptr_t *base, size_t *size) {
-  const vmm_resource *self = (const vmm_resource *)vmm;
-  *base = self->base;
-  *size = self->options.reserve_size;
-}
-
-gpumem_status gpumem__vmm_allocate_at(gpumem_resource *vmm, uintptr_t addr, size_t bytes,
-                                      void **ptr) {
-  return allocate_at((vmm_resource *)vmm, addr, bytes, GPUMEM_DEFAULT_ALIGNMENT, true, ptr);
-}
 
 /* Checks the device and fills the granularity and the reservation size. */
 static gpumem_status plan(const gpumem__device_ops *dev, int device, gpumem_vmm_options *options,
@@ -442,6 +430,14 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
   status = dev->vmm_reserve(device, options.reserve_size, granularity, &base);
   if (status == GPUMEM_OK) {
     self->base = (uintptr_t)base;
+    self->header.caps = (gpumem__capabilities){
+        .memory = GPUMEM_MEMORY_DEVICE,
+        .places_at_address = true,
+        .granularity = granularity,
+        .piece_size = options.piece_size,
+        .range_base = self->base,
+        .range_size = options.reserve_size,
+    };
     if (!gpumem__sorted_insert(&self->free_ranges, &(va_range){self->base, options.reserve_size}))
       status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_vmm_create: out of host memory");
   }
