@@ -437,9 +437,9 @@ GPUMEM_API gpumem_status gpumem_binning_add_bin(gpumem_resource *binning, size_t
  * Virtual memory upstream: one virtual address range reserved per resource
  * (cuMemAddressReserve; each resource is of one device, and each has a range of its own so
  * that two pools on a device grow in place without meeting), physical memory mapped into
- * it on demand (cuMemCreate, cuMemMap, cuMemSetAccess) and unmapped when freed. Its reserved bytes are the mapped physical
- * bytes. Successive allocations are placed at the lowest free address, so a pool over vmm
- * grows in place. Devices without virtual memory management: GPUMEM_ERR_UNSUPPORTED.
+ * it on demand (cuMemCreate, cuMemMap, cuMemSetAccess) and unmapped when freed. Its reserved bytes
+ * are the mapped physical bytes. Successive allocations are placed at the lowest free address, so a
+ * pool over vmm grows in place. Devices without virtual memory management: GPUMEM_ERR_UNSUPPORTED.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_vmm_options {

@@ -86,8 +86,7 @@ gpumem_status gpumem_resource_get_capabilities(const gpumem_resource *mr,
                                                gpumem_resource_capabilities *caps) {
   size_t first = offsetof(gpumem_resource_capabilities, piece_size) + sizeof caps->piece_size;
   if (!mr || !caps || caps->size < first)
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "gpumem_resource_get_capabilities: %s",
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_resource_get_capabilities: %s",
                         !mr     ? "the resource is NULL"
                         : !caps ? "caps is NULL"
                                 : "caps->size is smaller than any version of the struct: set it "

@@ -520,9 +520,8 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   size_t rounded = (size + rounding - 1) / rounding * rounding;
   /* The least step: over vmm whole granules, which is what gets mapped whatever is asked
    * (no overflow: the rounding is a multiple of the granularity). */
-  size_t least = pool->grows_in_place
-                     ? gpumem__align_up(size, pool->header.upstream->caps.granularity)
-                     : size;
+  size_t least =
+      pool->grows_in_place ? gpumem__align_up(size, pool->header.upstream->caps.granularity) : size;
   size_t max = pool->options.maximum_size;
   if (max) {
     uint64_t reserved = gpumem__stats_reserved(&pool->stats);
@@ -553,8 +552,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
     bool tail_grows = tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
                       !growth_step(pool, size - tail->size, &shortfall);
     size_t wanted = tail_grows ? shortfall : full;
-    if ((tail_grows || !full_why) &&
-        up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+    if ((tail_grows || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
       *taken = wanted;
       return GPUMEM_OK;
     }
@@ -1289,8 +1287,7 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
                         upstream ? "out" : "the upstream resource");
   gpumem_pool_options options = opts ? *opts : (gpumem_pool_options){0};
   if (options.initial_size == 0) {
-    gpumem_status status =
-        default_initial_size(upstream, &options.initial_size);
+    gpumem_status status = default_initial_size(upstream, &options.initial_size);
     if (status != GPUMEM_OK)
       return gpumem__fail_context(status, "gpumem_pool_create: reading the device's memory");
     if (options.maximum_size && options.initial_size > options.maximum_size)
