@@ -34,10 +34,10 @@
  * seals and trims, which call the device anyway. */
 #include "suballoc/pool.h"
 
+#include "core/counters.h"
 #include "core/sorted.h"
 #include "core/spinlock.h"
 #include "suballoc/block.h"
-#include "suballoc/suballoc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,7 +118,7 @@ typedef struct pool_resource {
    * multiple of piece_size from piece_origin and at chunks' ends; 0: whole chunks only. */
   size_t piece_size;
   uintptr_t piece_origin;
-  gpumem__suballoc_stats stats;
+  gpumem__memory_counters stats;
 } pool_resource;
 
 /* ---------------------------------------------------------------------------------------
@@ -525,7 +525,7 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
                      : size;
   size_t max = pool->options.maximum_size;
   if (max) {
-    uint64_t reserved = gpumem__stats_reserved(&pool->stats);
+    uint64_t reserved = gpumem__counters_reserved(&pool->stats);
     if (reserved >= max || max - reserved < least)
       return "the pool has reached its maximum size";
     if (rounded > max - reserved)
@@ -603,7 +603,7 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t 
   /* The region's growth follows its highest chunk, wherever the upstream put it. */
   if (!last || block->addr > last->addr)
     r->tail = block;
-  gpumem__stats_add_reserved(&pool->stats, step);
+  gpumem__counters_add_reserved(&pool->stats, step);
   *grown_block = release_block(pool, set, block, growth_state(pool, set));
   return GPUMEM_OK;
 }
@@ -728,7 +728,7 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
     release_block(pool, set, block, BLOCK_OPEN);
     return false;
   }
-  gpumem__stats_allocated(&pool->stats, bytes);
+  gpumem__counters_allocated(&pool->stats, bytes);
   return true;
 }
 
@@ -800,7 +800,7 @@ static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, s
   block->is_free = BLOCK_ALLOCATED;
   block->requested = bytes;
   gpumem__block_map_put(&pool->live, block);
-  gpumem__stats_allocated(&pool->stats, bytes);
+  gpumem__counters_allocated(&pool->stats, bytes);
   gpumem__spin_unlock(&pool->lock);
   *ptr = (void *)block->addr;
   return GPUMEM_OK;
@@ -836,7 +836,7 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
     gpumem__block_map_insert(&pool->live, block);
     return status;
   }
-  gpumem__stats_freed(&pool->stats, bytes);
+  gpumem__counters_freed(&pool->stats, bytes);
   if (cacheable(pool, block)) {
     cache_push(pool, set, block);
     return GPUMEM_OK;
@@ -893,7 +893,7 @@ static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, si
   free_set *set = pool->last_set;
   if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
     return free_and_unlock(pool, block, bytes, stream, owned);
-  gpumem__stats_freed(&pool->stats, bytes);
+  gpumem__counters_freed(&pool->stats, bytes);
   cache_insert(set, block);
   gpumem__spin_unlock(&pool->lock);
   if (owned)
@@ -1057,7 +1057,7 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
     if (b != c_end)
       gpumem__sorted_insert_at(&pool->chunks, at + 1, &(chunk){b, c_end - b});
   }
-  gpumem__stats_sub_reserved(&pool->stats, b - a);
+  gpumem__counters_sub_reserved(&pool->stats, b - a);
   return GPUMEM_OK;
 }
 
@@ -1156,7 +1156,7 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
   pool_resource *pool = (pool_resource *)mr;
   if (what != GPUMEM_QUERY_LARGEST_FREE_BLOCK && what != GPUMEM_QUERY_FREE_BLOCKS &&
       what != GPUMEM_QUERY_FREE_BYTES)
-    return gpumem__stats_query(&pool->stats, what, out);
+    return gpumem__counters_query(&pool->stats, what, out);
   uint64_t value = 0;
   gpumem__spin_lock(&pool->lock);
   /* Cached blocks are free memory that is not merged yet; the answer is about the merged
@@ -1267,7 +1267,7 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
     pool->split_regions = !fixed_block;
   }
   gpumem__block_slab_init(&pool->slab);
-  gpumem__stats_init(&pool->stats);
+  gpumem__counters_init(&pool->stats);
   if (!gpumem__block_map_init(&pool->live) || !add_set(pool, &pool->fresh))
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
   if (options->initial_size == 0)
