@@ -30,13 +30,13 @@
  * requests under 1 MiB, one for the rest. Small blocks then never pin holes between large
  * ones, which is most of what fragmentation costs on real training traces.
  *
- * One spinlock guards the pool; everything under it is constant time except steals, growth,
- * seals and trims, which call the device anyway. */
+ * One biased lock (core/biased_lock.h) guards the pool; everything under it is constant time
+ * except steals, growth, seals and trims, which call the device anyway. */
 #include "suballoc/pool.h"
 
 #include "core/counters.h"
 #include "core/sorted.h"
-#include "core/spinlock.h"
+#include "core/biased_lock.h"
 #include "suballoc/block.h"
 
 #include <stdio.h>
@@ -99,7 +99,7 @@ typedef struct chunk {
 
 typedef struct pool_resource {
   gpumem_resource header;
-  gpumem__spinlock lock;
+  gpumem__biased_lock lock;
   gpumem_pool_options options;
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
@@ -751,11 +751,11 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow(pool_resource *pool, size_t b
       block = carve(pool, set, block, size, alignment);
   }
   if (status == GPUMEM_OK && block && hand_out(pool, set, block, bytes)) {
-    gpumem__spin_unlock(&pool->lock);
+    gpumem__biased_lock_release(&pool->lock);
     *ptr = (void *)block->addr;
     return GPUMEM_OK;
   }
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   if (status == GPUMEM_OK || status == GPUMEM_ERR_OUT_OF_MEMORY)
     return gpumem__fail_out_of_memory(&pool->header, bytes, why);
   return status;
@@ -768,7 +768,7 @@ static gpumem_status allocate_from_index(pool_resource *pool, free_set *set, siz
   gpumem__block *block = find_in_set(set, region_for(pool, size), size);
   if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
       GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
-    gpumem__spin_unlock(&pool->lock);
+    gpumem__biased_lock_release(&pool->lock);
     *ptr = (void *)block->addr;
     return GPUMEM_OK;
   }
@@ -801,7 +801,7 @@ static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, s
   block->requested = bytes;
   gpumem__block_map_put(&pool->live, block);
   gpumem__counters_allocated(&pool->stats, bytes);
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   *ptr = (void *)block->addr;
   return GPUMEM_OK;
 }
@@ -810,14 +810,14 @@ static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, s
 GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
                                                      size_t alignment, gpumem_stream stream,
                                                      void **ptr) {
-  gpumem__spin_lock_shared(&pool->lock);
+  gpumem__biased_lock_take_shared(&pool->lock);
   return allocate_locked(pool, bytes, alignment, stream, ptr);
 }
 
 static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                    gpumem_stream stream, void **ptr) {
   pool_resource *pool = (pool_resource *)mr;
-  if (GPUMEM_UNLIKELY(!gpumem__spin_try_biased(&pool->lock)))
+  if (GPUMEM_UNLIKELY(!gpumem__biased_lock_try_as_owner(&pool->lock)))
     return allocate_shared(pool, bytes, alignment, stream, ptr);
   return allocate_locked(pool, bytes, alignment, stream, ptr);
 }
@@ -856,7 +856,7 @@ GPUMEM_COLD static gpumem_status refuse_free(pool_resource *pool, gpumem__block 
   size_t requested = block ? block->requested : 0;
   if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
     gpumem__block_map_insert(&pool->live, block);
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   if (owned)
     *owned = block != NULL;
   if (!block)
@@ -876,7 +876,7 @@ GPUMEM_COLD static gpumem_status refuse_free(pool_resource *pool, gpumem__block 
 static gpumem_status free_and_unlock(pool_resource *pool, gpumem__block *block, size_t bytes,
                                      gpumem_stream stream, bool *owned) {
   gpumem_status status = free_block(pool, block, bytes, stream);
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   if (owned)
     *owned = true;
   return status;
@@ -895,7 +895,7 @@ static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, si
     return free_and_unlock(pool, block, bytes, stream, owned);
   gpumem__counters_freed(&pool->stats, bytes);
   cache_insert(set, block);
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   if (owned)
     *owned = true;
   return GPUMEM_OK;
@@ -903,7 +903,7 @@ static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, si
 
 GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
                                                        gpumem_stream stream, bool *owned) {
-  gpumem__spin_lock_shared(&pool->lock);
+  gpumem__biased_lock_take_shared(&pool->lock);
   return deallocate_locked(pool, ptr, bytes, stream, owned);
 }
 
@@ -911,7 +911,7 @@ GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void
  * with no message (the caller will look elsewhere); without, a misuse failure. */
 static inline gpumem_status deallocate(pool_resource *pool, void *ptr, size_t bytes,
                                        gpumem_stream stream, bool *owned) {
-  if (GPUMEM_UNLIKELY(!gpumem__spin_try_biased(&pool->lock)))
+  if (GPUMEM_UNLIKELY(!gpumem__biased_lock_try_as_owner(&pool->lock)))
     return deallocate_shared(pool, ptr, bytes, stream, owned);
   return deallocate_locked(pool, ptr, bytes, stream, owned);
 }
@@ -1130,9 +1130,9 @@ gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
                         mr ? gpumem_resource_name(mr) : "NULL");
   pool_resource *pool = (pool_resource *)mr;
   size_t total = 0;
-  gpumem__spin_lock(&pool->lock);
+  gpumem__biased_lock_take(&pool->lock);
   gpumem_status status = trim_all(pool, &total);
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   if (released)
     *released = total;
   return status;
@@ -1158,7 +1158,7 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
       what != GPUMEM_QUERY_FREE_BYTES)
     return gpumem__counters_query(&pool->stats, what, out);
   uint64_t value = 0;
-  gpumem__spin_lock(&pool->lock);
+  gpumem__biased_lock_take(&pool->lock);
   /* Cached blocks are free memory that is not merged yet; the answer is about the merged
    * state, which is what an allocation that misses the cache sees. */
   flush_caches(pool);
@@ -1167,7 +1167,7 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
       add_free_fact(what, &pool->sets[i]->open[r], &value);
       add_free_fact(what, &pool->sets[i]->sealed[r], &value);
     }
-  gpumem__spin_unlock(&pool->lock);
+  gpumem__biased_lock_release(&pool->lock);
   *out = value;
   return GPUMEM_OK;
 }
