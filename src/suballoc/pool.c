@@ -53,10 +53,6 @@
 /* How many frees on a stream between two seals: one event record pays for this many. */
 #define SEAL_EVERY 16
 
-/* States of a block: allocated, free in its set's open or sealed index, or free in its
- * set's cache (whole, not merged with its neighbours). */
-enum { BLOCK_ALLOCATED = 0, BLOCK_OPEN = 1, BLOCK_SEALED = 2, BLOCK_CACHED = 3 };
-
 /* The cache holds blocks under CACHE_LIMIT in one list per class of the free index (a power
  * of two cut in 16: exact sizes under 8 KiB, within 1/16 above), at most CACHE_MAX of them.
  * The limit is that of the small region over vmm: keeping larger blocks whole as well moved
@@ -144,7 +140,7 @@ static gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t of
   rest->addr = block->addr + offset;
   rest->size = block->size - offset;
   rest->region = block->region;
-  rest->is_free = block->is_free;
+  rest->state = block->state;
   rest->owner = block->owner;
   rest->prev_addr = block;
   rest->next_addr = block->next_addr;
@@ -176,16 +172,16 @@ static bool is_fresh(const pool_resource *pool, const free_set *set) {
 
 /* The state new memory joins `set` in: it has no pending work, so it is sealed (free for
  * all) in the fresh set, and open in a stream's set like anything that stream will use. */
-static uint32_t growth_state(const pool_resource *pool, const free_set *set) {
-  return is_fresh(pool, set) ? BLOCK_SEALED : BLOCK_OPEN;
+static gpumem__block_state growth_state(const pool_resource *pool, const free_set *set) {
+  return is_fresh(pool, set) ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN;
 }
 
 static gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
-  return block->is_free == BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
+  return block->state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
 }
 
-static bool free_in(const gpumem__block *block, const free_set *set, uint32_t state) {
-  return block->is_free == state && block->owner == set;
+static bool free_in(const gpumem__block *block, const free_set *set, gpumem__block_state state) {
+  return block->state == state && block->owner == set;
 }
 
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
@@ -194,9 +190,9 @@ static bool free_in(const gpumem__block *block, const free_set *set, uint32_t st
  * neighbour that absorbs the block grows in place in the index. Returns the free block
  * that holds the block's memory now. */
 static gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__block *block,
-                                    uint32_t state) {
+                                    gpumem__block_state state) {
   gpumem__free_index *index =
-      state == BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
+      state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
   bool merge_prev = prev && free_in(prev, set, state);
   bool merge_following = next && free_in(next, set, state);
@@ -222,7 +218,7 @@ static gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__
     gpumem__free_index_resized(index, next, old_size);
     return next;
   }
-  block->is_free = state;
+  block->state = state;
   block->owner = set;
   gpumem__free_index_insert(index, block);
   return block;
@@ -264,7 +260,7 @@ static inline bool cache_has_room(const free_set *set) {
 /* Files a free block in the cache of `set`, which has room. */
 static inline void cache_insert(free_set *set, gpumem__block *block) {
   size_t c = cache_class(block->size);
-  block->is_free = BLOCK_CACHED;
+  block->state = GPUMEM__BLOCK_CACHED;
   block->owner = set;
   block->next_free = set->cached[c];
   set->cached[c] = block;
@@ -300,7 +296,7 @@ GPUMEM_COLD static void flush_cache(pool_resource *pool, free_set *set) {
     gpumem__block *block = set->cached[c];
     while (block) {
       gpumem__block *next = block->next_free;
-      release_block(pool, set, block, BLOCK_OPEN);
+      release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
       set->cached_count--;
       block = next;
     }
@@ -319,7 +315,7 @@ static gpumem__block *uncache_larger(pool_resource *pool, free_set *set, size_t 
     if (block) {
       set->cached[c] = block->next_free;
       set->cached_count--;
-      return release_block(pool, set, block, BLOCK_OPEN);
+      return release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
     }
   }
   return NULL;
@@ -401,7 +397,7 @@ typedef struct move_context {
   pool_resource *pool;
   free_set *to;
   gpumem__free_index *from_index;
-  uint32_t state;
+  gpumem__block_state state;
 } move_context;
 
 static void move_block(gpumem__block *block, void *user) {
@@ -412,7 +408,7 @@ static void move_block(gpumem__block *block, void *user) {
 
 /* Moves every block of `index` (of another set, or of `to` itself) into `to` as `state`. */
 static void move_index(pool_resource *pool, gpumem__free_index *index, free_set *to,
-                       uint32_t state) {
+                       gpumem__block_state state) {
   move_context move = {pool, to, index, state};
   gpumem__free_index_each(index, move_block, &move);
 }
@@ -430,7 +426,7 @@ GPUMEM_COLD static gpumem_status seal(pool_resource *pool, free_set *set) {
     return gpumem__fail_context(status, "pool: recording the event that lets other streams "
                                         "reuse this stream's frees");
   for (size_t r = 0; r < REGION_COUNT; r++)
-    move_index(pool, &set->open[r], set, BLOCK_SEALED);
+    move_index(pool, &set->open[r], set, GPUMEM__BLOCK_SEALED);
   set->open_frees = 0;
   return GPUMEM_OK;
 }
@@ -474,7 +470,7 @@ static gpumem_status steal(pool_resource *pool, free_set *to, size_t r, size_t s
     /* Taken blocks are open in `to`: their last use is on another stream, which only
      * `to`'s own next seal covers for third streams. The wait covers both regions. */
     for (size_t other = 0; other < REGION_COUNT; other++)
-      move_index(pool, &from->sealed[other], to, BLOCK_OPEN);
+      move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
     if (!is_fresh(pool, from) && open_blocks(from) == 0)
       drop_set(pool, i);
     *out = find_in_set(to, r, size);
@@ -494,8 +490,8 @@ static gpumem_status fold_into_fresh(pool_resource *pool, free_set *keep) {
   for (size_t i = pool->set_count; i-- > 1;) {
     free_set *set = pool->sets[i];
     for (size_t r = 0; r < REGION_COUNT; r++) {
-      move_index(pool, &set->open[r], &pool->fresh, BLOCK_SEALED);
-      move_index(pool, &set->sealed[r], &pool->fresh, BLOCK_SEALED);
+      move_index(pool, &set->open[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
+      move_index(pool, &set->sealed[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
     }
     if (set != keep)
       drop_set(pool, i);
@@ -667,7 +663,7 @@ static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__b
   } else {
     gpumem__free_index_resized(index, block, block->size + size);
   }
-  taken->is_free = BLOCK_ALLOCATED;
+  taken->state = GPUMEM__BLOCK_ALLOCATED;
   return taken;
 }
 
@@ -725,7 +721,7 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
                             size_t bytes) {
   block->requested = bytes;
   if (GPUMEM_UNLIKELY(!gpumem__block_map_insert(&pool->live, block))) {
-    release_block(pool, set, block, BLOCK_OPEN);
+    release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
     return false;
   }
   gpumem__counters_allocated(&pool->stats, bytes);
@@ -744,7 +740,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow(pool_resource *pool, size_t b
   gpumem_status status = set_for(pool, stream, &set);
   if (status == GPUMEM_OK && alignment == GPUMEM_DEFAULT_ALIGNMENT &&
       (block = cache_pop(set, size))) {
-    block->is_free = BLOCK_ALLOCATED;
+    block->state = GPUMEM__BLOCK_ALLOCATED;
   } else if (status == GPUMEM_OK) {
     status = find_block(pool, set, search, &block, &why);
     if (status == GPUMEM_OK && block)
@@ -797,7 +793,7 @@ static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, s
     return allocate_from_index(pool, set, bytes, size, stream, ptr);
   if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(&pool->live)))
     return allocate_unpop(pool, set, block, bytes, size, stream, ptr); /* the map must grow */
-  block->is_free = BLOCK_ALLOCATED;
+  block->state = GPUMEM__BLOCK_ALLOCATED;
   block->requested = bytes;
   gpumem__block_map_put(&pool->live, block);
   gpumem__counters_allocated(&pool->stats, bytes);
@@ -843,7 +839,7 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
   }
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
-  release_block(pool, set, block, sealing ? BLOCK_SEALED : BLOCK_OPEN);
+  release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
   if (!sealing)
     set->open_frees++;
   return GPUMEM_OK;
@@ -1084,7 +1080,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
       gpumem__free_index_insert(index, block);
     }
     if (piece->size > b - a && !(after = split(pool, piece, b - a))) {
-      release_block(pool, set, piece, BLOCK_SEALED);
+      release_block(pool, set, piece, GPUMEM__BLOCK_SEALED);
       block = NULL;
       break;
     }
@@ -1094,7 +1090,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
        * whole is filed back (merging with the front piece, which is). */
       if (after)
         merge_next(pool, piece, after);
-      release_block(pool, set, piece, BLOCK_SEALED);
+      release_block(pool, set, piece, GPUMEM__BLOCK_SEALED);
       return status;
     }
     unlink_block(pool, piece);
