@@ -177,7 +177,8 @@ static gpumem__block_state growth_state(const pool_resource *pool, const free_se
 }
 
 static gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
-  return block->state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
+  return block->state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region]
+                                              : &set->open[block->region];
 }
 
 static bool free_in(const gpumem__block *block, const free_set *set, gpumem__block_state state) {
@@ -516,9 +517,8 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   size_t rounded = (size + rounding - 1) / rounding * rounding;
   /* The least step: over vmm whole granules, which is what gets mapped whatever is asked
    * (no overflow: the rounding is a multiple of the granularity). */
-  size_t least = pool->grows_in_place
-                     ? gpumem__align_up(size, pool->header.upstream->caps.granularity)
-                     : size;
+  size_t least =
+      pool->grows_in_place ? gpumem__align_up(size, pool->header.upstream->caps.granularity) : size;
   size_t max = pool->options.maximum_size;
   if (max) {
     uint64_t reserved = gpumem__counters_reserved(&pool->stats);
@@ -549,8 +549,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
     bool tail_grows = tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
                       !growth_step(pool, size - tail->size, &shortfall);
     size_t wanted = tail_grows ? shortfall : full;
-    if ((tail_grows || !full_why) &&
-        up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+    if ((tail_grows || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
       *taken = wanted;
       return GPUMEM_OK;
     }
@@ -730,9 +729,9 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
 
 /* Allocation in full: any stream, alignment, growth, and the failures. Called with the lock
  * held; releases it. */
-GPUMEM_NOINLINE static gpumem_status allocate_slow(pool_resource *pool, size_t bytes, size_t size,
-                                                   size_t alignment, gpumem_stream stream,
-                                                   void **ptr) {
+GPUMEM_NOINLINE static gpumem_status allocate_slow_then_unlock(pool_resource *pool, size_t bytes,
+                                                               size_t size, size_t alignment,
+                                                               gpumem_stream stream, void **ptr) {
   size_t search = size + (alignment - GPUMEM_DEFAULT_ALIGNMENT);
   const char *why = "the host is out of memory for the pool's bookkeeping";
   free_set *set;
@@ -757,10 +756,11 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow(pool_resource *pool, size_t b
   return status;
 }
 
-/* Allocation from the free index of the last call's set; allocate_slow when nothing fits.
- * Called with the lock held; releases it. */
-static gpumem_status allocate_from_index(pool_resource *pool, free_set *set, size_t bytes,
-                                         size_t size, gpumem_stream stream, void **ptr) {
+/* Allocation from the free index of the last call's set; allocate_slow_then_unlock when nothing
+ * fits. Called with the lock held; releases it. */
+static gpumem_status allocate_from_index_then_unlock(pool_resource *pool, free_set *set,
+                                                     size_t bytes, size_t size,
+                                                     gpumem_stream stream, void **ptr) {
   gpumem__block *block = find_in_set(set, region_for(pool, size), size);
   if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
       GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
@@ -768,31 +768,34 @@ static gpumem_status allocate_from_index(pool_resource *pool, free_set *set, siz
     *ptr = (void *)block->addr;
     return GPUMEM_OK;
   }
-  return allocate_slow(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+  return allocate_slow_then_unlock(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 }
 
 /* A cached block back to the cache it came from, when the live map must grow first. */
-GPUMEM_COLD static gpumem_status allocate_unpop(pool_resource *pool, free_set *set,
-                                                gpumem__block *block, size_t bytes, size_t size,
-                                                gpumem_stream stream, void **ptr) {
+GPUMEM_COLD static gpumem_status unpop_and_allocate_then_unlock(pool_resource *pool, free_set *set,
+                                                                gpumem__block *block, size_t bytes,
+                                                                size_t size, gpumem_stream stream,
+                                                                void **ptr) {
   cache_insert(set, block);
-  return allocate_slow(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+  return allocate_slow_then_unlock(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 }
 
 /* Allocation with the lock held, which it releases. The common cases come first: the
  * stream of the last call with default alignment, from the cache; every call in this
  * function is its last act, so the path through the cache saves no registers. */
-static inline gpumem_status allocate_locked(pool_resource *pool, size_t bytes, size_t alignment,
-                                            gpumem_stream stream, void **ptr) {
+static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t bytes,
+                                                 size_t alignment, gpumem_stream stream,
+                                                 void **ptr) {
   size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
   free_set *set = pool->last_set;
   if (GPUMEM_UNLIKELY(!set || set->stream != stream || alignment != GPUMEM_DEFAULT_ALIGNMENT))
-    return allocate_slow(pool, bytes, size, alignment, stream, ptr);
+    return allocate_slow_then_unlock(pool, bytes, size, alignment, stream, ptr);
   gpumem__block *block = cache_pop(set, size);
   if (!block)
-    return allocate_from_index(pool, set, bytes, size, stream, ptr);
+    return allocate_from_index_then_unlock(pool, set, bytes, size, stream, ptr);
   if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(&pool->live)))
-    return allocate_unpop(pool, set, block, bytes, size, stream, ptr); /* the map must grow */
+    return unpop_and_allocate_then_unlock(pool, set, block, bytes, size, stream,
+                                          ptr); /* the map must grow */
   block->state = GPUMEM__BLOCK_ALLOCATED;
   block->requested = bytes;
   gpumem__block_map_put(&pool->live, block);
@@ -807,7 +810,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t
                                                      size_t alignment, gpumem_stream stream,
                                                      void **ptr) {
   gpumem__biased_lock_take_shared(&pool->lock);
-  return allocate_locked(pool, bytes, alignment, stream, ptr);
+  return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
 static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
@@ -815,7 +818,7 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
   pool_resource *pool = (pool_resource *)mr;
   if (GPUMEM_UNLIKELY(!gpumem__biased_lock_try_as_owner(&pool->lock)))
     return allocate_shared(pool, bytes, alignment, stream, ptr);
-  return allocate_locked(pool, bytes, alignment, stream, ptr);
+  return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
 /* Frees `block` (taken from the live map, its size checked) on `stream`; on failure puts
@@ -847,8 +850,8 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
 
 /* A free the pool refuses: `block` (taken from the live map, or NULL) was not allocated
  * with `bytes`. Called with the lock held; releases it. */
-GPUMEM_COLD static gpumem_status refuse_free(pool_resource *pool, gpumem__block *block, void *ptr,
-                                             size_t bytes, bool *owned) {
+GPUMEM_COLD static gpumem_status refuse_free_then_unlock(pool_resource *pool, gpumem__block *block,
+                                                         void *ptr, size_t bytes, bool *owned) {
   size_t requested = block ? block->requested : 0;
   if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
     gpumem__block_map_insert(&pool->live, block);
@@ -881,11 +884,11 @@ static gpumem_status free_and_unlock(pool_resource *pool, gpumem__block *block, 
 /* deallocate with the lock held, which it releases. The common case, a small block freed
  * on the stream of the last call, goes into the cache without a call; every other call is
  * the function's last act. */
-static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, size_t bytes,
-                                              gpumem_stream stream, bool *owned) {
+static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *ptr, size_t bytes,
+                                                   gpumem_stream stream, bool *owned) {
   gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
   if (GPUMEM_UNLIKELY(!block || block->requested != bytes))
-    return refuse_free(pool, block, ptr, bytes, owned);
+    return refuse_free_then_unlock(pool, block, ptr, bytes, owned);
   free_set *set = pool->last_set;
   if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
     return free_and_unlock(pool, block, bytes, stream, owned);
@@ -900,7 +903,7 @@ static inline gpumem_status deallocate_locked(pool_resource *pool, void *ptr, si
 GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
                                                        gpumem_stream stream, bool *owned) {
   gpumem__biased_lock_take_shared(&pool->lock);
-  return deallocate_locked(pool, ptr, bytes, stream, owned);
+  return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
 }
 
 /* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK
@@ -909,7 +912,7 @@ static inline gpumem_status deallocate(pool_resource *pool, void *ptr, size_t by
                                        gpumem_stream stream, bool *owned) {
   if (GPUMEM_UNLIKELY(!gpumem__biased_lock_try_as_owner(&pool->lock)))
     return deallocate_shared(pool, ptr, bytes, stream, owned);
-  return deallocate_locked(pool, ptr, bytes, stream, owned);
+  return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
 }
 
 static gpumem_status pool_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
@@ -1285,8 +1288,7 @@ gpumem_status gpumem_pool_create(gpumem_resource *upstream, const gpumem_pool_op
                         upstream ? "out" : "the upstream resource");
   gpumem_pool_options options = opts ? *opts : (gpumem_pool_options){0};
   if (options.initial_size == 0) {
-    gpumem_status status =
-        default_initial_size(upstream, &options.initial_size);
+    gpumem_status status = default_initial_size(upstream, &options.initial_size);
     if (status != GPUMEM_OK)
       return gpumem__fail_context(status, "gpumem_pool_create: reading the device's memory");
     if (options.maximum_size && options.initial_size > options.maximum_size)
