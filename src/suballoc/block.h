@@ -19,6 +19,17 @@
 
 typedef struct gpumem__block gpumem__block;
 
+/* What a block is now: allocated, or how the pool keeps it free: in its free set's index,
+ * open (only the set's stream may reuse it) or sealed (covered by the set's event, free for
+ * any stream that waits on it), or whole in the set's cache (not merged with its
+ * neighbours). A zeroed block is allocated. */
+typedef enum gpumem__block_state {
+  GPUMEM__BLOCK_ALLOCATED = 0,
+  GPUMEM__BLOCK_OPEN = 1,
+  GPUMEM__BLOCK_SEALED = 2,
+  GPUMEM__BLOCK_CACHED = 3,
+} gpumem__block_state;
+
 /* One cache line: the hot paths touch a block and its neighbours, nothing else. */
 struct gpumem__block {
   uintptr_t addr;
@@ -32,9 +43,9 @@ struct gpumem__block {
     };
     size_t requested; /* while allocated: the size the user asked for */
   };
-  void *owner;     /* the suballocator part that holds the block (the pool's free set) */
-  uint8_t is_free; /* 0 while allocated; the suballocator's free states otherwise */
-  uint8_t region;  /* the part of the suballocator's memory it belongs to */
+  void *owner; /* the suballocator part that holds the block (the pool's free set) */
+  gpumem__block_state state : 8; /* a byte, to keep the block in one cache line */
+  uint8_t region;                /* the part of the suballocator's memory it belongs to */
   /* While in a free index: the class it is filed under, so that removing or refiling it
    * never recomputes the class of its old size; while the index is flat, its place in the
    * index's arrays. */
@@ -45,6 +56,7 @@ struct gpumem__block {
     uint8_t index_slot;
   };
 };
+_Static_assert(sizeof(gpumem__block) == 64, "a block is one cache line");
 
 /* ---- slab of block structs ---- */
 

@@ -11,9 +11,9 @@
  * was made as, so pieces are what lets a pool's trim give back the free middle of a growth
  * step whose ends are in use; their size weighs that against the driver calls each piece
  * costs when memory is mapped. */
+#include "core/counters.h"
 #include "core/sorted.h"
 #include "device/device.h"
-#include "suballoc/suballoc.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ typedef struct vmm_resource {
   uintptr_t base;
   gpumem__sorted free_ranges; /* of va_range, by address, never adjacent */
   gpumem__sorted mappings;    /* of mapping, by address */
-  gpumem__suballoc_stats stats;
+  gpumem__memory_counters stats;
 } vmm_resource;
 
 static va_range *range_at(const vmm_resource *self, size_t at) {
@@ -159,8 +159,8 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
   }
   gpumem__sorted_remove_range(&self->mappings, at, count);
   give_range(self, addr, size);
-  gpumem__stats_sub_reserved(&self->stats, size);
-  gpumem__stats_bump(&self->stats.live_bytes, -(uint64_t)*requested);
+  gpumem__counters_sub_reserved(&self->stats, size);
+  gpumem__counters_bump(&self->stats.live_bytes, -(uint64_t)*requested);
   return GPUMEM_OK;
 }
 
@@ -242,8 +242,8 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
       return gpumem__fail_out_of_memory(mr, bytes, "the device has no more physical memory");
     return gpumem__fail_context(status, "vmm: mapping %zu bytes", size);
   }
-  gpumem__stats_add_reserved(&self->stats, size);
-  gpumem__stats_allocated(&self->stats, bytes);
+  gpumem__counters_add_reserved(&self->stats, size);
+  gpumem__counters_allocated(&self->stats, bytes);
   pthread_mutex_unlock(&self->lock);
   *ptr = (void *)addr;
   return GPUMEM_OK;
@@ -285,7 +285,7 @@ static gpumem_status vmm_deallocate(gpumem_resource *mr, void *ptr, size_t bytes
                             "allocated with %zu bytes",
                             ptr, bytes, allocated);
     else if ((status = unmap_pieces(self, at, count, stream, &requested)) == GPUMEM_OK)
-      gpumem__stats_bump(&self->stats.live_count, (uint64_t)-1);
+      gpumem__counters_bump(&self->stats.live_count, (uint64_t)-1);
   }
   pthread_mutex_unlock(&self->lock);
   return status;
@@ -318,7 +318,7 @@ static gpumem_status vmm_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_
       if (front_stays)
         mapping_at(self, at - 1)->ends_allocation = true;
       *allocations_added = (int)front_stays + (int)back_stays - 1;
-      gpumem__stats_bump(&self->stats.live_count, (uint64_t)(int64_t)*allocations_added);
+      gpumem__counters_bump(&self->stats.live_count, (uint64_t)(int64_t)*allocations_added);
     }
   }
   pthread_mutex_unlock(&self->lock);
@@ -326,7 +326,7 @@ static gpumem_status vmm_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_
 }
 
 static gpumem_status vmm_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
-  return gpumem__stats_query(&((const vmm_resource *)mr)->stats, what, out);
+  return gpumem__counters_query(&((const vmm_resource *)mr)->stats, what, out);
 }
 
 static void vmm_describe(const gpumem_resource *mr, char *buf, size_t size) {
@@ -425,7 +425,7 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
   self->granularity = granularity;
   self->free_ranges = (gpumem__sorted)GPUMEM__SORTED_INIT(va_range);
   self->mappings = (gpumem__sorted)GPUMEM__SORTED_INIT(mapping);
-  gpumem__stats_init(&self->stats);
+  gpumem__counters_init(&self->stats);
   void *base = NULL;
   status = dev->vmm_reserve(device, options.reserve_size, granularity, &base);
   if (status == GPUMEM_OK) {

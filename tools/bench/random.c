@@ -239,9 +239,10 @@ typedef struct thread_run {
 
 /* Each repetition: warm-up, then the barrier, then the timed pass, then the barrier again.
  * The threads live through every repetition, as a program's workers do: a pool's lock is
- * biased to the thread that uses it (see spinlock.h), and a new thread taking a stream's
- * pool over from one that ended would revoke that bias for good. A thread whose pass
- * failed still waits at every barrier, so that the others are not left waiting forever. */
+ * biased to the thread that uses it (see core/biased_lock.h), and a new thread taking a
+ * stream's pool over from one that ended would revoke that bias for good. A thread whose
+ * pass failed still waits at every barrier, so that the others are not left waiting
+ * forever. */
 static void *thread_main(void *arg) {
   thread_run *t = arg;
   uint64_t unused_ns;

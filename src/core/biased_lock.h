@@ -1,4 +1,6 @@
-/* spinlock.h: the lock of the allocation hot paths.
+/* biased_lock.h: the lock of the allocation hot paths: biased to the first thread that
+ * takes it, and for every thread once that bias is revoked, a lock whose waiters spin
+ * briefly and then sleep. (Not a spinlock: waiters must not keep spinning, see below.)
  *
  * An uncontended pthread mutex costs about as much as a whole pool allocation should, and
  * even one atomic exchange costs 10 to 20 ns on some server processors, where it waits for
@@ -22,8 +24,8 @@
  *
  * Locks are never biased without membarrier (other systems, old kernels, seccomp) or under
  * ThreadSanitizer, which cannot see that barrier. A zeroed lock is unlocked and unbiased. */
-#ifndef GPUMEM_SPINLOCK_H
-#define GPUMEM_SPINLOCK_H
+#ifndef GPUMEM_CORE_BIASED_LOCK_H
+#define GPUMEM_CORE_BIASED_LOCK_H
 
 #include <pthread.h>
 #include <sched.h>
@@ -34,19 +36,19 @@
 /* States of the shared lock. */
 enum { GPUMEM__UNLOCKED = 0, GPUMEM__LOCKED = 1, GPUMEM__LOCKED_WAITERS = 2 };
 
-typedef struct gpumem__spinlock {
+typedef struct gpumem__biased_lock {
   atomic_int locked;       /* the shared lock: GPUMEM__UNLOCKED, _LOCKED or _LOCKED_WAITERS */
   atomic_int owner_inside; /* the owner holds the lock through its bias */
   atomic_int revoked;      /* the bias is gone: everyone takes the shared lock */
   atomic_uintptr_t owner;  /* the thread the lock is biased to; 0 before its first taker */
-} gpumem__spinlock;
+} gpumem__biased_lock;
 
 /* Whether locks may be biased in this process (membarrier registered, no ThreadSanitizer). */
-bool gpumem__spin_bias_supported(void);
-/* Takes the shared lock (and biases or revokes); the slow path of gpumem__spin_lock. */
-void gpumem__spin_lock_shared(gpumem__spinlock *lock);
+bool gpumem__biased_lock_can_bias(void);
+/* Takes the shared lock (and biases or revokes); the slow path of gpumem__biased_lock_take. */
+void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock);
 /* Wakes one thread asleep on the shared lock, which was just released. */
-void gpumem__spin_wake(gpumem__spinlock *lock);
+void gpumem__biased_lock_wake(gpumem__biased_lock *lock);
 
 #if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
 #if __has_builtin(__builtin_thread_pointer)
@@ -73,9 +75,10 @@ static inline void gpumem__cpu_relax(void) {
 }
 
 /* Takes the lock through its bias when this thread owns it and it is not revoked; false
- * otherwise (nothing taken then: the caller takes it with gpumem__spin_lock_shared). Hot
- * paths use it to keep the call of the shared path out of line. */
-static inline bool gpumem__spin_try_biased(gpumem__spinlock *lock) {
+ * otherwise (nothing taken then: the caller takes it with
+ * gpumem__biased_lock_take_shared). Hot paths use it to keep the call of the shared path
+ * out of line. */
+static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
   if (atomic_load_explicit(&lock->owner, memory_order_relaxed) != gpumem__thread_token())
     return false;
   atomic_store_explicit(&lock->owner_inside, 1, memory_order_relaxed);
@@ -87,12 +90,12 @@ static inline bool gpumem__spin_try_biased(gpumem__spinlock *lock) {
   return false;
 }
 
-static inline void gpumem__spin_lock(gpumem__spinlock *lock) {
-  if (!gpumem__spin_try_biased(lock))
-    gpumem__spin_lock_shared(lock);
+static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
+  if (!gpumem__biased_lock_try_as_owner(lock))
+    gpumem__biased_lock_take_shared(lock);
 }
 
-static inline void gpumem__spin_unlock(gpumem__spinlock *lock) {
+static inline void gpumem__biased_lock_release(gpumem__biased_lock *lock) {
   /* Only the owner ever sets owner_inside, so the flag is this thread's when the lock is
    * biased to it. */
   if (atomic_load_explicit(&lock->owner_inside, memory_order_relaxed) &&
@@ -102,7 +105,7 @@ static inline void gpumem__spin_unlock(gpumem__spinlock *lock) {
   }
   if (atomic_exchange_explicit(&lock->locked, GPUMEM__UNLOCKED, memory_order_release) ==
       GPUMEM__LOCKED_WAITERS)
-    gpumem__spin_wake(lock);
+    gpumem__biased_lock_wake(lock);
 }
 
-#endif /* GPUMEM_SPINLOCK_H */
+#endif /* GPUMEM_CORE_BIASED_LOCK_H */

@@ -1,6 +1,7 @@
-/* spinlock.c: the slow paths of the biased spinlock (see spinlock.h): the shared lock, the
- * first bias, the revocation, and whether this process can bias at all. */
-#include "core/spinlock.h"
+/* biased_lock.c: the slow paths of the biased lock (see biased_lock.h): the shared lock (a
+ * short spin, then a futex sleep), the first bias, the revocation, and whether this
+ * process can bias at all. */
+#include "core/biased_lock.h"
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -52,14 +53,14 @@ static bool barrier_on_every_thread(void) {
 }
 #endif
 
-bool gpumem__spin_bias_supported(void) {
+bool gpumem__biased_lock_can_bias(void) {
   pthread_once(&bias_once, detect_bias_support);
   return bias_supported;
 }
 
 /* Sleeps while the shared lock reads GPUMEM__LOCKED_WAITERS (returns at once if it has
  * changed already, or spuriously); elsewhere than Linux, gives the processor up once. */
-static void sleep_on(gpumem__spinlock *lock) {
+static void sleep_on(gpumem__biased_lock *lock) {
 #if defined(__linux__) && defined(SYS_futex)
   syscall(SYS_futex, &lock->locked, FUTEX_WAIT_PRIVATE, GPUMEM__LOCKED_WAITERS, NULL, NULL, 0);
 #else
@@ -67,7 +68,7 @@ static void sleep_on(gpumem__spinlock *lock) {
 #endif
 }
 
-void gpumem__spin_wake(gpumem__spinlock *lock) {
+void gpumem__biased_lock_wake(gpumem__biased_lock *lock) {
 #if defined(__linux__) && defined(SYS_futex)
   syscall(SYS_futex, &lock->locked, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 #else
@@ -81,7 +82,7 @@ void gpumem__spin_wake(gpumem__spinlock *lock) {
  * one too few a thread that never wakes). Spinners take a free lock even while others
  * sleep: queueing every newcomer behind the sleepers made each handover wait for a wake-up,
  * and four threads on one pool ran a third slower. */
-static void take_shared(gpumem__spinlock *lock) {
+static void take_shared(gpumem__biased_lock *lock) {
   for (unsigned spins = 0; spins < 1024; spins++) {
     int state = atomic_load_explicit(&lock->locked, memory_order_relaxed);
     if (state == GPUMEM__UNLOCKED &&
@@ -95,7 +96,7 @@ static void take_shared(gpumem__spinlock *lock) {
     sleep_on(lock);
 }
 
-void gpumem__spin_lock_shared(gpumem__spinlock *lock) {
+void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
   take_shared(lock);
   if (atomic_load_explicit(&lock->revoked, memory_order_relaxed))
     return;
@@ -104,7 +105,7 @@ void gpumem__spin_lock_shared(gpumem__spinlock *lock) {
   if (owner == 0) {
     /* The first taker: nobody else is inside (they would hold the shared lock), and from
      * now on this thread enters without it. */
-    if (gpumem__spin_bias_supported())
+    if (gpumem__biased_lock_can_bias())
       atomic_store_explicit(&lock->owner, self, memory_order_relaxed);
     else
       atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);

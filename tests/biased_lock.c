@@ -1,4 +1,4 @@
-/* spinlock.c: the biased spinlock of the hot paths (src/core/spinlock.h).
+/* biased_lock.c: the biased lock of the hot paths (src/core/biased_lock.h).
  *
  * - Its first taker becomes its owner where the process can bias, and a second thread
  *   revokes the bias for good; where it cannot (ThreadSanitizer, no membarrier), nothing is
@@ -12,7 +12,7 @@
  *   again, all finish and lose no update.
  * Needs no device; it runs under the simulated device's label. */
 #include "check.h"
-#include "core/spinlock.h"
+#include "core/biased_lock.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -22,26 +22,26 @@
 
 /* ---- bias and revocation ---- */
 
-static gpumem__spinlock shared_lock;
+static gpumem__biased_lock shared_lock;
 
 static void *lock_once(void *arg) {
   (void)arg;
-  gpumem__spin_lock(&shared_lock);
-  gpumem__spin_unlock(&shared_lock);
+  gpumem__biased_lock_take(&shared_lock);
+  gpumem__biased_lock_release(&shared_lock);
   return NULL;
 }
 
 static void test_bias_and_revocation(void) {
-  gpumem__spin_lock(&shared_lock);
-  gpumem__spin_unlock(&shared_lock);
-  if (gpumem__spin_bias_supported()) {
+  gpumem__biased_lock_take(&shared_lock);
+  gpumem__biased_lock_release(&shared_lock);
+  if (gpumem__biased_lock_can_bias()) {
     CHECK(atomic_load(&shared_lock.owner) == gpumem__thread_token());
     CHECK_EQ(atomic_load(&shared_lock.revoked), 0);
     /* Taken through the bias: the shared lock stays free. */
-    gpumem__spin_lock(&shared_lock);
+    gpumem__biased_lock_take(&shared_lock);
     CHECK_EQ(atomic_load(&shared_lock.owner_inside), 1);
     CHECK_EQ(atomic_load(&shared_lock.locked), 0);
-    gpumem__spin_unlock(&shared_lock);
+    gpumem__biased_lock_release(&shared_lock);
     CHECK_EQ(atomic_load(&shared_lock.owner_inside), 0);
   }
   pthread_t other;
@@ -49,13 +49,13 @@ static void test_bias_and_revocation(void) {
   CHECK_EQ(pthread_join(other, NULL), 0);
   CHECK_EQ(atomic_load(&shared_lock.revoked), 1);
   /* The former owner now takes the shared lock like everyone. */
-  gpumem__spin_lock(&shared_lock);
+  gpumem__biased_lock_take(&shared_lock);
   CHECK_EQ(atomic_load(&shared_lock.locked), 1);
   CHECK_EQ(atomic_load(&shared_lock.owner_inside), 0);
-  gpumem__spin_unlock(&shared_lock);
+  gpumem__biased_lock_release(&shared_lock);
   CHECK_EQ(atomic_load(&shared_lock.locked), 0);
   printf("bias %s; revoked by a second thread\n",
-         gpumem__spin_bias_supported() ? "taken by the first taker" : "not supported here");
+         gpumem__biased_lock_can_bias() ? "taken by the first taker" : "not supported here");
 }
 
 /* ---- mutual exclusion across the revocation ---- */
@@ -65,7 +65,7 @@ static void test_bias_and_revocation(void) {
 enum { rounds = 100, contenders = 3, increments = 50, owner_spin = 20000, contender_spin = 100 };
 
 typedef struct race {
-  gpumem__spinlock lock;
+  gpumem__biased_lock lock;
   /* Plain memory: only the lock orders the read-modify-writes. */
   unsigned long counter;
   int increments_each; /* by each contender */
@@ -74,12 +74,12 @@ typedef struct race {
 
 /* One read-modify-write of the counter, spread out so that an overlap would lose updates. */
 static void increment(race *r, int spin_count) {
-  gpumem__spin_lock(&r->lock);
+  gpumem__biased_lock_take(&r->lock);
   unsigned long value = r->counter;
   for (volatile int spin = 0; spin < spin_count; spin++)
     ;
   r->counter = value + 1;
-  gpumem__spin_unlock(&r->lock);
+  gpumem__biased_lock_release(&r->lock);
 }
 
 static void *contend(void *arg) {
@@ -120,9 +120,9 @@ static void test_exclusion_across_revocation(void) {
 /* ---- after fork ---- */
 
 static void test_revocation_after_fork(void) {
-  static gpumem__spinlock lock;
-  gpumem__spin_lock(&lock); /* biased to this thread of the parent */
-  gpumem__spin_unlock(&lock);
+  static gpumem__biased_lock lock;
+  gpumem__biased_lock_take(&lock); /* biased to this thread of the parent */
+  gpumem__biased_lock_release(&lock);
   fflush(stdout);
   pid_t child = fork();
   CHECK(child >= 0);
@@ -181,7 +181,7 @@ static void test_waiter_sleeps_until_woken(void) {
   increment(&r, 0);
   CHECK_EQ(pthread_create(&other, NULL, take_and_count, &r), 0);
   CHECK_EQ(pthread_join(other, NULL), 0);
-  gpumem__spin_lock(&r.lock);
+  gpumem__biased_lock_take(&r.lock);
 #if defined(__linux__)
   atomic_store(&sleeper_tid, 0);
   CHECK_EQ(pthread_create(&other, NULL, publish_tid_then_take, &r), 0);
@@ -203,7 +203,7 @@ static void test_waiter_sleeps_until_woken(void) {
   CHECK_EQ(state, 'S');
 #endif
   CHECK_U64_EQ(r.counter, 2);
-  gpumem__spin_unlock(&r.lock); /* wakes it */
+  gpumem__biased_lock_release(&r.lock); /* wakes it */
   CHECK_EQ(pthread_join(other, NULL), 0);
   CHECK_U64_EQ(r.counter, 3);
   CHECK_EQ(atomic_load(&r.lock.locked), GPUMEM__UNLOCKED);

@@ -1,0 +1,40 @@
+/* pool_cache.c: the slow paths of the pool's cache of freed blocks (see pool.c for what the
+ * cache is for; its fast paths, taking and filing a block, are in line in pool_internal.h):
+ * merging cached blocks into the free index, all of them when the cache is full or the pool
+ * is about to grow, wait or answer a free-memory query, or one larger block when a request
+ * finds nothing else. */
+#include "suballoc/pool_internal.h"
+
+void gpumem__pool_flush_cache(pool_resource *pool, free_set *set) {
+  for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES && set->cached_count > 0; c++) {
+    gpumem__block *block = set->cached[c];
+    while (block) {
+      gpumem__block *next = block->next_free;
+      release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+      set->cached_count--;
+      block = next;
+    }
+    set->cached[c] = NULL;
+  }
+}
+
+/* Classes are scanned in order: this runs only when the free index had nothing for the
+ * request. */
+gpumem__block *gpumem__pool_uncache_larger(pool_resource *pool, free_set *set, size_t size) {
+  size_t first =
+      size < GPUMEM__POOL_CACHE_LIMIT ? cache_class(size) + 1 : GPUMEM__POOL_CACHE_CLASSES;
+  for (size_t c = first; c < GPUMEM__POOL_CACHE_CLASSES; c++) {
+    gpumem__block *block = set->cached[c];
+    if (block) {
+      set->cached[c] = block->next_free;
+      set->cached_count--;
+      return release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+    }
+  }
+  return NULL;
+}
+
+void gpumem__pool_flush_caches(pool_resource *pool) {
+  for (size_t i = 1; i < pool->set_count; i++)
+    gpumem__pool_flush_cache(pool, pool->sets[i]);
+}

@@ -1,0 +1,137 @@
+/* pool_growth.c: where the pool's memory comes from. Growth takes chunks from the upstream,
+ * rounded up and within the pool's maximum; over an upstream that places memory at chosen
+ * addresses (vmm, or an adaptor that forwards placement), each region grows in place right
+ * after its highest block, and only by the shortfall past a free last block, so that
+ * growth steps coalesce. This file and pool_trim.c are the only parts of the pool that
+ * speak to the upstream's placement capability. */
+#include "suballoc/pool_internal.h"
+
+/* Growth steps round up to this where the upstream does not place memory, and the default
+ * initial size down to it. */
+#define GROWTH_ROUNDING ((size_t)2 << 20)
+
+/* How much to ask of the upstream for `size` bytes: rounded up to the growth rounding (by
+ * division: it need not be a power of two) within the maximum. NULL and *step, or why not. */
+static const char *growth_step(const pool_resource *pool, size_t size, size_t *step) {
+  size_t rounding = pool->growth_rounding;
+  if (size > SIZE_MAX - rounding)
+    return "the request is larger than any pool can hold";
+  size_t rounded = (size + rounding - 1) / rounding * rounding;
+  /* The least step: growing in place, whole granules, which is what gets mapped whatever
+   * is asked (no overflow: the rounding is a multiple of the granularity). */
+  size_t least =
+      pool->grows_in_place ? gpumem__align_up(size, pool->header.upstream->caps.granularity) : size;
+  size_t max = pool->options.maximum_size;
+  if (max) {
+    uint64_t reserved = gpumem__counters_reserved(&pool->stats);
+    if (reserved >= max || max - reserved < least)
+      return "the pool has reached its maximum size";
+    if (rounded > max - reserved)
+      rounded = least;
+  }
+  *step = rounded;
+  return NULL;
+}
+
+/* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the
+ * region's last block; if that block is free in `set`, the two merge and only the shortfall
+ * is asked for. Otherwise, or when that address range is taken, the full step goes wherever
+ * the upstream puts it. */
+static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set *set, size_t size,
+                                        void **memory, size_t *taken, const char **why) {
+  size_t full = 0;
+  /* Near the maximum the shortfall may fit where the full step does not: the full step's
+   * refusal counts only where the shortfall does not apply. */
+  const char *full_why = growth_step(pool, size, &full);
+  gpumem_resource *up = pool->header.upstream;
+  const gpumem__block *tail = r->tail;
+  uintptr_t next = tail ? tail->addr + tail->size : r->base;
+  if (pool->grows_in_place && next) {
+    size_t shortfall = 0;
+    bool tail_grows = tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
+                      !growth_step(pool, size - tail->size, &shortfall);
+    size_t wanted = tail_grows ? shortfall : full;
+    if ((tail_grows || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+      *taken = wanted;
+      return GPUMEM_OK;
+    }
+  }
+  if ((*why = full_why))
+    return GPUMEM_ERR_OUT_OF_MEMORY;
+  *taken = full;
+  *why = "its upstream could not give more memory";
+  return up->ops->allocate(up, full, GPUMEM_DEFAULT_ALIGNMENT, set->stream, memory);
+}
+
+gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
+                                const char **why, gpumem__block **grown_block) {
+  gpumem__block *block = gpumem__block_new(&pool->slab);
+  if (!block) {
+    *why = "the host is out of memory for the pool's bookkeeping";
+    return GPUMEM_ERR_OUT_OF_MEMORY;
+  }
+  region *r = &pool->regions[ri];
+  void *memory;
+  size_t step = 0;
+  gpumem_status status = take_from_upstream(pool, r, set, size, &memory, &step, why);
+  chunk grown = {(uintptr_t)memory, step};
+  if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
+    gpumem_resource *up = pool->header.upstream;
+    up->ops->deallocate(up, memory, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
+    *why = "the host is out of memory for the pool's bookkeeping";
+    status = GPUMEM_ERR_OUT_OF_MEMORY;
+  }
+  if (status != GPUMEM_OK) {
+    gpumem__block_delete(&pool->slab, block);
+    return status;
+  }
+  block->addr = (uintptr_t)memory;
+  block->size = step;
+  block->region = (uint8_t)ri;
+  gpumem__block *last = r->tail;
+  if (pool->grows_in_place && last && last->addr + last->size == block->addr) {
+    block->prev_addr = last;
+    last->next_addr = block;
+  }
+  /* The region's growth follows its highest chunk, wherever the upstream put it. */
+  if (!last || block->addr > last->addr)
+    r->tail = block;
+  gpumem__counters_add_reserved(&pool->stats, step);
+  *grown_block = release_block(pool, set, block, growth_state(pool, set));
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem__pool_default_initial_size(const gpumem_resource *upstream, size_t *size) {
+  gpumem_memory_kind memory = upstream->caps.memory;
+  *size = 0;
+  if (gpumem__places_at_address(upstream) || memory == GPUMEM_MEMORY_PINNED_HOST ||
+      memory == GPUMEM_MEMORY_HOST)
+    return GPUMEM_OK;
+  size_t free_bytes, total_bytes;
+  gpumem_status status = upstream->dev->mem_info(upstream->device, &free_bytes, &total_bytes);
+  if (status == GPUMEM_OK)
+    *size = (free_bytes / 2) & ~(GROWTH_ROUNDING - 1);
+  return status;
+}
+
+void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstream,
+                              size_t growth_rounding, size_t fixed_block) {
+  pool->grows_in_place = gpumem__places_at_address(upstream);
+  pool->growth_rounding = growth_rounding ? growth_rounding : GROWTH_ROUNDING;
+  if (!pool->grows_in_place)
+    return;
+  /* Growth steps are whole granules (by default one), or the upstream would map more than
+   * the pool counts. */
+  size_t granularity = upstream->caps.granularity;
+  pool->growth_rounding =
+      growth_rounding ? gpumem__align_up(growth_rounding, granularity) : granularity;
+  /* Large requests grow up from the start of the upstream's range, small ones from its
+   * middle; a pool of equal blocks has no small requests to keep apart. */
+  uintptr_t base = upstream->caps.range_base;
+  size_t size = upstream->caps.range_size;
+  pool->regions[GPUMEM__POOL_REGION_LARGE].base = base;
+  pool->piece_origin = base;
+  pool->piece_size = upstream->caps.piece_size;
+  pool->regions[GPUMEM__POOL_REGION_SMALL].base = base + size / 2 / granularity * granularity;
+  pool->split_regions = !fixed_block;
+}

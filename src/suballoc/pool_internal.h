@@ -1,0 +1,351 @@
+/* pool_internal.h: the insides of the pool (pool.c), shared by the files that do its jobs:
+ *   pool.c          allocate and deallocate (the fast paths), creation, queries, destruction
+ *   pool_cache.c    the cache of freed blocks kept whole: its slow paths (merging it)
+ *   pool_streams.c  the free sets of streams: sealing, stealing across streams, folding
+ *   pool_growth.c   chunks from the upstream and growth in place, over an upstream that
+ *                   places memory at chosen addresses
+ *   pool_trim.c     giving free chunks, and free pieces of them, back to the upstream
+ * Only growth and trim speak to the upstream's placement (its capabilities and its
+ * allocate_at and unmap_pieces operations).
+ *
+ * Here are the pool's structs and the operations on blocks and on the cache that the fast
+ * paths need, static inline: the split into files must cost the hot path nothing, and a
+ * call to another translation unit would cost it calls and saved registers that the
+ * compiler, seeing the whole function, leaves out. Everything under the pool's lock. */
+#ifndef GPUMEM_SUBALLOC_POOL_INTERNAL_H
+#define GPUMEM_SUBALLOC_POOL_INTERNAL_H
+
+#include "core/biased_lock.h"
+#include "core/counters.h"
+#include "core/sorted.h"
+#include "suballoc/block.h"
+#include "suballoc/pool.h"
+
+/* How many frees on a stream between two seals: one event record pays for this many. */
+#define GPUMEM__POOL_SEAL_EVERY 16
+
+/* The cache holds blocks under its limit in one list per class of the free index (a power of
+ * two cut in 16: exact sizes under 8 KiB, within 1/16 above), up to GPUMEM__POOL_CACHE_MAX of
+ * them. The limit is that of the small region where the pool grows in place: keeping larger
+ * blocks whole as well moved large placements enough to cost 2 to 4 % more memory on real
+ * traces. */
+#define GPUMEM__POOL_CACHE_LIMIT ((size_t)1 << 20)
+#define GPUMEM__POOL_CACHE_CLASSES 144 /* the classes of sizes under the limit */
+#define GPUMEM__POOL_CACHE_MAX 1024
+/* How many blocks of its class a request looks at for one that is large enough. */
+#define GPUMEM__POOL_CACHE_PROBES 4
+
+/* Regions of a pool that grows in place: requests under GPUMEM__POOL_SMALL_LIMIT get their
+ * own. */
+enum {
+  GPUMEM__POOL_REGION_LARGE = 0,
+  GPUMEM__POOL_REGION_SMALL = 1,
+  GPUMEM__POOL_REGION_COUNT = 2
+};
+#define GPUMEM__POOL_SMALL_LIMIT ((size_t)1 << 20)
+
+typedef struct free_set {
+  gpumem_stream stream;
+  /* Freed on this stream since its last seal: only this stream may reuse them. */
+  gpumem__free_index open[GPUMEM__POOL_REGION_COUNT];
+  /* Covered by `event`: another stream may take them after waiting on it. */
+  gpumem__free_index sealed[GPUMEM__POOL_REGION_COUNT];
+  unsigned open_frees;
+  gpumem__event event; /* recorded on this stream at its last seal */
+  /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
+   * only while the pool has one stream. */
+  gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES];
+  unsigned cached_count;
+} free_set;
+
+/* A region grows from `base` (0: wherever the upstream puts it); growth goes right after its
+ * highest block, `tail`, which it extends. */
+typedef struct region {
+  uintptr_t base;
+  gpumem__block *tail;
+} region;
+
+/* Memory as the upstream handed it out, or what trims left of it. */
+typedef struct chunk {
+  uintptr_t addr;
+  size_t size;
+} chunk;
+
+typedef struct pool_resource {
+  gpumem_resource header;
+  gpumem__biased_lock lock;
+  gpumem_pool_options options;
+  bool grows_in_place; /* the upstream maps growth right after the previous chunk */
+  size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
+  size_t growth_rounding;
+  free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
+  free_set **sets; /* every set, the fresh one first */
+  size_t set_count, set_capacity;
+  free_set *last_set;
+  bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
+  region regions[GPUMEM__POOL_REGION_COUNT];
+  bool split_regions; /* small requests have a region of their own (when growing in place) */
+  gpumem__block_map live;
+  gpumem__block_slab slab;
+  gpumem__sorted chunks; /* of chunk, by address */
+  /* Where the upstream makes memory in pieces (placement capability), trims give back whole
+   * pieces of physical memory, which are cut at every multiple of piece_size from
+   * piece_origin and at chunks' ends; 0: whole chunks only. */
+  size_t piece_size;
+  uintptr_t piece_origin;
+  gpumem__memory_counters stats;
+} pool_resource;
+
+/* ---------------------------------------------------------------------------------------
+ * Blocks
+ * ------------------------------------------------------------------------------------- */
+
+static inline region *region_of(pool_resource *pool, const gpumem__block *block) {
+  return &pool->regions[block->region];
+}
+
+/* The region a request of `size` bytes is served from. */
+static inline size_t region_for(const pool_resource *pool, size_t size) {
+  return pool->split_regions && size < GPUMEM__POOL_SMALL_LIMIT ? GPUMEM__POOL_REGION_SMALL
+                                                                : GPUMEM__POOL_REGION_LARGE;
+}
+
+/* Cuts `block` at `offset`: it keeps the front, the returned new block the rest, in the
+ * same state and set (and in no index). NULL when host memory is exhausted (nothing changed
+ * then). */
+static inline gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t offset) {
+  gpumem__block *rest = gpumem__block_new(&pool->slab);
+  if (!rest)
+    return NULL;
+  rest->addr = block->addr + offset;
+  rest->size = block->size - offset;
+  rest->region = block->region;
+  rest->state = block->state;
+  rest->owner = block->owner;
+  rest->prev_addr = block;
+  rest->next_addr = block->next_addr;
+  if (block->next_addr)
+    block->next_addr->prev_addr = rest;
+  block->next_addr = rest;
+  block->size = offset;
+  region *r = region_of(pool, block);
+  if (r->tail == block)
+    r->tail = rest;
+  return rest;
+}
+
+/* Joins `next` (the block right after `block`) into `block`. */
+static inline void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block *next) {
+  block->size += next->size;
+  block->next_addr = next->next_addr;
+  if (next->next_addr)
+    next->next_addr->prev_addr = block;
+  region *r = region_of(pool, next);
+  if (r->tail == next)
+    r->tail = block;
+  gpumem__block_delete(&pool->slab, next);
+}
+
+static inline bool is_fresh(const pool_resource *pool, const free_set *set) {
+  return set == &pool->fresh;
+}
+
+/* The state new memory joins `set` in: it has no pending work, so it is sealed (free for
+ * all) in the fresh set, and open in a stream's set like anything that stream will use. */
+static inline gpumem__block_state growth_state(const pool_resource *pool, const free_set *set) {
+  return is_fresh(pool, set) ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN;
+}
+
+static inline gpumem__free_index *index_of(free_set *set, const gpumem__block *block) {
+  return block->state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region]
+                                              : &set->open[block->region];
+}
+
+static inline bool free_in(const gpumem__block *block, const free_set *set,
+                           gpumem__block_state state) {
+  return block->state == state && block->owner == set;
+}
+
+/* Files a free block in `set` as `state`, merging it with free neighbours of the same set
+ * and state (an open block merged into a sealed one would unseal it; address neighbours
+ * are always of the same region, as only a region's own tail is linked to its growth). A
+ * neighbour that absorbs the block grows in place in the index. Returns the free block
+ * that holds the block's memory now. */
+static inline gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__block *block,
+                                           gpumem__block_state state) {
+  gpumem__free_index *index =
+      state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
+  gpumem__block *prev = block->prev_addr, *next = block->next_addr;
+  bool merge_prev = prev && free_in(prev, set, state);
+  bool merge_following = next && free_in(next, set, state);
+  if (merge_prev) {
+    size_t old_size = prev->size;
+    merge_next(pool, prev, block);
+    if (merge_following) {
+      gpumem__free_index_remove(index, next);
+      merge_next(pool, prev, next);
+    }
+    gpumem__free_index_resized(index, prev, old_size);
+    return prev;
+  }
+  if (merge_following) {
+    /* `next` takes the block's place: it starts earlier and keeps its index entry. */
+    size_t old_size = next->size;
+    next->addr = block->addr;
+    next->size += block->size;
+    next->prev_addr = prev;
+    if (prev)
+      prev->next_addr = next;
+    gpumem__block_delete(&pool->slab, block);
+    gpumem__free_index_resized(index, next, old_size);
+    return next;
+  }
+  block->state = state;
+  block->owner = set;
+  gpumem__free_index_insert(index, block);
+  return block;
+}
+
+/* The best fitting free block of `set` in region `r` for `size` bytes, open or sealed. */
+static inline gpumem__block *find_in_set(const free_set *set, size_t r, size_t size) {
+  gpumem__block *open = gpumem__free_index_find(&set->open[r], size);
+  if (set->sealed[r].block_count == 0) /* a single-stream pool's sets never hold sealed blocks */
+    return open;
+  gpumem__block *sealed = gpumem__free_index_find(&set->sealed[r], size);
+  if (!open || (sealed && sealed->size < open->size))
+    return sealed;
+  return open;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The cache of freed blocks (pool_cache.c has its slow paths)
+ * ------------------------------------------------------------------------------------- */
+
+/* Coalesces every cached block of `set` into its open index. */
+GPUMEM_COLD void gpumem__pool_flush_cache(pool_resource *pool, free_set *set);
+/* Flushes every set's cache. */
+void gpumem__pool_flush_caches(pool_resource *pool);
+/* Moves one cached block of a class above that of `size` bytes (so larger) into the open
+ * index, merged with its free neighbours, and returns the free block holding it now; NULL
+ * when the cache has none. */
+gpumem__block *gpumem__pool_uncache_larger(pool_resource *pool, free_set *set, size_t size);
+
+/* The cache's list for blocks of `size` bytes (under GPUMEM__POOL_CACHE_LIMIT): the free index's
+ * class, flattened. */
+static inline size_t cache_class(size_t size) {
+  return gpumem__class_index(size >> GPUMEM__BLOCK_UNIT_SHIFT);
+}
+
+/* Whether a freed block of `set` may go to its cache rather than the free index. */
+static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
+  return !pool->multi_stream && block->size < GPUMEM__POOL_CACHE_LIMIT;
+}
+
+/* Whether the cache of `set` has room for one more block. */
+static inline bool cache_has_room(const free_set *set) {
+  return set->cached_count < GPUMEM__POOL_CACHE_MAX;
+}
+
+/* Files a free block in the cache of `set`, which has room. */
+static inline void cache_insert(free_set *set, gpumem__block *block) {
+  size_t c = cache_class(block->size);
+  block->state = GPUMEM__BLOCK_CACHED;
+  block->owner = set;
+  block->next_free = set->cached[c];
+  set->cached[c] = block;
+  set->cached_count++;
+}
+
+/* Files a freed block in the cache of `set`, merging the whole cache first when it is full. */
+static inline void cache_push(pool_resource *pool, free_set *set, gpumem__block *block) {
+  if (GPUMEM_UNLIKELY(!cache_has_room(set)))
+    gpumem__pool_flush_cache(pool, set);
+  cache_insert(set, block);
+}
+
+/* A cached block of at least `size` bytes, of the request's own class (so at most 1/16
+ * larger), taken out of the cache (still marked cached); NULL when there is none. */
+static inline gpumem__block *cache_pop(free_set *set, size_t size) {
+  if (size >= GPUMEM__POOL_CACHE_LIMIT)
+    return NULL;
+  gpumem__block **link = &set->cached[cache_class(size)];
+  for (int probes = 0; *link && probes < GPUMEM__POOL_CACHE_PROBES;
+       probes++, link = &(*link)->next_free) {
+    gpumem__block *block = *link;
+    if (block->size >= size) {
+      *link = block->next_free;
+      set->cached_count--;
+      return block;
+    }
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Free sets of streams (pool_streams.c)
+ * ------------------------------------------------------------------------------------- */
+
+/* Adds `set` to the pool's sets; false when host memory is exhausted. */
+bool gpumem__pool_add_set(pool_resource *pool, free_set *set);
+/* The free set of `stream` other than the last call's, found or created (the stream is
+ * checked then, once); the slow path of set_for. */
+GPUMEM_NOINLINE gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool,
+                                                           gpumem_stream stream, free_set **out);
+/* Records the set's event on its stream, covering everything enqueued there so far, and
+ * seals its open blocks. Called during a call on that stream. */
+GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
+/* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
+ * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
+ * wait). *out: the fitting block, or NULL when no set has one. */
+gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
+                                 gpumem__block **out);
+/* Waits for the whole device; then no free block has pending work, so every set's blocks
+ * join the fresh set (where neighbours from different streams merge) and the other sets
+ * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL). */
+gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep);
+
+/* The free set of `stream`, created on first use (the stream is checked then, once). */
+static inline gpumem_status set_for(pool_resource *pool, gpumem_stream stream, free_set **out) {
+  free_set *set = pool->last_set;
+  if (GPUMEM_LIKELY(set && set->stream == stream)) {
+    *out = set;
+    return GPUMEM_OK;
+  }
+  return gpumem__pool_find_or_add_set(pool, stream, out);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Chunks and growth (pool_growth.c)
+ * ------------------------------------------------------------------------------------- */
+
+/* The `at`-th chunk in address order. */
+static inline chunk *chunk_at(const pool_resource *pool, size_t at) {
+  return gpumem__sorted_at(&pool->chunks, at);
+}
+
+/* Sets up growth at creation from the upstream's capabilities: the growth rounding (0: the
+ * default), and where the upstream places memory at chosen addresses, growth in place, the
+ * regions' bases and the pieces trims give back. */
+void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstream,
+                              size_t growth_rounding, size_t fixed_block);
+/* The default initial size of a pool over `upstream`: half the device's free memory for
+ * device-memory upstreams, none for those that grow in place (they need none) or hand out
+ * host memory. */
+gpumem_status gpumem__pool_default_initial_size(const gpumem_resource *upstream, size_t *size);
+/* Takes memory for at least `size` bytes from the upstream for region `ri` on `set`'s
+ * stream and files it in `set`; *grown_block: the free block holding it now (merged with
+ * the region's free tail when it grew in place). On failure *why says why, for the
+ * out-of-memory message. */
+gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
+                                const char **why, gpumem__block **grown_block);
+
+/* ---------------------------------------------------------------------------------------
+ * Trim (pool_trim.c)
+ * ------------------------------------------------------------------------------------- */
+
+/* Gives back every whole free chunk, and every run of whole free pieces where the upstream
+ * makes memory in pieces; *released grows by the bytes given back. Waits for the device
+ * first. Called with the lock held (or, at destruction, with no other user). */
+gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
+
+#endif /* GPUMEM_SUBALLOC_POOL_INTERNAL_H */

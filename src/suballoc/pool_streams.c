@@ -1,0 +1,161 @@
+/* pool_streams.c: the pool's free sets, one per stream, and how memory moves between them
+ * (see pool.c for the scheme): a stream's set found or made on its first call, the seal
+ * that records one event for a batch of frees, the steal that takes another stream's sealed
+ * blocks after waiting on its event, and the fold that, after waiting for the whole device,
+ * makes every free block free for all. These run off the fast paths: each calls the device
+ * or runs once per stream. */
+#include "suballoc/pool_internal.h"
+
+#include <stdlib.h>
+
+/* Most free sets a pool keeps: a program that makes streams without end must not grow them
+ * without end. Past this the pool waits for the device, after which every free block is
+ * safe for every stream, and folds them all into the fresh set. */
+#define MAX_SETS 64
+
+bool gpumem__pool_add_set(pool_resource *pool, free_set *set) {
+  if (pool->set_count == pool->set_capacity) {
+    size_t capacity = pool->set_capacity ? pool->set_capacity * 2 : 8;
+    free_set **sets = realloc(pool->sets, capacity * sizeof *sets);
+    if (!sets)
+      return false;
+    pool->sets = sets;
+    pool->set_capacity = capacity;
+  }
+  pool->sets[pool->set_count++] = set;
+  return true;
+}
+
+gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream stream,
+                                           free_set **out) {
+  free_set *set;
+  for (size_t i = 1; i < pool->set_count; i++) {
+    if (pool->sets[i]->stream == stream) {
+      *out = pool->last_set = pool->sets[i];
+      return GPUMEM_OK;
+    }
+  }
+  gpumem_status status = gpumem__check_stream(pool->header.dev, pool->header.device, stream);
+  if (status != GPUMEM_OK)
+    return status;
+  if (pool->set_count > MAX_SETS && gpumem__pool_fold_into_fresh(pool, NULL) != GPUMEM_OK)
+    gpumem__clear_error(); /* a failed fold only leaves the sets as they were */
+  set = calloc(1, sizeof *set);
+  if (!set || !gpumem__pool_add_set(pool, set)) {
+    free(set);
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool: out of host memory for stream state");
+  }
+  set->stream = stream;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+    gpumem__free_index_init(&set->open[r]);
+    gpumem__free_index_init(&set->sealed[r]);
+  }
+  if (!pool->multi_stream && pool->set_count > 2) {
+    /* The second stream: from now on every stream's frees get sealed, the others' first at
+     * their next free. */
+    pool->multi_stream = true;
+    gpumem__pool_flush_caches(pool);
+    for (size_t i = 1; i < pool->set_count; i++)
+      pool->sets[i]->open_frees = GPUMEM__POOL_SEAL_EVERY - 1;
+  }
+  *out = pool->last_set = set;
+  return GPUMEM_OK;
+}
+
+typedef struct move_context {
+  pool_resource *pool;
+  free_set *to;
+  gpumem__free_index *from_index;
+  gpumem__block_state state;
+} move_context;
+
+static void move_block(gpumem__block *block, void *user) {
+  move_context *move = user;
+  gpumem__free_index_remove(move->from_index, block);
+  release_block(move->pool, move->to, block, move->state);
+}
+
+/* Moves every block of `index` (of another set, or of `to` itself) into `to` as `state`. */
+static void move_index(pool_resource *pool, gpumem__free_index *index, free_set *to,
+                       gpumem__block_state state) {
+  move_context move = {pool, to, index, state};
+  gpumem__free_index_each(index, move_block, &move);
+}
+
+gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set) {
+  const gpumem__device_ops *dev = pool->header.dev;
+  gpumem_status status = GPUMEM_OK;
+  if (!set->event)
+    status = dev->event_create(pool->header.device, &set->event);
+  if (status == GPUMEM_OK)
+    status = dev->event_record(pool->header.device, set->event, set->stream);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "pool: recording the event that lets other streams "
+                                        "reuse this stream's frees");
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    move_index(pool, &set->open[r], set, GPUMEM__BLOCK_SEALED);
+  set->open_frees = 0;
+  return GPUMEM_OK;
+}
+
+/* Forgets an emptied stream set, so that sets of streams the program has finished with do
+ * not pile up; the stream gets a new one if it frees again. */
+static void drop_set(pool_resource *pool, size_t at) {
+  free_set *set = pool->sets[at];
+  if (set->event)
+    pool->header.dev->event_destroy(set->event);
+  if (pool->last_set == set)
+    pool->last_set = NULL;
+  pool->sets[at] = pool->sets[--pool->set_count];
+  free(set);
+}
+
+static size_t open_blocks(const free_set *set) {
+  size_t count = set->cached_count;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    count += set->open[r].block_count;
+  return count;
+}
+
+gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
+                                 gpumem__block **out) {
+  *out = NULL;
+  for (size_t i = 0; i < pool->set_count; i++) {
+    free_set *from = pool->sets[i];
+    if (from == to || from->sealed[r].total_bytes < size ||
+        !gpumem__free_index_find(&from->sealed[r], size))
+      continue;
+    if (!is_fresh(pool, from)) {
+      gpumem_status status =
+          pool->header.dev->stream_wait_event(pool->header.device, to->stream, from->event);
+      if (status != GPUMEM_OK)
+        return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
+    }
+    /* Taken blocks are open in `to`: their last use is on another stream, which only
+     * `to`'s own next seal covers for third streams. The wait covers both regions. */
+    for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
+      move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
+    if (!is_fresh(pool, from) && open_blocks(from) == 0)
+      drop_set(pool, i);
+    *out = find_in_set(to, r, size);
+    return GPUMEM_OK;
+  }
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) {
+  gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "pool: waiting for the device");
+  gpumem__pool_flush_caches(pool);
+  for (size_t i = pool->set_count; i-- > 1;) {
+    free_set *set = pool->sets[i];
+    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+      move_index(pool, &set->open[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
+      move_index(pool, &set->sealed[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
+    }
+    if (set != keep)
+      drop_set(pool, i);
+  }
+  return GPUMEM_OK;
+}

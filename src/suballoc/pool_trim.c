@@ -1,0 +1,219 @@
+/* pool_trim.c: giving memory back to the upstream (gpumem_pool_trim, and at destruction).
+ * After waiting for the device and folding every free block into the fresh set, it gives
+ * back every whole free chunk, and where the upstream makes memory in pieces (placement
+ * capability with a piece size), every run of whole free pieces, also in the middle of a
+ * chunk whose ends are in use; it keeps the chunk records and the regions' growth points
+ * right. This file and pool_growth.c are the only parts of the pool that speak to the
+ * upstream's placement capability. */
+#include "suballoc/pool_internal.h"
+
+#include <stdlib.h>
+
+typedef struct block_list {
+  gpumem__block **items;
+  size_t count, capacity;
+  bool failed;
+} block_list;
+
+static void collect_block(gpumem__block *block, void *user) {
+  block_list *list = user;
+  if (list->count == list->capacity) {
+    size_t capacity = list->capacity ? list->capacity * 2 : 64;
+    gpumem__block **items = realloc(list->items, capacity * sizeof *items);
+    if (!items) {
+      list->failed = true;
+      return;
+    }
+    list->items = items;
+    list->capacity = capacity;
+  }
+  list->items[list->count++] = block;
+}
+
+typedef struct highest_context {
+  uint8_t region;
+  const gpumem__block *skip;
+  gpumem__block *found;
+} highest_context;
+
+static void note_highest(gpumem__block *block, void *user) {
+  highest_context *h = user;
+  if (block->region == h->region && block != h->skip && (!h->found || block->addr > h->found->addr))
+    h->found = block;
+}
+
+/* The highest block of region `ri` other than `skip`, live or free; NULL when none. Walks
+ * every block: only a trim that gives back a region's last chunk, one not linked to the
+ * chunk before it (a chunk between them was given back earlier), comes here. A trim has
+ * folded every free block into the fresh set first (the caches merged, the other sets
+ * dropped), so the live map and the fresh set's indexes hold them all. */
+GPUMEM_COLD static gpumem__block *highest_block(pool_resource *pool, uint8_t ri,
+                                                const gpumem__block *skip) {
+  highest_context h = {ri, skip, NULL};
+  for (size_t i = 0; i < pool->live.capacity; i++)
+    if (pool->live.slots[i].addr)
+      note_highest(pool->live.slots[i].block, &h);
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+    gpumem__free_index_each(&pool->fresh.open[r], note_highest, &h);
+    gpumem__free_index_each(&pool->fresh.sealed[r], note_highest, &h);
+  }
+  return h.found;
+}
+
+/* Detaches `block` from its address neighbours (it is about to leave the pool). */
+static void unlink_block(pool_resource *pool, gpumem__block *block) {
+  gpumem__block *prev = block->prev_addr;
+  if (prev)
+    prev->next_addr = NULL;
+  if (block->next_addr)
+    block->next_addr->prev_addr = NULL;
+  region *r = region_of(pool, block);
+  /* Growth now continues after the region's block before it; when that is not linked (a
+   * chunk in between went back earlier), after the highest block left, so that growth lands
+   * next to it and links to it rather than going to the region's base, which is taken. */
+  if (r->tail != block)
+    return;
+  if (prev || !pool->grows_in_place) /* without growth in place, chunks are never linked */
+    r->tail = prev;
+  else
+    r->tail = highest_block(pool, block->region, block);
+}
+
+/* The first range [*a, *b) of free block `block` that can go back to the upstream, in chunk
+ * *at: a whole chunk, or where the upstream makes memory in pieces, whole pieces of one.
+ * False when there is none. */
+static bool next_releasable(const pool_resource *pool, const gpumem__block *block, size_t *at,
+                            uintptr_t *a, uintptr_t *b) {
+  uintptr_t start = block->addr, end = block->addr + block->size;
+  size_t i = gpumem__sorted_floor(&pool->chunks, start);
+  if (i == pool->chunks.count || chunk_at(pool, i)->addr > start)
+    i = gpumem__sorted_lower_bound(&pool->chunks, start);
+  for (; i < pool->chunks.count && chunk_at(pool, i)->addr < end; i++) {
+    const chunk *c = chunk_at(pool, i);
+    uintptr_t lo = c->addr > start ? c->addr : start;
+    uintptr_t hi = c->addr + c->size < end ? c->addr + c->size : end;
+    if (lo >= hi)
+      continue;
+    size_t p = pool->piece_size;
+    if (p) { /* round in to piece boundaries, where the chunk's own ends are not reached */
+      if (lo != c->addr)
+        lo = pool->piece_origin + (lo - pool->piece_origin + p - 1) / p * p;
+      if (hi != c->addr + c->size)
+        hi = pool->piece_origin + (hi - pool->piece_origin) / p * p;
+    } else if (lo != c->addr || hi != c->addr + c->size) {
+      continue;
+    }
+    if (lo < hi) {
+      *at = i;
+      *a = lo;
+      *b = hi;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Gives [a, b) of chunk `at` back to the upstream and keeps the chunk's records: the chunk
+ * goes, shrinks, or (cut in the middle) becomes two. The caller made room for one more. */
+static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, uintptr_t b) {
+  gpumem_resource *up = pool->header.upstream;
+  chunk *c = chunk_at(pool, at);
+  uintptr_t c_end = c->addr + c->size;
+  gpumem_status status;
+  /* The device was synchronized before the trim: no work uses the memory any more, and the
+   * default stream, unlike a freeing stream, cannot have been destroyed. */
+  if (a == c->addr && b == c_end)
+    status = up->ops->deallocate(up, (void *)a, b - a, GPUMEM_DEFAULT_ALIGNMENT, NULL);
+  else
+    status = up->ops->unmap_pieces(up, a, b - a, &(int){0});
+  if (status != GPUMEM_OK)
+    return status;
+  if (a == c->addr && b == c_end) {
+    gpumem__sorted_remove_at(&pool->chunks, at);
+  } else if (a == c->addr) {
+    *c = (chunk){b, c_end - b};
+  } else {
+    c->size = a - c->addr;
+    if (b != c_end)
+      gpumem__sorted_insert_at(&pool->chunks, at + 1, &(chunk){b, c_end - b});
+  }
+  gpumem__counters_sub_reserved(&pool->stats, b - a);
+  return GPUMEM_OK;
+}
+
+/* Gives back to the upstream every whole chunk, and where the upstream makes memory in
+ * pieces every run of whole pieces, lying inside free block `block` of the fresh set. The
+ * rest of the block stays free. */
+static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
+  free_set *set = &pool->fresh;
+  gpumem__free_index *index = index_of(set, block); /* every piece stays in its region */
+  gpumem__free_index_remove(index, block);
+  size_t at;
+  uintptr_t a, b;
+  while (block && next_releasable(pool, block, &at, &a, &b)) {
+    /* Only a cut in the middle makes a chunk record more: whole chunks and ends go back
+     * without host memory, as before pieces. */
+    const chunk *c = chunk_at(pool, at);
+    if (a != c->addr && b != c->addr + c->size &&
+        !gpumem__sorted_reserve(&pool->chunks, pool->chunks.count + 1))
+      break;
+    gpumem__block *piece = block, *after = NULL;
+    if (a > block->addr) {
+      piece = split(pool, block, a - block->addr);
+      if (!piece)
+        break;
+      gpumem__free_index_insert(index, block);
+    }
+    if (piece->size > b - a && !(after = split(pool, piece, b - a))) {
+      release_block(pool, set, piece, GPUMEM__BLOCK_SEALED);
+      block = NULL;
+      break;
+    }
+    gpumem_status status = release_range(pool, at, a, b);
+    if (status != GPUMEM_OK) {
+      /* Undo the cuts: `after` is in no index yet, so it rejoins `piece` directly, and the
+       * whole is filed back (merging with the front piece, which is). */
+      if (after)
+        merge_next(pool, piece, after);
+      release_block(pool, set, piece, GPUMEM__BLOCK_SEALED);
+      return status;
+    }
+    unlink_block(pool, piece);
+    gpumem__block_delete(&pool->slab, piece);
+    *released += b - a;
+    block = after;
+  }
+  if (block)
+    gpumem__free_index_insert(index, block);
+  return GPUMEM_OK;
+}
+
+/* Freed blocks may still be used by work on their streams, so this waits for the device and
+ * folds every free block into the fresh set first, where neighbours from different streams
+ * merge into whole chunks. */
+gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released) {
+  gpumem_status status = gpumem__pool_fold_into_fresh(pool, NULL);
+  block_list list = {0};
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT && status == GPUMEM_OK; r++)
+    gpumem__free_index_each(&pool->fresh.sealed[r], collect_block, &list);
+  if (list.failed)
+    status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool trim: out of host memory");
+  for (size_t j = 0; j < list.count && status == GPUMEM_OK; j++)
+    status = trim_block(pool, list.items[j], released);
+  free(list.items);
+  return status;
+}
+
+gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
+  if (!gpumem__is_pool(mr))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_pool_trim: %s is not a pool",
+                        mr ? gpumem_resource_name(mr) : "NULL");
+  pool_resource *pool = (pool_resource *)mr;
+  size_t total = 0;
+  gpumem__biased_lock_take(&pool->lock);
+  gpumem_status status = gpumem__pool_trim_all(pool, &total);
+  gpumem__biased_lock_release(&pool->lock);
+  if (released)
+    *released = total;
+  return status;
+}
