@@ -447,6 +447,7 @@ static void test_retries_counted(void) {
   void *p = (void *)0x99;
   CHECK_FAILS_WITH(gpumem_allocate(mr, 4096, NULL, &p), GPUMEM_ERR_OUT_OF_MEMORY,
                    "injected by the faulty adaptor");
+  CHECK_CONTAINS(gpumem_last_error_message(), "gave up after 3 retries");
   /* The message is the upstream's, not the callback's. */
   CHECK(strstr(gpumem_last_error_message(), "callback's own") == NULL);
   CHECK_EQ(c.calls, 4); /* 3 yes, then no */
@@ -554,6 +555,14 @@ static void test_retry_spec(void) {
   void *p;
   CHECK_FAILS_WITH(gpumem_allocate(mr, 100, NULL, &p), GPUMEM_ERR_OUT_OF_MEMORY, "faulty");
   CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) - syncs, 3);
+  CHECK_OK(gpumem_resource_release(mr));
+  /* A pass-through adaptor: over vmm it reports vmm's placement, so a pool over it grows
+   * in place. */
+  CHECK_OK(gpumem_resource_from_spec("retry(vmm)", &mr));
+  gpumem_resource_capabilities caps = {.size = sizeof caps};
+  CHECK_OK(gpumem_resource_get_capabilities(mr, &caps));
+  CHECK_EQ(caps.places_at_address, 1);
+  CHECK(caps.granularity > 0);
   CHECK_OK(gpumem_resource_release(mr));
   CHECK_OK(gpumem_resource_from_spec("retry(cuda)", &mr));
   CHECK_OK(gpumem_resource_describe(mr, spec, sizeof spec));

@@ -44,8 +44,8 @@ static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t al
   retry_resource *self = (retry_resource *)mr;
   gpumem_resource *up = mr->upstream;
   gpumem_status status = up->ops->allocate(up, bytes, alignment, stream, ptr);
-  for (uint64_t retries = 0; status == GPUMEM_ERR_OUT_OF_MEMORY && callback_depth == 0;
-       retries++) {
+  uint64_t retries = 0;
+  for (; status == GPUMEM_ERR_OUT_OF_MEMORY && callback_depth == 0; retries++) {
     if (self->max_retries && retries >= self->max_retries)
       break;
     /* The callback may fail calls of its own: the upstream's message is the one to report
@@ -61,9 +61,17 @@ static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t al
     }
     status = up->ops->allocate(up, bytes, alignment, stream, ptr);
   }
-  if (status == GPUMEM_OK)
+  if (status == GPUMEM_OK) {
     count_live(self, 1, (int64_t)bytes);
-  return status;
+    return GPUMEM_OK;
+  }
+  /* The upstream's message, with what this adaptor did about it. */
+  if (status != GPUMEM_ERR_OUT_OF_MEMORY)
+    return gpumem__fail_context(status, "retry (not retried: not out of memory)");
+  if (callback_depth > 0)
+    return gpumem__fail_context(status, "retry (not retried: inside a failure callback)");
+  return gpumem__fail_context(status, "retry (gave up after %llu %s)", (unsigned long long)retries,
+                              retries == 1 ? "retry" : "retries");
 }
 
 static gpumem_status retry_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
