@@ -52,7 +52,8 @@ extern "C" {
   X(GPUMEM_ERR_CUDA, 9, "CUDA driver call failed")                                                 \
   X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                                 \
   X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                             \
-  X(GPUMEM_ERR_INTERNAL, 12, "internal error")
+  X(GPUMEM_ERR_INTERNAL, 12, "internal error")                                                    \
+  X(GPUMEM_ERR_CALLBACK, 13, "a user-supplied function failed")
 
 typedef enum gpumem_status {
 #define GPUMEM_STATUS_ENUM_(name, value, message) name = value,
@@ -410,6 +411,9 @@ typedef struct gpumem_failure_callback_options {
    * no lock of gpumem held. */
   int (*callback)(size_t bytes, void *user);
   void *user;
+  /* Optional: called with `user` once, when the adaptor is destroyed (its last release),
+   * so that `user` can live exactly as long as the adaptor. */
+  void (*destroy)(void *user);
 } gpumem_failure_callback_options;
 
 /* Returns GPUMEM_ERR_INVALID_ARGUMENT for a NULL upstream, opts, callback or out. */

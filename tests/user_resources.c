@@ -364,7 +364,12 @@ typedef struct callback_state {
   size_t free_bytes;
   gpumem_resource *allocate_from; /* allocated from (and freed) by each call, when set */
   gpumem_status nested_status;
+  int destroys;
 } callback_state;
+
+static void count_destroy(void *user) {
+  ((callback_state *)user)->destroys++;
+}
 
 static int counting_callback(size_t bytes, void *user) {
   callback_state *c = user;
@@ -537,6 +542,18 @@ static void test_bad_failure_callback_options(void) {
   CHECK_FAILS_WITH(gpumem_failure_callback_create(cuda, &opts, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
                    "out");
   CHECK_PTR_EQ(mr, (gpumem_resource *)(uintptr_t)0x5eed);
+
+  /* The optional destroy runs once, at the adaptor's last release. */
+  callback_state c = {0};
+  opts = (gpumem_failure_callback_options){
+      .callback = counting_callback, .user = &c, .destroy = count_destroy};
+  CHECK_OK(gpumem_failure_callback_create(cuda, &opts, &mr));
+  gpumem_resource *pool;
+  CHECK_OK(gpumem_pool_create(mr, NULL, &pool));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_EQ(c.destroys, 0);
+  CHECK_OK(gpumem_resource_release(pool));
+  CHECK_EQ(c.destroys, 1);
   CHECK_OK(gpumem_resource_release(cuda));
 }
 

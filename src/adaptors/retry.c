@@ -127,6 +127,9 @@ static void retry_describe(const gpumem_resource *mr, char *buf, size_t size) {
 }
 
 static gpumem_status retry_destroy(gpumem_resource *mr) {
+  retry_resource *self = (retry_resource *)mr;
+  if (self->options.destroy)
+    self->options.destroy(self->options.user);
   free(mr);
   return GPUMEM_OK;
 }
