@@ -55,9 +55,9 @@ static void test_base_specs(void) {
   static const struct {
     const char *spec, *name;
   } rows[] = {
-      {"cuda", "cuda"},     {"managed", "managed"},
-      {"async", "async"},   {"pinned_host", "pinned_host"},
-      {"system", "system"}, {"faulty(cuda)", "faulty"},
+      {"cuda", "cuda"},         {"managed", "managed"},
+      {"async", "async"},       {"pinned_host", "pinned_host"},
+      {"system", "system"},     {"faulty(cuda)", "faulty"},
       {"retry(cuda)", "retry"}, {"retry(async, attempts=4)", "retry"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

@@ -21,11 +21,11 @@
 
 typedef enum misbehaviour {
   BEHAVE = 0,
-  RETURN_NULL,      /* success with NULL */
+  RETURN_NULL, /* success with NULL */
   RETURN_MISALIGNED /* a pointer 64 bytes past an aligned one */,
-  RETURN_LIVE,      /* the pointer of the last allocation again */
-  FAIL_QUIETLY,     /* fail with `fail_status` and set no message */
-  FAIL_SAYING,      /* fail with `fail_status` and a message of its own */
+  RETURN_LIVE,  /* the pointer of the last allocation again */
+  FAIL_QUIETLY, /* fail with `fail_status` and set no message */
+  FAIL_SAYING,  /* fail with `fail_status` and a message of its own */
 } misbehaviour;
 
 typedef struct counting_state {
@@ -93,8 +93,8 @@ static gpumem_status counting_deallocate(void *state, void *ptr, size_t bytes, s
   if (fail)
     return GPUMEM_ERR_CUDA;
   if (ptr == (char *)s->misaligned_base + 64)
-    return gpumem_deallocate_aligned(s->backing, s->misaligned_base, s->misaligned_bytes,
-                                     alignment, stream);
+    return gpumem_deallocate_aligned(s->backing, s->misaligned_base, s->misaligned_bytes, alignment,
+                                     stream);
   return gpumem_deallocate_aligned(s->backing, ptr, bytes, alignment, stream);
 }
 

@@ -67,8 +67,8 @@ void gpumem_py_report_unraisable(gpumem_status status, PyObject *object) {
  * where there is none. Sets the thread's gpumem message and returns the status that stands
  * for it. With the GIL held. */
 static gpumem_status keep_exception(const char *what, PyObject *callable) {
-  gpumem_status status = PyErr_ExceptionMatches(PyExc_MemoryError) ? GPUMEM_ERR_OUT_OF_MEMORY
-                                                                   : GPUMEM_ERR_CALLBACK;
+  gpumem_status status =
+      PyErr_ExceptionMatches(PyExc_MemoryError) ? GPUMEM_ERR_OUT_OF_MEMORY : GPUMEM_ERR_CALLBACK;
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
   PyErr_NormalizeException(&type, &value, &traceback);
@@ -119,15 +119,15 @@ static PyObject *stream_value(gpumem_stream stream) {
   return PyLong_FromVoidPtr((void *)stream); /* 0 is the default stream */
 }
 
-static gpumem_status py_allocate(void *state, size_t bytes, size_t alignment,
-                                 gpumem_stream stream, void **ptr) {
+static gpumem_status py_allocate(void *state, size_t bytes, size_t alignment, gpumem_stream stream,
+                                 void **ptr) {
   callback_functions *f = state;
   PyGILState_STATE gil = PyGILState_Ensure();
   PyObject *saved[3]; /* an exception on its way up (a destructor running now) */
   PyErr_Fetch(&saved[0], &saved[1], &saved[2]);
   gpumem_status status = GPUMEM_OK;
-  PyObject *result = PyObject_CallFunction(f->allocate, "(nN)", (Py_ssize_t)bytes,
-                                           stream_value(stream));
+  PyObject *result =
+      PyObject_CallFunction(f->allocate, "(nN)", (Py_ssize_t)bytes, stream_value(stream));
   if (result && !PyLong_Check(result)) {
     PyErr_Format(PyExc_TypeError,
                  "the allocate function of a CallbackMemoryResource must return an int "

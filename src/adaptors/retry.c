@@ -151,7 +151,9 @@ static gpumem_status create(gpumem_resource *upstream, const gpumem_failure_call
   static const char who[] = "gpumem_failure_callback_create";
   if (!upstream || !opts || !out)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", who,
-                        !upstream ? "the upstream resource" : !opts ? "opts" : "out");
+                        !upstream ? "the upstream resource"
+                        : !opts   ? "opts"
+                                  : "out");
   if (!builtin && !opts->callback)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: opts->callback is NULL", who);
   retry_resource *self = calloc(1, sizeof *self);

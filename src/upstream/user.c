@@ -75,19 +75,22 @@ static gpumem_status user_allocate(gpumem_resource *mr, size_t bytes, size_t ali
                         self->name, bytes, block);
   if (status != GPUMEM_OK) {
     self->user.deallocate(self->state, block, bytes, alignment, stream);
-    return gpumem__fail(status, "user resource '%s': out of host memory for the table of live "
-                        "allocations", self->name);
+    return gpumem__fail(status,
+                        "user resource '%s': out of host memory for the table of live "
+                        "allocations",
+                        self->name);
   }
   *ptr = block;
   return GPUMEM_OK;
 }
 
-static gpumem_status user_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                     size_t alignment, gpumem_stream stream) {
+static gpumem_status user_deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment,
+                                     gpumem_stream stream) {
   user_resource *self = (user_resource *)mr;
   void *base;
   size_t raw_bytes;
-  gpumem_status status = gpumem__ptrmap_take(&self->live, ptr, bytes, self->name, &base, &raw_bytes);
+  gpumem_status status =
+      gpumem__ptrmap_take(&self->live, ptr, bytes, self->name, &base, &raw_bytes);
   if (status != GPUMEM_OK)
     return status;
   uint64_t serial = gpumem__error_serial();
@@ -99,8 +102,8 @@ static gpumem_status user_deallocate(gpumem_resource *mr, void *ptr, size_t byte
     /* Leave the resource as it was: the block stays live and can be freed again. */
     gpumem__ptrmap_insert(&self->live, ptr, bytes, ptr, bytes);
     if (message_set)
-      return gpumem__fail(status, "user resource '%s': freeing %p (%zu bytes): %s", self->name,
-                          ptr, bytes, why);
+      return gpumem__fail(status, "user resource '%s': freeing %p (%zu bytes): %s", self->name, ptr,
+                          bytes, why);
     return gpumem__fail(status,
                         "user resource '%s': freeing %p (%zu bytes): its deallocate returned %s "
                         "and set no message; the allocation stays live",
