@@ -398,12 +398,14 @@ GPUMEM_API void gpumem_set_error_message(const char *message);
  * Failure callback adaptor (retry): passes calls to its upstream; when an allocation fails
  * with GPUMEM_ERR_OUT_OF_MEMORY it calls the callback with the request's size, and tries
  * again while the callback returns nonzero (it may free memory, wait for streams, ...).
- * When the callback says no, the allocation fails with the upstream's last status and
- * message. Other failures are not retried. The adaptor holds no lock across the callback,
- * which may allocate from the adaptor itself: a failure inside the callback on the same
- * thread is not retried again (it returns to the callback at once), so there is no endless
- * recursion. Placement (a pool over retry(vmm) growing in place) is passed through and
- * never retried.
+ * When the callback says no (or a limit of attempts is reached), the allocation fails with
+ * the upstream's last status and message, after "retry (gave up after N retries)". Other
+ * failures are not retried. The adaptor holds no lock across the callback, which may
+ * allocate from the adaptor itself: an out-of-memory failure of any retry adaptor inside a
+ * callback on the same thread is not retried again (it returns to the callback at once),
+ * so there is no endless recursion. Placement (a pool over retry(vmm) growing in place) is
+ * passed through and never retried. The callback is called from whichever thread
+ * allocates, at once from several: it must be thread-safe.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_failure_callback_options {

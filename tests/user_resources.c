@@ -173,6 +173,14 @@ static void test_basic_use(void) {
   CHECK_OK(gpumem_allocate(mr, 0, NULL, &p));
   CHECK_PTR_EQ(p, NULL);
   CHECK_STATUS(gpumem_allocate_aligned(mr, 100, 300, NULL, &p), GPUMEM_ERR_INVALID_ARGUMENT);
+  int devices = 0;
+  CHECK_OK(gpumem_device_count(&devices));
+  if (devices > 1) { /* a stream of another device: refused before the user's code runs */
+    gpumem_stream other;
+    CHECK_OK(gpumem_stream_create(1, &other));
+    CHECK_STATUS(gpumem_allocate(mr, 100, other, &p), GPUMEM_ERR_INVALID_STREAM);
+    CHECK_OK(gpumem_stream_destroy(other));
+  }
   CHECK_EQ(s.allocates, 0);
 
   CHECK_OK(gpumem_allocate_aligned(mr, 1000, 4096, NULL, &p));
