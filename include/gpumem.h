@@ -52,7 +52,8 @@ extern "C" {
   X(GPUMEM_ERR_CUDA, 9, "CUDA driver call failed")                                                 \
   X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                                 \
   X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                             \
-  X(GPUMEM_ERR_INTERNAL, 12, "internal error")
+  X(GPUMEM_ERR_INTERNAL, 12, "internal error")                                                    \
+  X(GPUMEM_ERR_CALLBACK, 13, "a user-supplied function failed")
 
 typedef enum gpumem_status {
 #define GPUMEM_STATUS_ENUM_(name, value, message) name = value,
@@ -321,6 +322,108 @@ GPUMEM_API gpumem_status gpumem_pinned_host_create(int device,
 GPUMEM_API gpumem_status gpumem_system_create(int device, gpumem_resource **out);
 
 /* ---------------------------------------------------------------------------------------
+ * Resources users write: a program plugs its own allocator in as a gpumem_resource, which
+ * composes with everything else (a pool over it, adaptors over it, the current resource).
+ *
+ * The library keeps the contract around the user's functions, so that they see only valid
+ * requests and a mistake of theirs cannot corrupt what is built on them:
+ * - the front end's argument checks (size 0, alignment, overflow) and the stream check run
+ *   before the user's allocate is called;
+ * - every pointer the user's allocate returns is recorded; a free of a pointer that is not
+ *   live, a double free or a wrong size is refused with GPUMEM_ERR_MISUSE (the message names
+ *   the pointer and size) without calling the user's deallocate;
+ * - an allocate that returns success with NULL, a pointer not aligned as asked, or a pointer
+ *   already live is refused with GPUMEM_ERR_MISUSE and a message that says what the resource
+ *   did wrong; nothing is recorded. A misaligned pointer is given back at once through the
+ *   user's deallocate (it is a fresh allocation of the user's); a pointer already live is
+ *   neither recorded nor given back, since freeing it would free memory that the earlier
+ *   allocation still uses: the user resource must mend its own state;
+ * - a failing allocate keeps its status; its message is the one the user's code set (by a
+ *   gpumem call that failed, or gpumem_set_error_message) after "user resource 'NAME'",
+ *   or, where it set none, one that names the resource, the request and the status.
+ *   GPUMEM_ERR_OUT_OF_MEMORY gets the standard out-of-memory detail;
+ * - a failing deallocate leaves the allocation live (it can be freed again);
+ * - live bytes, live count and peak live bytes come from the library's table; every other
+ *   fact from the user's query, when there is one;
+ * - destroy(state) is called once, at the last release, which (as for every resource) only
+ *   happens with no live allocations.
+ * Thread safety: the library calls the user's functions from any thread, also at once from
+ * several, and holds no lock of its own across them (its table's lock is held only while a
+ * pointer is filed or looked up). A user resource that is not thread-safe must lock itself.
+ * A suballocator over a user resource (a pool) calls its allocate and deallocate while the
+ * pool's lock is held: they must not allocate from that pool.
+ * ------------------------------------------------------------------------------------- */
+
+#define GPUMEM_USER_RESOURCE_OPS_VERSION 1u
+
+typedef struct gpumem_user_resource_ops {
+  size_t size;      /* set by the caller: sizeof(gpumem_user_resource_ops) */
+  uint32_t version; /* set by the caller: GPUMEM_USER_RESOURCE_OPS_VERSION */
+  /* Required. `bytes` > 0; `alignment` a power of two >= GPUMEM_DEFAULT_ALIGNMENT; the
+   * stream is one of the resource's device. On success *ptr holds memory of `bytes` bytes
+   * aligned to `alignment`, usable by work enqueued on `stream` after the call. */
+  gpumem_status (*allocate)(void *state, size_t bytes, size_t alignment, gpumem_stream stream,
+                            void **ptr);
+  /* Required. Called only for a pointer this allocate returned and that is live, with its
+   * size and alignment. */
+  gpumem_status (*deallocate)(void *state, void *ptr, size_t bytes, size_t alignment,
+                              gpumem_stream stream);
+  /* Optional (NULL: none). Facts other than the live ones; GPUMEM_ERR_UNSUPPORTED for a fact
+   * it does not know. */
+  gpumem_status (*query)(void *state, gpumem_query what, uint64_t *out);
+  /* Optional. Called once, at the resource's last release. */
+  void (*destroy)(void *state);
+  gpumem_memory_kind memory; /* the kind of memory allocate returns */
+  /* nonzero: a free becomes reusable only after the stream's work (stream-ordered);
+   * 0: allocate and deallocate are synchronous */
+  int stream_ordered;
+  /* Optional: the resource's name (gpumem_resource_name, messages, its describe), copied
+   * (at most 63 bytes); NULL: "user". */
+  const char *name;
+} gpumem_user_resource_ops;
+
+/* A resource of `device` (or GPUMEM_CURRENT_DEVICE) over the user's functions. `ops` is
+ * read during the call only; `state` is passed to every function. On success *out holds a
+ * new reference. Returns GPUMEM_ERR_INVALID_ARGUMENT, naming the field and creating
+ * nothing, for NULL ops or out, ops->size smaller than the first version's, an unknown
+ * ops->version, NULL allocate or deallocate, or an unknown memory kind. */
+GPUMEM_API gpumem_status gpumem_user_resource_create(int device, const gpumem_user_resource_ops *ops,
+                                                     void *state, gpumem_resource **out);
+
+/* Sets the calling thread's error message (gpumem_last_error_message), for a user
+ * resource's function that fails and wants to say why. NULL sets "". */
+GPUMEM_API void gpumem_set_error_message(const char *message);
+
+/* ---------------------------------------------------------------------------------------
+ * Failure callback adaptor (retry): passes calls to its upstream; when an allocation fails
+ * with GPUMEM_ERR_OUT_OF_MEMORY it calls the callback with the request's size, and tries
+ * again while the callback returns nonzero (it may free memory, wait for streams, ...).
+ * When the callback says no (or a limit of attempts is reached), the allocation fails with
+ * the upstream's last status and message, after "retry (gave up after N retries)". Other
+ * failures are not retried. The adaptor holds no lock across the callback, which may
+ * allocate from the adaptor itself: an out-of-memory failure of any retry adaptor inside a
+ * callback on the same thread is not retried again (it returns to the callback at once),
+ * so there is no endless recursion. Placement (a pool over retry(vmm) growing in place) is
+ * passed through and never retried. The callback is called from whichever thread
+ * allocates, at once from several: it must be thread-safe.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_failure_callback_options {
+  /* Required: nonzero to try the allocation again. Called on the allocating thread, with
+   * no lock of gpumem held. */
+  int (*callback)(size_t bytes, void *user);
+  void *user;
+  /* Optional: called with `user` once, when the adaptor is destroyed (its last release),
+   * so that `user` can live exactly as long as the adaptor. */
+  void (*destroy)(void *user);
+} gpumem_failure_callback_options;
+
+/* Returns GPUMEM_ERR_INVALID_ARGUMENT for a NULL upstream, opts, callback or out. */
+GPUMEM_API gpumem_status gpumem_failure_callback_create(gpumem_resource *upstream,
+                                                        const gpumem_failure_callback_options *opts,
+                                                        gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
  * Fault injection adaptor: passes calls to its upstream, except the ones it is told to
  * fail, which fail with `status` and leave the upstream untouched. For tests.
  * ------------------------------------------------------------------------------------- */
@@ -491,7 +594,9 @@ GPUMEM_API gpumem_status gpumem_reinitialize_spec(const gpumem_reinitialize_opti
  *   unit  := K M G T (powers of 1024) | KB MB GB TB (powers of 1000) | KiB MiB GiB TiB | B
  *
  * e.g. "cuda", "managed(prefetch=true)", "async(release_threshold=1GiB)", "pinned_host",
- * "system", "faulty(cuda, fail_every=3)". A percentage is of the device's total memory.
+ * "system", "faulty(cuda, fail_every=3)", "retry(async, attempts=2)" (the failure callback
+ * adaptor whose callback waits for the device, up to `attempts` times: default 1). A
+ * percentage is of the device's total memory.
  * A bad spec returns GPUMEM_ERR_INVALID_ARGUMENT; the message quotes the spec and marks
  * the offending character.
  * ------------------------------------------------------------------------------------- */

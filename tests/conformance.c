@@ -6,8 +6,13 @@
  * larger alignments; out of memory leaving the out-pointer untouched and the resource
  * usable; random allocate/free from several threads on their own streams with no two live
  * blocks overlapping; producer and consumer on two streams; live-memory queries; and the
- * refusal to destroy a resource whose memory is still in use. */
+ * refusal to destroy a resource whose memory is still in use.
+ *
+ * Resources no spec can build have names of their own in the list: "user:SPEC" is a user
+ * resource (gpumem_user_resource_create, public API only) that forwards to a resource built
+ * from SPEC, and "pool:user:SPEC" a pool over one. */
 #include "check.h"
+#include "forwarding.h"
 #include "gpumem/sim.h"
 
 #include <pthread.h>
@@ -34,7 +39,16 @@ static const char *const default_specs[] = {
     "fixed_size(cuda, block=256KiB, prealloc=16)",
     "binning(cuda)",
     "binning(pool(vmm), min=10, max=22)",
+    "retry(cuda)",
+    "retry(async, attempts=2)",
+    "pool(retry(vmm))",
+    "user:cuda",
+    "user:async",
+    "pool:user:cuda",
+    "retry(pool:user:cuda)",
 };
+
+/* ---- a user resource that forwards to a gpumem resource, written with the public API ---- */
 
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the
  * start and at the end: the block is real memory of the size asked. */
@@ -254,7 +268,7 @@ static void case_cross_stream(gpumem_resource *mr) {
  * succeeds once the memory is freed. */
 static void case_release_with_live_memory(const char *spec) {
   gpumem_resource *mr;
-  CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  CHECK_OK(make_resource(spec, &mr));
   void *ptr;
   CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
   CHECK_FAILS_WITH(gpumem_resource_release(mr), GPUMEM_ERR_MISUSE, "1 live allocation");
@@ -267,7 +281,7 @@ static void case_release_with_live_memory(const char *spec) {
 
 static void check_spec(const char *spec) {
   gpumem_resource *mr;
-  gpumem_status status = gpumem_resource_from_spec(spec, &mr);
+  gpumem_status status = make_resource(spec, &mr);
   if (status == GPUMEM_ERR_UNSUPPORTED) {
     printf("%-28s skipped: %s\n", spec, gpumem_last_error_message());
     return;

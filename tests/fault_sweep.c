@@ -8,8 +8,11 @@
  * status with a message, leave the resource as it was (same live count), and succeed when retried
  * (the injected failure happens once). At the end nothing leaks (device memory in use is back where
  * it started) and no cross-stream hazard was seen. The same sweep runs through the faulty adaptor,
- * failing each allocation in turn. Simulated device only. */
+ * failing each allocation in turn, also under a pool over a user resource and under the retry
+ * adaptor (where a failure for want of memory is retried and absorbed, and any other is not).
+ * Simulated device only. */
 #include "check.h"
+#include "forwarding.h"
 #include "gpumem/sim.h"
 
 #include <string.h>
@@ -42,7 +45,7 @@ enum { buffer_bytes = 3000 };
 
 static void workload(const char *spec) {
   gpumem_resource *mr = NULL;
-  STEP(gpumem_resource_from_spec(spec, &mr));
+  STEP(make_resource(spec, &mr)); /* a spec, or a name of forwarding.h */
   sweep_resource = mr;
   gpumem_stream stream = NULL;
   STEP(gpumem_stream_create(0, &stream));
@@ -124,27 +127,35 @@ static void sweep_device_calls(const char *spec) {
   printf("%-28s %d device calls failed in turn, each handled\n", spec, runs);
 }
 
-/* The faulty adaptor fails each allocation of the workload in turn. */
-static void sweep_faulty_allocations(const char *upstream) {
-  char spec[128];
-  snprintf(spec, sizeof spec, "faulty(%s)", upstream);
-  gpumem_resource *probe;
-  CHECK_OK(gpumem_resource_from_spec(spec, &probe));
-  CHECK_OK(gpumem_resource_release(probe));
+/* The faulty adaptor fails each allocation of the workload in turn: `format` is the spec
+ * with %llu where fail_at's value goes. With `absorbed`, every failure is retried away (the
+ * retry adaptor over an out-of-memory fault): the workload sees none and leaks nothing. The
+ * sweep starts at allocation `first` (a pool's first is its creation's, which a retried
+ * creation meets again) and must see at least `least_runs` failures. */
+static void sweep_faulty_allocations(const char *format, bool absorbed, uint64_t first,
+                                     int least_runs) {
+  char spec[256];
   int runs = 0;
-  for (uint64_t nth = 1; nth <= 16; nth++) {
-    snprintf(spec, sizeof spec, "faulty(%s, fail_at=%llu)", upstream, (unsigned long long)nth);
+  for (uint64_t nth = first; nth <= 16; nth++) {
+    snprintf(spec, sizeof spec, format, (unsigned long long)nth);
     uint64_t used_before = device_used();
     int failures_before = failures_seen;
+    uint64_t syncs_before = gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE);
     workload(spec);
+    CHECK_U64_EQ(device_used(), used_before);
+    if (absorbed) {
+      CHECK_EQ(failures_seen, failures_before);
+      CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) > syncs_before);
+      runs++;
+      continue;
+    }
     if (failures_seen == failures_before)
       break; /* nth is past the workload's last allocation */
     CHECK_EQ(failures_seen, failures_before + 1);
-    CHECK_U64_EQ(device_used(), used_before);
     runs++;
   }
-  CHECK(runs >= 8);
-  printf("%-28s %d allocations failed in turn, each handled\n", spec, runs);
+  CHECK(runs >= least_runs);
+  printf("%-28s %d allocations failed in turn, each handled\n", format, runs);
 }
 
 int main(int argc, char **argv) {
@@ -165,7 +176,12 @@ int main(int argc, char **argv) {
                                       "arena(vmm)",
                                       "pool(vmm(piece=2MiB))",
                                       "fixed_size(vmm, block=4MiB, prealloc=2)",
-                                      "binning(pool(cuda, initial=1), min=10, max=16)"};
+                                      "binning(pool(cuda, initial=1), min=10, max=16)",
+                                      "retry(cuda)",
+                                      "pool(retry(vmm))",
+                                      "user:cuda",
+                                      "pool:user:cuda",
+                                      "retry(pool:user:cuda)"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);
@@ -173,8 +189,13 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
     sweep_device_calls(specs[i]);
-  sweep_faulty_allocations("cuda");
-  sweep_faulty_allocations("async");
-  sweep_faulty_allocations("pool(cuda, initial=1)");
+  sweep_faulty_allocations("faulty(cuda, fail_at=%llu)", false, 1, 8);
+  sweep_faulty_allocations("faulty(async, fail_at=%llu)", false, 1, 8);
+  sweep_faulty_allocations("faulty(pool(cuda, initial=1), fail_at=%llu)", false, 1, 8);
+  sweep_faulty_allocations("user:faulty(cuda, fail_at=%llu)", false, 1, 8);
+  sweep_faulty_allocations("pool:user:faulty(cuda, fail_at=%llu)", false, 2, 1);
+  sweep_faulty_allocations("pool(retry(faulty(cuda, fail_at=%llu)), initial=1)", false, 2, 1);
+  sweep_faulty_allocations("retry(faulty(cuda, fail_at=%llu, status=out_of_memory))", true, 1,
+                           8);
   return 0;
 }

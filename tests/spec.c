@@ -55,9 +55,10 @@ static void test_base_specs(void) {
   static const struct {
     const char *spec, *name;
   } rows[] = {
-      {"cuda", "cuda"},     {"managed", "managed"},
-      {"async", "async"},   {"pinned_host", "pinned_host"},
-      {"system", "system"}, {"faulty(cuda)", "faulty"},
+      {"cuda", "cuda"},         {"managed", "managed"},
+      {"async", "async"},       {"pinned_host", "pinned_host"},
+      {"system", "system"},     {"faulty(cuda)", "faulty"},
+      {"retry(cuda)", "retry"}, {"retry(async, attempts=4)", "retry"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     gpumem_resource *mr = build(rows[i].spec);
@@ -89,6 +90,9 @@ static void test_parameters(void) {
   check_describe("faulty(cuda, fail_at=3, fail_every=5, status=out_of_memory)",
                  "faulty(cuda, fail_at=3, fail_every=5, status=out_of_memory)");
   check_describe("faulty(managed(prefetch=true), status=cuda)", "managed(prefetch=true");
+  check_describe("retry(cuda)", "retry(cuda, attempts=1)");
+  check_describe("retry(pool(vmm), attempts=1000)", "attempts=1000");
+  check_describe("pool(retry(faulty(cuda), attempts=2))", "pool(retry(faulty(cuda");
   /* An IPC handle type may be unsupported by the device; where it works it is kept. */
   gpumem_resource *mr = NULL;
   if (gpumem_resource_from_spec("async(ipc=posix_fd)", &mr) == GPUMEM_OK) {
@@ -202,7 +206,7 @@ static void test_errors(void) {
   check_error("   ", "empty spec", 3);
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
-              "faulty, pool, arena, binning, fixed_size, vmm)",
+              "faulty, retry, pool, arena, binning, fixed_size, vmm)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);
@@ -242,6 +246,25 @@ static void test_errors(void) {
   check_error("faulty(cuda,)", "expected a resource or key=value", 12);
   check_error("faulty(cuda, =3)", "expected a resource or key=value", 13);
   check_error("cuda()", "empty parentheses", 5);
+  check_error("retry", "missing upstream for 'retry'", 0);
+  check_error("retry(attempts=2)", "missing upstream for 'retry'", 0);
+  check_error("retry(cuda, tries=2)", "unknown parameter 'tries' of 'retry' (known: attempts)", 12);
+  check_error("retry(cuda, attempts=x)", "bad value for 'attempts' of 'retry' (expected a count",
+              21);
+  check_error("retry(cuda, attempts=-1)", "expected a count", 21);
+  check_error("retry(cuda, attempts=2GiB)", "expected a count", 21);
+  check_error("retry(cuda, attempts=1, attempts=2)", "given twice", 24);
+  /* Counts that parse but make no sense fail when the adaptor is built, creating nothing. */
+  static const char *const bad_attempts[] = {"retry(cuda, attempts=0)",
+                                             "retry(cuda, attempts=1001)",
+                                             "pool(retry(vmm, attempts=99999999999))"};
+  for (size_t i = 0; i < sizeof bad_attempts / sizeof bad_attempts[0]; i++) {
+    gpumem_resource *bad = untouched;
+    CHECK_FAILS_WITH(gpumem_resource_from_spec(bad_attempts[i], &bad), GPUMEM_ERR_INVALID_ARGUMENT,
+                     "attempts must be from 1 to 1000");
+    CHECK_CONTAINS(gpumem_last_error_message(), "building 'retry'");
+    CHECK_PTR_EQ(bad, untouched);
+  }
 
   /* Sixteen resources deep builds; seventeen is refused at the seventeenth. */
   char spec[512] = "";

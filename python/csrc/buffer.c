@@ -57,7 +57,11 @@ static int make_buffer(py_buffer *self, Py_ssize_t size, gpumem_stream stream,
   }
   int given = mr_object != Py_None;
   gpumem_resource *mr = given ? gpumem_py_resource_handle(mr_object) : NULL;
-  if ((given && !mr) || !ok_or_raise(gpumem_buffer_create((size_t)size, stream, mr, &self->buf)))
+  if (given && !mr)
+    return 0;
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_buffer_create((size_t)size, stream, mr, &self->buf));
+  if (!ok_or_raise(status))
     return 0;
   if (given)
     self->mr = Py_NewRef(mr_object);
@@ -96,7 +100,10 @@ static int buffer_init(py_buffer *self, PyObject *args, PyObject *kwargs) {
 }
 
 static void buffer_dealloc(py_buffer *self) {
-  gpumem_buffer_destroy(self->buf);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_buffer_destroy(self->buf));
+  if (status != GPUMEM_OK) /* the memory stays allocated: say so, as a destructor can */
+    gpumem_py_report_unraisable(status, (PyObject *)self);
   Py_XDECREF(self->mr);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -169,7 +176,9 @@ static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, char 
     return NULL;
   if (size < 0)
     return PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
-  return gpumem_py_none_or_raise(fn(self->buf, (size_t)size, stream));
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, fn(self->buf, (size_t)size, stream));
+  return gpumem_py_none_or_raise(status);
 }
 
 static PyObject *buffer_resize(py_buffer *self, PyObject *args, PyObject *kwargs) {
@@ -191,7 +200,10 @@ static PyObject *buffer_copy(py_buffer *self, PyObject *args, PyObject *kwargs) 
   if (!only_stream_argument(self, args, kwargs, &stream))
     return NULL;
   py_buffer *copy = new_object();
-  if (!copy || !ok_or_raise(gpumem_buffer_copy(self->buf, stream, NULL, &copy->buf))) {
+  gpumem_status status = GPUMEM_OK;
+  if (copy)
+    GPUMEM_PY_CALL(status, gpumem_buffer_copy(self->buf, stream, NULL, &copy->buf));
+  if (!copy || !ok_or_raise(status)) {
     Py_XDECREF(copy);
     return NULL;
   }

@@ -25,7 +25,10 @@ typedef struct py_allocation {
 
 static void allocation_dealloc(py_allocation *self) {
   if (self->mr) {
-    gpumem_deallocate(self->mr, self->ptr, self->size, self->stream);
+    gpumem_status status;
+    GPUMEM_PY_CALL(status, gpumem_deallocate(self->mr, self->ptr, self->size, self->stream));
+    if (status != GPUMEM_OK)
+      gpumem_py_report_unraisable(status, (PyObject *)self);
     gpumem_resource_release(self->mr);
   }
   Py_TYPE(self)->tp_free((PyObject *)self);
@@ -111,7 +114,8 @@ static py_allocation *new_owner(gpumem_resource *mr, size_t nbytes, gpumem_strea
   owner->mr = NULL; /* nothing to free until the block is there */
   owner->size = nbytes;
   owner->stream = stream;
-  gpumem_status status = gpumem_allocate(mr, nbytes, stream, &owner->ptr);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_allocate(mr, nbytes, stream, &owner->ptr));
   if (status != GPUMEM_OK) {
     Py_DECREF(owner);
     return (py_allocation *)gpumem_py_raise(status);

@@ -12,11 +12,48 @@
 
 #include "gpumem.h"
 
+#include <stdatomic.h>
+
 /* Exceptions: GpumemError(RuntimeError), OutOfMemoryError(GpumemError, MemoryError),
  * InvalidArgumentError(GpumemError, ValueError). */
 extern PyObject *gpumem_py_error, *gpumem_py_oom_error, *gpumem_py_invalid_error;
 
-/* Raises the exception for `status` with the library's message; returns NULL. */
+/* ---- calls that may run Python callbacks (callbacks.c) ---- */
+
+/* The resources and adaptors with Python callbacks that exist now. */
+extern atomic_int gpumem_py_callbacks_alive;
+
+/* Around a gpumem call made for a Python caller while callbacks exist: the exception a
+ * callback raises during it is kept for gpumem_py_raise. */
+void gpumem_py_call_enter(void);
+void gpumem_py_call_leave(gpumem_status status);
+
+/* Restores the exception a Python callback raised during the call just made for this
+ * thread's Python caller: 1 when there was one (it is being raised now), else 0. */
+int gpumem_py_restore_callback_error(void);
+
+/* For destructors: reports the failure of a call (or the exception a callback raised in it)
+ * through sys.unraisablehook, leaving any exception being raised as it was. */
+void gpumem_py_report_unraisable(gpumem_status status, PyObject *object);
+
+/* Runs `call`, a gpumem call on a resource, as `status = call`. While resources with Python
+ * callbacks exist it releases the GIL for the call (a callback run inside it, under a
+ * pool's lock, takes the GIL back: holding the GIL while waiting for that lock would
+ * deadlock) and keeps a callback's exception for gpumem_py_raise. Otherwise it costs one
+ * atomic load. */
+#define GPUMEM_PY_CALL(status, call)                                                               \
+  do {                                                                                             \
+    if (atomic_load_explicit(&gpumem_py_callbacks_alive, memory_order_relaxed) == 0) {            \
+      (status) = (call);                                                                           \
+    } else {                                                                                       \
+      gpumem_py_call_enter();                                                                      \
+      Py_BEGIN_ALLOW_THREADS(status) = (call);                                                     \
+      Py_END_ALLOW_THREADS gpumem_py_call_leave(status);                                           \
+    }                                                                                              \
+  } while (0)
+
+/* Raises the exception for `status` with the library's message (or the exception a Python
+ * callback raised during the call, see callbacks.c); returns NULL. */
 PyObject *gpumem_py_raise(gpumem_status status);
 /* None for GPUMEM_OK, else raises as gpumem_py_raise: the result of a call returning
  * nothing. */
@@ -46,8 +83,14 @@ PyObject *gpumem_py_wrap_resource(gpumem_resource *mr);
 /* The handle of a Resource object; NULL with an exception when it is not one, or empty. */
 gpumem_resource *gpumem_py_resource_handle(PyObject *object);
 
+/* Stores a new resource in an empty Resource object (consuming the reference): None, or
+ * NULL with an exception (mr released) when the object is not an empty Resource. */
+PyObject *gpumem_py_store_resource(PyObject *object, gpumem_resource *mr);
+
 /* Module-level functions that build resources into existing objects (see resource.c). */
 extern PyMethodDef gpumem_py_resource_functions[];
+/* ... and those of callbacks.c. */
+extern PyMethodDef gpumem_py_callback_functions[];
 
 /* ---- device buffers ---- */
 

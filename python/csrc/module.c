@@ -9,6 +9,8 @@
 PyObject *gpumem_py_error, *gpumem_py_oom_error, *gpumem_py_invalid_error;
 
 PyObject *gpumem_py_raise(gpumem_status status) {
+  if (gpumem_py_restore_callback_error())
+    return NULL;
   PyObject *type = gpumem_py_error;
   if (status == GPUMEM_ERR_OUT_OF_MEMORY)
     type = gpumem_py_oom_error;
@@ -237,7 +239,8 @@ static PyObject *py_reinitialize(PyObject *self, PyObject *args) {
                                          .maximum_pool_size = (size_t)maximum,
                                          .devices = list,
                                          .device_count = (size_t)count};
-  gpumem_status status = gpumem_reinitialize(&options);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_reinitialize(&options));
   return gpumem_py_none_or_raise(status);
 }
 
@@ -264,7 +267,8 @@ static PyObject *py_set_per_device_resource(PyObject *self, PyObject *args) {
     return NULL;
   if (device == GPUMEM_CURRENT_DEVICE && mr)
     device = gpumem_resource_device(mr);
-  gpumem_status status = gpumem_set_per_device_resource(device, mr);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_set_per_device_resource(device, mr));
   return gpumem_py_none_or_raise(status);
 }
 
@@ -351,6 +355,7 @@ PyMODINIT_FUNC PyInit__lib(void) {
   if (add_exceptions(module) < 0 || add_functions(module, gpumem_py_resource_functions) < 0 ||
       add_functions(module, gpumem_py_buffer_functions) < 0 ||
       add_functions(module, gpumem_py_hook_functions) < 0 ||
+      add_functions(module, gpumem_py_callback_functions) < 0 ||
       PyType_Ready(&gpumem_py_resource_type) < 0 || PyType_Ready(&gpumem_py_buffer_type) < 0 ||
       PyType_Ready(&gpumem_py_allocation_type) < 0 ||
       PyModule_AddObjectRef(module, "Resource", (PyObject *)&gpumem_py_resource_type) < 0 ||

@@ -62,7 +62,8 @@ static PyObject *resource_allocate(gpumem_py_resource *self, PyObject *args, PyO
   if (nbytes < 0)
     return PyErr_Format(gpumem_py_invalid_error, "nbytes must not be negative (%zd)", nbytes);
   void *ptr;
-  gpumem_status status = gpumem_allocate(self->mr, (size_t)nbytes, stream, &ptr);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_allocate(self->mr, (size_t)nbytes, stream, &ptr));
   return status == GPUMEM_OK ? PyLong_FromVoidPtr(ptr) : gpumem_py_raise(status);
 }
 
@@ -78,7 +79,8 @@ static PyObject *resource_deallocate(gpumem_py_resource *self, PyObject *args, P
   void *ptr = PyLong_AsVoidPtr(ptr_object);
   if (PyErr_Occurred())
     return NULL;
-  gpumem_status status = gpumem_deallocate(self->mr, ptr, (size_t)nbytes, stream);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_deallocate(self->mr, ptr, (size_t)nbytes, stream));
   return gpumem_py_none_or_raise(status);
 }
 
@@ -203,6 +205,15 @@ static PyObject *store(gpumem_py_resource *self, gpumem_status status, gpumem_re
   Py_RETURN_NONE;
 }
 
+PyObject *gpumem_py_store_resource(PyObject *object, gpumem_resource *mr) {
+  gpumem_py_resource *self = empty_resource(object);
+  if (!self) {
+    gpumem_resource_release(mr);
+    return NULL;
+  }
+  return store(self, GPUMEM_OK, mr);
+}
+
 /* init_spec(self, spec, device) */
 static PyObject *py_init_spec(PyObject *module, PyObject *args) {
   PyObject *object, *device_object;
@@ -253,7 +264,42 @@ static PyObject *py_init_base(PyObject *module, PyObject *args) {
   return store(self, status, mr);
 }
 
-/* init_adaptor(self, kind, upstream, a, b, c): the resources over an upstream. */
+/* Creates a resource of `kind` over `up`; GPUMEM_ERR_UNSUPPORTED with *known 0 for a kind
+ * it does not know. */
+static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsigned long long a,
+                                    unsigned long long b, unsigned long long c, int *known,
+                                    gpumem_resource **mr) {
+  *known = 1;
+  if (!strcmp(kind, "pool")) {
+    gpumem_pool_options options = {.initial_size = (size_t)a, .maximum_size = (size_t)b};
+    return gpumem_pool_create(up, &options, mr);
+  }
+  if (!strcmp(kind, "arena")) {
+    gpumem_arena_options options = {
+        .size = (size_t)a, .maximum_size = (size_t)b, .superblock_size = (size_t)c};
+    return gpumem_arena_create(up, &options, mr);
+  }
+  if (!strcmp(kind, "binning")) {
+    /* Python's BinningMemoryResource passes 0, 0 for "no bins", as RMM's does. */
+    gpumem_binning_options options = {
+        .min_exponent = (int)a, .max_exponent = (int)b, .no_exponent_bins = !a && !b};
+    return gpumem_binning_create(up, &options, mr);
+  }
+  if (!strcmp(kind, "fixed_size")) {
+    gpumem_fixed_size_options options = {.block_size = (size_t)a,
+                                         .blocks_to_preallocate = (size_t)b};
+    return gpumem_fixed_size_create(up, &options, mr);
+  }
+  if (!strcmp(kind, "faulty")) {
+    gpumem_faulty_options options = {.fail_at = a, .fail_every = b, .status = (gpumem_status)c};
+    return gpumem_faulty_create(up, &options, mr);
+  }
+  *known = 0;
+  return GPUMEM_ERR_UNSUPPORTED;
+}
+
+/* init_adaptor(self, kind, upstream, a, b, c): the resources over an upstream. Creating one
+ * may allocate from the upstream (a pool's initial size), which may run Python callbacks. */
 static PyObject *py_init_adaptor(PyObject *module, PyObject *args) {
   PyObject *object, *upstream_object;
   const char *kind;
@@ -265,28 +311,10 @@ static PyObject *py_init_adaptor(PyObject *module, PyObject *args) {
     return NULL;
   gpumem_resource *mr = NULL;
   gpumem_status status;
-  if (!strcmp(kind, "pool")) {
-    gpumem_pool_options options = {.initial_size = (size_t)a, .maximum_size = (size_t)b};
-    status = gpumem_pool_create(up, &options, &mr);
-  } else if (!strcmp(kind, "arena")) {
-    gpumem_arena_options options = {
-        .size = (size_t)a, .maximum_size = (size_t)b, .superblock_size = (size_t)c};
-    status = gpumem_arena_create(up, &options, &mr);
-  } else if (!strcmp(kind, "binning")) {
-    /* Python's BinningMemoryResource passes 0, 0 for "no bins", as RMM's does. */
-    gpumem_binning_options options = {
-        .min_exponent = (int)a, .max_exponent = (int)b, .no_exponent_bins = !a && !b};
-    status = gpumem_binning_create(up, &options, &mr);
-  } else if (!strcmp(kind, "fixed_size")) {
-    gpumem_fixed_size_options options = {.block_size = (size_t)a,
-                                         .blocks_to_preallocate = (size_t)b};
-    status = gpumem_fixed_size_create(up, &options, &mr);
-  } else if (!strcmp(kind, "faulty")) {
-    gpumem_faulty_options options = {.fail_at = a, .fail_every = b, .status = (gpumem_status)c};
-    status = gpumem_faulty_create(up, &options, &mr);
-  } else {
+  int known;
+  GPUMEM_PY_CALL(status, create_adaptor(kind, up, a, b, c, &known, &mr));
+  if (!known)
     return PyErr_Format(gpumem_py_invalid_error, "unknown resource %s", kind);
-  }
   return store(self, status, mr);
 }
 
@@ -310,7 +338,8 @@ static PyObject *py_pool_trim(PyObject *module, PyObject *object) {
   if (!mr)
     return NULL;
   size_t released = 0;
-  gpumem_status status = gpumem_pool_trim(mr, &released);
+  gpumem_status status;
+  GPUMEM_PY_CALL(status, gpumem_pool_trim(mr, &released));
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 

@@ -17,8 +17,10 @@ MemoryResource = _lib.Resource
 __all__ = [
     "ArenaMemoryResource",
     "BinningMemoryResource",
+    "CallbackMemoryResource",
     "CudaAsyncMemoryResource",
     "CudaMemoryResource",
+    "FailureCallbackResourceAdaptor",
     "FaultyMemoryResource",
     "FixedSizeMemoryResource",
     "ManagedMemoryResource",
@@ -197,6 +199,40 @@ class FaultyMemoryResource(UpstreamMemoryResource):
     def __init__(self, upstream_mr, fail_at=0, fail_every=0):
         _lib.init_adaptor(self, "faulty", upstream_mr, int(fail_at), int(fail_every))
         self._upstream = upstream_mr
+
+
+class CallbackMemoryResource(MemoryResource):
+    """A resource whose allocations are made by Python functions, as RMM's:
+
+        allocate_func(size, stream) -> int        a device pointer of `size` bytes
+        deallocate_func(ptr, size, stream)
+
+    `stream` is the stream as an int (a CUstream value; 0 is the default stream), which
+    every gpumem call accepts as a stream. gpumem keeps the contract around them: it
+    records each pointer allocate_func returns and refuses (GpumemError, misuse) a free of
+    a pointer it did not give, a double free or a wrong size without calling
+    deallocate_func; a pointer that is not 256-byte aligned or already live is refused too.
+    An exception raised by either function reaches the caller of the allocation or free
+    (MemoryError also tells pools and FailureCallbackResourceAdaptor that memory ran out).
+    The functions may be called from any thread (they take the GIL), and cost a Python call
+    per allocation: for debugging and experiments more than for speed."""
+
+    def __init__(self, allocate_func, deallocate_func, device=None):
+        _lib.init_callback(self, allocate_func, deallocate_func, device)
+        self._allocate_func = allocate_func
+        self._deallocate_func = deallocate_func
+
+
+class FailureCallbackResourceAdaptor(UpstreamMemoryResource):
+    """Calls callback(nbytes) -> bool when an allocation from upstream_mr runs out of memory,
+    and tries again while it returns True (as RMM's). An exception raised by the callback
+    reaches the caller of the allocation. A failure inside the callback (it may allocate
+    from this adaptor) is not retried again."""
+
+    def __init__(self, upstream_mr, callback):
+        _lib.init_failure_callback(self, upstream_mr, callback)
+        self._upstream = upstream_mr
+        self._callback = callback
 
 
 def from_spec(spec, device=None):

@@ -178,6 +178,23 @@ static gpumem_status build_faulty(int device, gpumem_resource *upstream, const s
   return gpumem_faulty_create(upstream, &opts, out);
 }
 
+/* ---- retry ---- */
+
+enum { RETRY_ATTEMPTS };
+
+/* More waits for the device than this is surely a mistake (each may take long). */
+#define RETRY_MAX_ATTEMPTS 1000
+
+static gpumem_status build_retry(int device, gpumem_resource *upstream, const spec_values *values,
+                                 gpumem_resource **out) {
+  uint64_t attempts = value_or(values, RETRY_ATTEMPTS, 1);
+  if (attempts == 0 || attempts > RETRY_MAX_ATTEMPTS)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "retry: attempts must be from 1 to %d, not %llu", RETRY_MAX_ATTEMPTS,
+                        (unsigned long long)attempts);
+  return gpumem__retry_create(upstream, attempts, out);
+}
+
 /* ---- pool ---- */
 
 enum { POOL_INITIAL, POOL_MAX };
@@ -281,6 +298,13 @@ static const spec_kind spec_kinds[] = {
      },
      "fails chosen allocations of the resource it wraps, for tests",
      build_faulty},
+    {"retry",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [RETRY_ATTEMPTS] = {"attempts", SPEC_COUNT},
+     },
+     "on out of memory waits for the device and tries again, up to attempts times (default 1)",
+     build_retry},
     {"pool",
      SPEC_UPSTREAM_REQUIRED,
      {

@@ -14,6 +14,9 @@
 
 static _Thread_local char last_message[GPUMEM__MESSAGE_SIZE];
 static _Thread_local int last_cuda_error;
+/* Counts the messages set on this thread, so that a caller can tell whether code it called
+ * (a user resource's function) set one. */
+static _Thread_local uint64_t message_serial;
 
 const char *gpumem_status_name(gpumem_status status) {
   switch (status) {
@@ -49,7 +52,17 @@ void gpumem__set_cuda_error(int cuda_error) {
   last_cuda_error = cuda_error;
 }
 
+uint64_t gpumem__error_serial(void) {
+  return message_serial;
+}
+
+void gpumem_set_error_message(const char *message) {
+  snprintf(last_message, sizeof last_message, "%s", message ? message : "");
+  message_serial++;
+}
+
 gpumem_status gpumem__fail(gpumem_status status, const char *format, ...) {
+  message_serial++;
   va_list args;
   va_start(args, format);
   vsnprintf(last_message, sizeof last_message, format, args);
@@ -69,6 +82,7 @@ gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...
   va_end(args);
   char old[GPUMEM__MESSAGE_SIZE];
   memcpy(old, last_message, sizeof old);
+  message_serial++;
   snprintf(last_message, sizeof last_message, "%s: %s", context, old);
   return status;
 }

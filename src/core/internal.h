@@ -115,6 +115,11 @@ static inline bool gpumem__places_at_address(const gpumem_resource *mr) {
          mr->ops->unmap_pieces;
 }
 
+/* The spec's retry(UPSTREAM, attempts=N): a failure callback adaptor whose callback waits
+ * for the device, at most `attempts` times per allocation (src/adaptors/retry.c). */
+gpumem_status gpumem__retry_create(gpumem_resource *upstream, uint64_t attempts,
+                                   gpumem_resource **out);
+
 /* ---------------------------------------------------------------------------------------
  * Errors. The thread's last error message and raw CUDA error live in thread-local storage.
  * ------------------------------------------------------------------------------------- */
@@ -127,6 +132,10 @@ gpumem_status gpumem__fail(gpumem_status status, const char *format, ...)
 /* Forgets the thread's message: for a failure that was absorbed, so that a call that goes
  * on to succeed leaves no stale message behind. */
 void gpumem__clear_error(void);
+
+/* A number that changes whenever the thread's message is set: equal before and after a call
+ * when the call set no message. */
+uint64_t gpumem__error_serial(void);
 
 /* Prepends context to the thread's message: "<context>: <old message>". Returns status. */
 gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...)

@@ -63,11 +63,15 @@ static bool grow(gpumem__ptrmap_shard *shard) {
   return true;
 }
 
-gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes, void *base,
-                                    size_t raw_bytes) {
+static gpumem_status insert(gpumem__ptrmap *map, void *ptr, size_t bytes, void *base,
+                            size_t raw_bytes, bool refuse_live) {
   uintptr_t key = (uintptr_t)ptr;
   gpumem__ptrmap_shard *shard = shard_of(map, key);
   pthread_mutex_lock(&shard->lock);
+  if (refuse_live && shard->capacity && shard->slots[find_slot(shard, key)].ptr == key) {
+    pthread_mutex_unlock(&shard->lock);
+    return GPUMEM_ERR_MISUSE;
+  }
   /* Keep the load under one half so probe sequences stay short. */
   if ((shard->used + 1) * 2 > shard->capacity && !grow(shard)) {
     pthread_mutex_unlock(&shard->lock);
@@ -82,6 +86,15 @@ gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes
   atomic_fetch_add_explicit(&map->live_count, 1, memory_order_relaxed);
   gpumem__atomic_raise(&map->peak_bytes, live);
   return GPUMEM_OK;
+}
+
+gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes, void *base,
+                                    size_t raw_bytes) {
+  return insert(map, ptr, bytes, base, raw_bytes, false);
+}
+
+gpumem_status gpumem__ptrmap_insert_new(gpumem__ptrmap *map, void *ptr, size_t bytes) {
+  return insert(map, ptr, bytes, ptr, bytes, true);
 }
 
 /* Backward-shift deletion: move later members of the probe run into the hole. */

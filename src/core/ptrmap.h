@@ -42,6 +42,11 @@ void gpumem__ptrmap_destroy(gpumem__ptrmap *map);
 gpumem_status gpumem__ptrmap_insert(gpumem__ptrmap *map, void *ptr, size_t bytes, void *base,
                                     size_t raw_bytes);
 
+/* As gpumem__ptrmap_insert (base and raw size the same as ptr and bytes), but refuses a
+ * pointer that is already live: GPUMEM_ERR_MISUSE, with no message set and nothing
+ * changed. For upstreams that cannot be trusted to hand out each pointer once. */
+gpumem_status gpumem__ptrmap_insert_new(gpumem__ptrmap *map, void *ptr, size_t bytes);
+
 /* Removes `ptr` if it is live with exactly `bytes`, giving its base and raw size. Otherwise returns
  * GPUMEM_ERR_MISUSE with a message naming `owner` (a resource name) and changes nothing. */
 gpumem_status gpumem__ptrmap_take(gpumem__ptrmap *map, void *ptr, size_t bytes, const char *owner,
