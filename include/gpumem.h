@@ -607,6 +607,18 @@ GPUMEM_API gpumem_status gpumem_resource_from_spec(const char *spec, gpumem_reso
 GPUMEM_API gpumem_status gpumem_resource_from_spec_for_device(const char *spec, int device,
                                                               gpumem_resource **out);
 
+/* Names an existing resource for specs: afterwards a spec may use `name` where a base
+ * resource goes ("pool(mine)", "limit(mine, max=1GiB)"), and the spec gets that very
+ * resource (another reference to it), not a copy. This is how a resource the program wrote
+ * (gpumem_user_resource_create) or built by hand composes through the grammar, the
+ * GPUMEM_RESOURCE variable included. The name is letters, digits and '_' (a letter or '_'
+ * first), at most 63 characters, and not a built-in kind; defining it again replaces the
+ * resource it names. mr NULL removes the name. The table retains mr (released when the name
+ * is removed or replaced). A spec built for another device than mr's fails with
+ * GPUMEM_ERR_INVALID_DEVICE. Errors: GPUMEM_ERR_INVALID_ARGUMENT (NULL or malformed name, a
+ * built-in kind's name, removing a name not defined). */
+GPUMEM_API gpumem_status gpumem_spec_define(const char *name, gpumem_resource *mr);
+
 /* ---------------------------------------------------------------------------------------
  * The current resource of each device. Default: the spec in GPUMEM_RESOURCE (read once),
  * else a cuda resource of that device.

@@ -343,7 +343,20 @@ static PyObject *py_pool_trim(PyObject *module, PyObject *object) {
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 
+/* spec_define(name, mr or None) */
+static PyObject *py_spec_define(PyObject *module, PyObject *args) {
+  const char *name;
+  PyObject *object;
+  if (!PyArg_ParseTuple(args, "sO", &name, &object))
+    return NULL;
+  gpumem_resource *mr = NULL;
+  if (object != Py_None && !(mr = gpumem_py_resource_handle(object)))
+    return NULL;
+  return gpumem_py_none_or_raise(gpumem_spec_define(name, mr));
+}
+
 PyMethodDef gpumem_py_resource_functions[] = {
+    {"spec_define", py_spec_define, METH_VARARGS, "spec_define(name, mr or None)"},
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
     {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},
     {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},

@@ -31,6 +31,7 @@ __all__ = [
     "UpstreamMemoryResource",
     "VmmMemoryResource",
     "available_device_memory",
+    "define_spec_name",
     "from_spec",
     "get_current_device_resource",
     "get_per_device_resource",
@@ -241,6 +242,12 @@ def from_spec(spec, device=None):
     resource = MemoryResource()
     _lib.init_spec(resource, spec, device)
     return resource
+
+
+def define_spec_name(name, mr):
+    """Names `mr` for specs: afterwards from_spec("pool(NAME)") builds a pool over that very
+    resource (a CallbackMemoryResource, say). `mr` None removes the name."""
+    _lib.spec_define(name, mr)
 
 
 # The Python objects set as current resources, so that getting the resource returns the

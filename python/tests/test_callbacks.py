@@ -358,3 +358,25 @@ def test_failure_callbacks_from_threads():
         thread.join(timeout=120)
     assert not any(thread.is_alive() for thread in threads)
     assert len(failures) == 400 and counts["calls"] == 400
+
+
+def test_callback_resource_named_for_specs():
+    """A CallbackMemoryResource named for specs serves a pool built from a spec string, and
+    the name refuses what the C call refuses."""
+    recorder = Recorder()
+    mine = recorder.resource()
+    gpumem.mr.define_spec_name("py_mine", mine)
+    try:
+        pool = gpumem.mr.from_spec("pool(py_mine, initial=1)")
+        buf = gpumem.DeviceBuffer(size=1000, mr=pool)
+        assert [call[0] for call in recorder.calls] == ["allocate"]
+        del buf, pool
+        gc.collect()
+    finally:
+        gpumem.mr.define_spec_name("py_mine", None)
+    with pytest.raises(ValueError, match="unknown resource 'py_mine'"):
+        gpumem.mr.from_spec("pool(py_mine)")
+    with pytest.raises(ValueError, match="built-in resource kind"):
+        gpumem.mr.define_spec_name("pool", mine)
+    with pytest.raises(ValueError, match="is not defined"):
+        gpumem.mr.define_spec_name("py_mine", None)

@@ -12,6 +12,7 @@
  * spec is a chain, outermost first; it is built innermost first. A bad spec fails with
  * GPUMEM_ERR_INVALID_ARGUMENT and a message that says what is wrong, quotes the spec and
  * puts a caret under the offending character. */
+#include "api/spec_names.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -407,7 +408,16 @@ typedef struct spec_node {
   const spec_kind *kind;
   bool has_upstream;
   spec_values values;
+  size_t name_at, name_len; /* the name as written: for a resource the program named */
 } spec_node;
+
+/* The kind of a name the program defined (gpumem_spec_define): no parameters, no upstream,
+ * built by looking the name up again. */
+static const spec_kind named_kind = {"(named)",
+                                     SPEC_NO_UPSTREAM,
+                                     {{NULL}},
+                                     "a resource the program named with gpumem_spec_define",
+                                     NULL};
 
 typedef struct spec_parser {
   const char *text;
@@ -484,6 +494,22 @@ static const spec_kind *find_kind(const char *name, size_t len) {
       return &spec_kinds[i];
   }
   return NULL;
+}
+
+bool gpumem__spec_is_builtin(const char *name, size_t len) {
+  return find_kind(name, len) != NULL;
+}
+
+/* The kind of a word: a built-in one, or a name the program defined. */
+static const spec_kind *find_kind_or_name(const char *name, size_t len) {
+  const spec_kind *kind = find_kind(name, len);
+  if (kind)
+    return kind;
+  gpumem_resource *named = gpumem__spec_name_lookup(name, len);
+  if (!named)
+    return NULL;
+  gpumem_resource_release(named); /* looked up again when built */
+  return &named_kind;
 }
 
 static int find_param(const spec_kind *kind, const char *key, size_t len) {
@@ -669,18 +695,27 @@ static gpumem_status parse_spec(spec_parser *p, int depth) {
   size_t len = read_word(p);
   if (len == 0)
     return spec_error(p, start, "expected a resource name");
-  const spec_kind *kind = find_kind(p->text + start, len);
+  const spec_kind *kind = find_kind_or_name(p->text + start, len);
   if (!kind) {
     char known[256];
     list_kinds(known, sizeof known);
-    return spec_error(p, start, "unknown resource '%.*s' (known: %s)", (int)len, p->text + start,
-                      known);
+    return spec_error(p, start,
+                      "unknown resource '%.*s' (known: %s), nor a name defined with "
+                      "gpumem_spec_define",
+                      (int)len, p->text + start, known);
   }
   spec_node *node = &p->nodes[depth];
   memset(node, 0, sizeof *node);
   node->kind = kind;
+  node->name_at = start;
+  node->name_len = len;
   p->count = depth + 1;
   skip_space(p);
+  if (peek(p) == '(' && kind == &named_kind)
+    return spec_error(p, p->pos,
+                      "'%.*s' names a resource the program defined (gpumem_spec_define): it "
+                      "takes no arguments",
+                      (int)len, p->text + start);
   if (peek(p) == '(') {
     gpumem_status status = parse_args(p, depth);
     if (status != GPUMEM_OK)
@@ -723,6 +758,25 @@ static void release_keeping_message(gpumem_resource *mr) {
     gpumem__fail(GPUMEM_ERR_INTERNAL, "%s", saved);
 }
 
+/* A name the program defined: the resource it names now, if it is of the spec's device. */
+static gpumem_status build_named(const spec_parser *p, const spec_node *node,
+                                 gpumem_resource **out) {
+  const char *name = p->text + node->name_at;
+  int len = (int)node->name_len;
+  gpumem_resource *mr = gpumem__spec_name_lookup(name, node->name_len);
+  if (!mr)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "'%.*s' is no longer defined (gpumem_spec_define removed it)", len, name);
+  if (mr->device != p->device) {
+    gpumem_resource_release(mr);
+    return gpumem__fail(GPUMEM_ERR_INVALID_DEVICE,
+                        "'%.*s' names a resource of device %d; the spec is built for device %d",
+                        len, name, mr->device, p->device);
+  }
+  *out = mr;
+  return GPUMEM_OK;
+}
+
 /* Builds the chain innermost first. Each adaptor retains its upstream, so the reference
  * from building the upstream is dropped once the adaptor holds its own; on a failure the
  * one reference held is dropped, which destroys everything built so far. */
@@ -731,11 +785,13 @@ static gpumem_status build_chain(const spec_parser *p, gpumem_resource **out) {
   for (int i = p->count - 1; i >= 0; i--) {
     const spec_node *node = &p->nodes[i];
     gpumem_resource *built = NULL;
-    gpumem_status status = node->kind->build(p->device, upstream, &node->values, &built);
+    gpumem_status status = node->kind == &named_kind
+                               ? build_named(p, node, &built)
+                               : node->kind->build(p->device, upstream, &node->values, &built);
     if (status != GPUMEM_OK) {
       release_keeping_message(upstream);
-      return gpumem__fail_context(status, "resource spec '%s': building '%s'", p->text,
-                                  node->kind->name);
+      return gpumem__fail_context(status, "resource spec '%s': building '%.*s'", p->text,
+                                  (int)node->name_len, p->text + node->name_at);
     }
     if (upstream)
       gpumem_resource_release(upstream);
