@@ -66,6 +66,8 @@ static gpumem_status open_resource(const char *spec, int device, bench_allocator
   char resolved[256];
   gpumem_status status = resolve_spec(spec, device, resolved, sizeof resolved);
   if (status == GPUMEM_OK)
+    status = bench_define_user_resource(resolved, device);
+  if (status == GPUMEM_OK)
     status = gpumem_resource_from_spec_for_device(resolved, device, &mr);
   if (status != GPUMEM_OK)
     return status;

@@ -47,6 +47,11 @@ struct bench_allocator {
  * driver reference. On failure the thread's gpumem error message says why. */
 gpumem_status bench_allocator_open(const char *label, int device, bench_allocator **out);
 
+/* When `spec` names "user_cuda", defines it for specs (user_resource.c): a resource written
+ * with the public API for user-written resources, forwarding to a cuda resource of
+ * `device`. */
+gpumem_status bench_define_user_resource(const char *spec, int device);
+
 /* As bench_allocator_open and close, exiting the program with a message on failure. */
 bench_allocator *bench_open_or_die(const char *label, int device);
 void bench_close_or_die(bench_allocator *alloc);
