@@ -165,7 +165,14 @@ int main(int argc, char **argv) {
                                       "arena(vmm)",
                                       "pool(vmm(piece=2MiB))",
                                       "fixed_size(vmm, block=4MiB, prealloc=2)",
-                                      "binning(pool(cuda, initial=1), min=10, max=16)"};
+                                      "binning(pool(cuda, initial=1), min=10, max=16)",
+                                      "limit(pool(vmm), max=1GiB)",
+                                      "pool(limit(vmm(piece=2MiB), max=1GiB))",
+                                      "limit(arena(vmm), max=1GiB)",
+                                      "aligned(cuda, alignment=4096, threshold=1MiB)",
+                                      "pool(aligned(vmm, alignment=4MiB))",
+                                      "prefetch(managed)",
+                                      "prefetch(pool(managed, initial=1))"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);
@@ -176,5 +183,7 @@ int main(int argc, char **argv) {
   sweep_faulty_allocations("cuda");
   sweep_faulty_allocations("async");
   sweep_faulty_allocations("pool(cuda, initial=1)");
+  sweep_faulty_allocations("limit(pool(vmm), max=1GiB)");
+  sweep_faulty_allocations("prefetch(managed)");
   return 0;
 }

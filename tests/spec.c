@@ -58,6 +58,8 @@ static void test_base_specs(void) {
       {"cuda", "cuda"},     {"managed", "managed"},
       {"async", "async"},   {"pinned_host", "pinned_host"},
       {"system", "system"}, {"faulty(cuda)", "faulty"},
+      {"limit(cuda, max=1GiB)", "limit"}, {"aligned(cuda)", "aligned"},
+      {"prefetch(managed)", "prefetch"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     gpumem_resource *mr = build(rows[i].spec);
@@ -89,6 +91,12 @@ static void test_parameters(void) {
   check_describe("faulty(cuda, fail_at=3, fail_every=5, status=out_of_memory)",
                  "faulty(cuda, fail_at=3, fail_every=5, status=out_of_memory)");
   check_describe("faulty(managed(prefetch=true), status=cuda)", "managed(prefetch=true");
+  check_describe("limit(cuda, max=3GiB)", "limit(cuda, max=3221225472)");
+  check_describe("limit(pool(vmm), max=50%)", "max=4294967296)");
+  check_describe("aligned(cuda)", "aligned(cuda, alignment=256, threshold=0)");
+  check_describe("aligned(cuda, threshold=1MiB, alignment=4KiB)",
+                 "aligned(cuda, alignment=4096, threshold=1048576)");
+  check_describe("prefetch(pool(managed, initial=1MiB))", "prefetch(pool(managed(prefetch=false)");
   /* An IPC handle type may be unsupported by the device; where it works it is kept. */
   gpumem_resource *mr = NULL;
   if (gpumem_resource_from_spec("async(ipc=posix_fd)", &mr) == GPUMEM_OK) {
@@ -112,6 +120,7 @@ static void test_parameters(void) {
       "accessed_by_device=true)",
       "pinned_host(mapped=true, write_combined=true)",
       "faulty(faulty(async, fail_every=7), fail_at=3, status=out_of_memory)",
+      "prefetch(aligned(limit(pool(managed), max=2GiB), alignment=64KiB, threshold=1MiB))",
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     char text[1024];
@@ -202,7 +211,7 @@ static void test_errors(void) {
   check_error("   ", "empty spec", 3);
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
-              "faulty, pool, arena, binning, fixed_size, vmm)",
+              "faulty, pool, arena, binning, fixed_size, vmm, limit, aligned, prefetch)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);
@@ -242,6 +251,16 @@ static void test_errors(void) {
   check_error("faulty(cuda,)", "expected a resource or key=value", 12);
   check_error("faulty(cuda, =3)", "expected a resource or key=value", 13);
   check_error("cuda()", "empty parentheses", 5);
+  check_error("limit(cuda, max=lots)", "bad value for 'max' of 'limit' (expected a size", 16);
+  check_error("limit(cuda, limit=1GiB)", "unknown parameter 'limit' of 'limit' (known: max)", 12);
+  check_error("limit(max=1GiB)", "missing upstream for 'limit'", 0);
+  check_error("aligned(cuda, alignment=4K0)", "bad value for 'alignment' of 'aligned'", 24);
+  check_error("aligned(cuda, threshold=-1)", "bad value for 'threshold' of 'aligned'", 24);
+  check_error("aligned(cuda, align=4096)",
+              "unknown parameter 'align' of 'aligned' (known: alignment, threshold)", 14);
+  check_error("prefetch(cuda, device=1)", "unknown parameter 'device' of 'prefetch' (it takes none)",
+              15);
+  check_error("prefetch", "missing upstream for 'prefetch'", 0);
 
   /* Sixteen resources deep builds; seventeen is refused at the seventeenth. */
   char spec[512] = "";
@@ -267,6 +286,25 @@ static void test_errors(void) {
 }
 
 /* Tabs and newlines are quoted as spaces, so the caret stays under its character. */
+/* Values the grammar reads but the adaptor refuses: the build's message names the option. */
+static void test_adaptor_values(void) {
+  static const struct {
+    const char *spec, *needle;
+  } rows[] = {
+      {"limit(cuda)", "'max' in a spec) is missing or zero"},
+      {"limit(cuda, max=0)", "is missing or zero"},
+      {"aligned(cuda, alignment=3000)", "the alignment 3000 is not a power of two"},
+      {"aligned(cuda, alignment=0)", "the alignment 0 is not a power of two"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    gpumem_resource *mr = untouched;
+    CHECK_FAILS_WITH(gpumem_resource_from_spec(rows[i].spec, &mr), GPUMEM_ERR_INVALID_ARGUMENT,
+                     rows[i].needle);
+    CHECK_CONTAINS(gpumem_last_error_message(), rows[i].spec);
+    CHECK_PTR_EQ(mr, untouched);
+  }
+}
+
 static void test_error_quoting(void) {
   gpumem_resource *mr = untouched;
   CHECK_STATUS(gpumem_resource_from_spec("faulty(\tcuda,\n bogus=1)", &mr),
@@ -358,6 +396,7 @@ int main(void) {
   test_sizes();
   test_devices();
   test_errors();
+  test_adaptor_values();
   test_error_quoting();
   printf("spec: all checks passed\n");
   return 0;
