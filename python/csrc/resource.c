@@ -284,6 +284,14 @@ static PyObject *py_init_adaptor(PyObject *module, PyObject *args) {
   } else if (!strcmp(kind, "faulty")) {
     gpumem_faulty_options options = {.fail_at = a, .fail_every = b, .status = (gpumem_status)c};
     status = gpumem_faulty_create(up, &options, &mr);
+  } else if (!strcmp(kind, "limit")) {
+    gpumem_limit_options options = {.maximum_size = (size_t)a};
+    status = gpumem_limit_create(up, &options, &mr);
+  } else if (!strcmp(kind, "aligned")) {
+    gpumem_aligned_options options = {.alignment = (size_t)a, .threshold = (size_t)b};
+    status = gpumem_aligned_create(up, &options, &mr);
+  } else if (!strcmp(kind, "prefetch")) {
+    status = gpumem_prefetch_create(up, &mr);
   } else {
     return PyErr_Format(gpumem_py_invalid_error, "unknown resource %s", kind);
   }
@@ -314,11 +322,26 @@ static PyObject *py_pool_trim(PyObject *module, PyObject *object) {
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 
+/* limit_bytes(limit, which): which 0: get_allocated_bytes, 1: get_allocation_limit */
+static PyObject *py_limit_bytes(PyObject *module, PyObject *args) {
+  PyObject *object;
+  int which;
+  gpumem_resource *mr;
+  if (!PyArg_ParseTuple(args, "Oi", &object, &which) || !(mr = gpumem_py_resource_handle(object)))
+    return NULL;
+  size_t bytes = 0;
+  gpumem_status status = which ? gpumem_limit_get_allocation_limit(mr, &bytes)
+                               : gpumem_limit_get_allocated_bytes(mr, &bytes);
+  return status == GPUMEM_OK ? PyLong_FromSize_t(bytes) : gpumem_py_raise(status);
+}
+
 PyMethodDef gpumem_py_resource_functions[] = {
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
     {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},
     {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},
     {"binning_add_bin", py_binning_add_bin, METH_VARARGS, "binning_add_bin(mr, size, bin)"},
     {"pool_trim", py_pool_trim, METH_O, "pool_trim(pool) -> bytes given back"},
+    {"limit_bytes", py_limit_bytes, METH_VARARGS,
+     "limit_bytes(limit, which) -> allocated bytes (0) or the limit (1)"},
     {NULL, NULL, 0, NULL},
 };

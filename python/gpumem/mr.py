@@ -15,16 +15,19 @@ from ._lib import InvalidArgumentError
 MemoryResource = _lib.Resource
 
 __all__ = [
+    "AlignedResourceAdaptor",
     "ArenaMemoryResource",
     "BinningMemoryResource",
     "CudaAsyncMemoryResource",
     "CudaMemoryResource",
     "FaultyMemoryResource",
     "FixedSizeMemoryResource",
+    "LimitingResourceAdaptor",
     "ManagedMemoryResource",
     "MemoryResource",
     "PinnedHostMemoryResource",
     "PoolMemoryResource",
+    "PrefetchResourceAdaptor",
     "SystemMemoryResource",
     "UpstreamMemoryResource",
     "VmmMemoryResource",
@@ -196,6 +199,47 @@ class FaultyMemoryResource(UpstreamMemoryResource):
 
     def __init__(self, upstream_mr, fail_at=0, fail_every=0):
         _lib.init_adaptor(self, "faulty", upstream_mr, int(fail_at), int(fail_every))
+        self._upstream = upstream_mr
+
+
+class LimitingResourceAdaptor(UpstreamMemoryResource):
+    """Refuses (OutOfMemoryError) allocations that would take the bytes allocated through it
+    past allocation_limit, before upstream_mr sees them. Exact: an allocation fails only if
+    what is allocated plus the request exceeds the limit; threads take no lock."""
+
+    def __init__(self, upstream_mr, allocation_limit):
+        device = getattr(upstream_mr, "device", None)  # not a resource: init_adaptor says so
+        _lib.init_adaptor(self, "limit", upstream_mr, _size(allocation_limit, device))
+        self._upstream = upstream_mr
+
+    def get_allocated_bytes(self):
+        """Bytes allocated through this adaptor and not yet freed."""
+        return _lib.limit_bytes(self, 0)
+
+    def get_allocation_limit(self):
+        """The most bytes this adaptor lets be allocated through it."""
+        return _lib.limit_bytes(self, 1)
+
+
+class AlignedResourceAdaptor(UpstreamMemoryResource):
+    """Allocations of at least alignment_threshold bytes (default: all) come back aligned to
+    alignment (a power of two; default 256), as RMM's aligned_resource_adaptor."""
+
+    def __init__(self, upstream_mr, alignment=256, alignment_threshold=0):
+        alignment = _size(alignment)
+        if alignment == 0:
+            raise InvalidArgumentError("the alignment 0 is not a power of two")
+        _lib.init_adaptor(self, "aligned", upstream_mr, alignment, _size(alignment_threshold))
+        self._upstream = upstream_mr
+
+
+class PrefetchResourceAdaptor(UpstreamMemoryResource):
+    """Prefetches each allocation to the device on its stream when upstream_mr hands out
+    managed memory (ManagedMemoryResource, or a pool over one); passes calls on otherwise.
+    A failed prefetch raises, with the memory given back."""
+
+    def __init__(self, upstream_mr):
+        _lib.init_adaptor(self, "prefetch", upstream_mr)
         self._upstream = upstream_mr
 
 
