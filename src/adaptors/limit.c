@@ -23,9 +23,11 @@
  * or the reclaimer sees the owner inside (and waits for it to leave). Where membarrier is
  * missing, or under ThreadSanitizer, both sides use a sequentially consistent fence instead.
  *
- * A thread past the last slot (more than MAX_SLOTS threads used the resource at once)
- * allocates under the mutex. A slot belongs to a thread token; a new thread with the token
- * of one that ended takes that slot over. */
+ * A thread finds its slot where its token (the thread pointer) hashes, reading a table of
+ * owners that only claims write, so the lookup costs no thread-local storage call and
+ * touches no other thread's line. A slot belongs to a token for good; a new thread with
+ * the token of one that ended takes its slot over. A thread past the last slot (more than
+ * MAX_SLOTS threads used the resource) allocates under the mutex. */
 #include "adaptors/adaptor.h"
 #include "device/device.h"
 
@@ -59,7 +61,6 @@
  * thread allocated); their sum over slots is the resource's. */
 typedef struct limit_slot {
   atomic_int inside;
-  atomic_uintptr_t owner; /* thread token; 0: free */
   _Atomic int64_t credit;
   _Atomic int64_t live_bytes, live_count;
 } __attribute__((aligned(SLOT_ALIGN))) limit_slot;
@@ -72,6 +73,9 @@ typedef struct limit_resource {
   /* Read by every allocation, written only by reclaims: a line of its own. */
   _Alignas(SLOT_ALIGN) atomic_int reclaiming;
   bool membarrier;
+  /* Each slot's owner (a thread token; 0: free), apart from the slots so that a lookup
+   * reads no other thread's written line. Written once per slot. */
+  atomic_uintptr_t owners[MAX_SLOTS];
   _Alignas(SLOT_ALIGN) pthread_mutex_t lock;
   int64_t global;                                     /* budget in no slot; under lock */
   _Atomic int64_t shared_live_bytes, shared_live_count; /* threads without a slot */
@@ -128,36 +132,41 @@ static void reclaimer_fence(const limit_resource *self) {
  * Slots
  * ------------------------------------------------------------------------------------- */
 
-enum { CACHE_ENTRIES = 4 };
-
-typedef struct slot_cache {
-  uint64_t id;
-  limit_slot *slot; /* NULL: every slot was taken; this thread uses the mutex */
-} slot_cache;
-
-static _Thread_local slot_cache thread_slots[CACHE_ENTRIES];
-static _Thread_local unsigned thread_slots_next;
-
-static GPUMEM_NOINLINE limit_slot *claim_slot(limit_resource *self) {
-  uintptr_t token = (uintptr_t)pthread_self();
-  limit_slot *found = NULL;
-  for (int i = 0; i < MAX_SLOTS && !found; i++)
-    if (atomic_load_explicit(&self->slots[i].owner, memory_order_relaxed) == token)
-      found = &self->slots[i]; /* a thread that ended with this token */
-  for (int i = 0; i < MAX_SLOTS && !found; i++) {
-    uintptr_t free_owner = 0;
-    if (atomic_compare_exchange_strong(&self->slots[i].owner, &free_owner, token))
-      found = &self->slots[i];
-  }
-  thread_slots[thread_slots_next++ % CACHE_ENTRIES] = (slot_cache){self->id, found};
-  return found;
+/* The thread's token: the thread pointer (one register read) where the compiler offers it,
+ * else pthread_self. No two live threads share one. */
+static inline uintptr_t thread_token(void) {
+#if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
+#if __has_builtin(__builtin_thread_pointer)
+  return (uintptr_t)__builtin_thread_pointer();
+#endif
+#endif
+  return (uintptr_t)pthread_self();
 }
 
+static inline unsigned slot_hash(uintptr_t token) {
+  return (unsigned)(((uint64_t)token * 0x9E3779B97F4A7C15ull) >> 58); /* 6 bits: MAX_SLOTS */
+}
+
+/* Looks the token up from its hash on (open addressing: a slot is never given up), and
+ * claims the first free slot on the way when it has none. NULL when every slot is taken. */
+static GPUMEM_NOINLINE limit_slot *claim_slot(limit_resource *self, uintptr_t token) {
+  for (unsigned n = 0, i = slot_hash(token); n < MAX_SLOTS; n++, i = (i + 1) % MAX_SLOTS) {
+    uintptr_t owner = atomic_load_explicit(&self->owners[i], memory_order_relaxed);
+    if (owner == token)
+      return &self->slots[i];
+    if (owner == 0 && atomic_compare_exchange_strong(&self->owners[i], &owner, token))
+      return &self->slots[i]; /* else another thread took it: probe on */
+  }
+  return NULL;
+}
+
+/* The calling thread's slot: where its token hashes, almost always. */
 static inline limit_slot *thread_slot(limit_resource *self) {
-  for (int i = 0; i < CACHE_ENTRIES; i++)
-    if (thread_slots[i].id == self->id)
-      return thread_slots[i].slot;
-  return claim_slot(self);
+  uintptr_t token = thread_token();
+  unsigned i = slot_hash(token);
+  if (GPUMEM_LIKELY(atomic_load_explicit(&self->owners[i], memory_order_relaxed) == token))
+    return &self->slots[i];
+  return claim_slot(self, token);
 }
 
 static inline int64_t load(const _Atomic int64_t *value) {
@@ -189,7 +198,7 @@ static void reclaim(limit_resource *self) {
   reclaimer_fence(self);
   for (int i = 0; i < MAX_SLOTS; i++) {
     limit_slot *slot = &self->slots[i];
-    if (!atomic_load_explicit(&slot->owner, memory_order_relaxed))
+    if (!atomic_load_explicit(&self->owners[i], memory_order_relaxed))
       continue; /* never claimed: no credit, and a claim now finds the mutex taken */
     for (unsigned spins = 0; atomic_load_explicit(&slot->inside, memory_order_acquire); spins++) {
       if (spins > 128)
