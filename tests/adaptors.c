@@ -23,14 +23,6 @@
 /* A value no successful call could leave in an out-parameter. */
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
 
-static gpumem_resource *build(const char *spec) {
-  gpumem_resource *mr = NULL;
-  gpumem_status status = gpumem_resource_from_spec(spec, &mr);
-  if (status != GPUMEM_OK)
-    CHECK_FAIL_("building \"%s\" returned %s", spec, gpumem_status_name(status));
-  return mr;
-}
-
 static uint64_t device_used(void) {
   uint64_t used = 0;
   CHECK_OK(gpumem_sim_device_used(0, &used));
@@ -52,7 +44,7 @@ static gpumem_resource_capabilities capabilities(gpumem_resource *mr) {
 /* ---- limit ---- */
 
 static void test_limit_edge(void) {
-  gpumem_resource *mr = build("limit(cuda, max=1MiB)");
+  gpumem_resource *mr = check_build("limit(cuda, max=1MiB)");
   size_t limit = 0;
   CHECK_OK(gpumem_limit_get_allocation_limit(mr, &limit));
   CHECK_EQ(limit, MiB);
@@ -88,7 +80,7 @@ static void test_limit_edge(void) {
   CHECK_OK(gpumem_resource_release(mr));
 
   /* The getters take only a limit adaptor. */
-  gpumem_resource *cuda = build("cuda");
+  gpumem_resource *cuda = check_build("cuda");
   size_t bytes = 7;
   CHECK_FAILS_WITH(gpumem_limit_get_allocated_bytes(cuda, &bytes), GPUMEM_ERR_INVALID_ARGUMENT,
                    "not a limit adaptor");
@@ -104,7 +96,7 @@ static void test_limit_edge(void) {
 /* A pool over limit(vmm) places growth as over vmm: the budget counts mapped bytes, and the
  * pool's trim (unmap_pieces through the limit) gives them back. */
 static void test_limit_placement(void) {
-  gpumem_resource *vmm = build("vmm(piece=2MiB)");
+  gpumem_resource *vmm = check_build("vmm(piece=2MiB)");
   gpumem_limit_options opts = {.maximum_size = 64 * MiB};
   gpumem_resource *limit, *pool;
   CHECK_OK(gpumem_limit_create(vmm, &opts, &limit));
@@ -119,7 +111,7 @@ static void test_limit_placement(void) {
     CHECK_OK(gpumem_allocate(pool, 10 * MiB, NULL, &ptrs[i]));
   CHECK_U64_EQ(allocated(limit), check_query(pool, GPUMEM_QUERY_RESERVED_BYTES));
   /* It grew as a pool over vmm alone grows: in place, the same bytes at the same offsets. */
-  gpumem_resource *plain = build("pool(vmm(piece=2MiB))");
+  gpumem_resource *plain = check_build("pool(vmm(piece=2MiB))");
   void *same[4];
   for (int i = 0; i < 4; i++) {
     CHECK_OK(gpumem_allocate(plain, 10 * MiB, NULL, &same[i]));
@@ -228,7 +220,7 @@ static void run_threads(void *(*work)(void *), fill_args *args) {
 }
 
 static void test_limit_threads(const char *spec) {
-  gpumem_resource *mr = build(spec);
+  gpumem_resource *mr = check_build(spec);
   static fill_args args[limit_threads];
   for (int round = 0; round < 3; round++) {
     memset(args, 0, sizeof args);
@@ -271,7 +263,7 @@ static void test_aligned(void) {
   for (size_t u = 0; u < sizeof upstreams / sizeof upstreams[0]; u++) {
     char spec[160];
     snprintf(spec, sizeof spec, "aligned(%s, alignment=64KiB, threshold=1MiB)", upstreams[u]);
-    gpumem_resource *mr = build(spec);
+    gpumem_resource *mr = check_build(spec);
     static const size_t sizes[] = {1,          255,        256,     4096,    MiB - 256, MiB - 1,
                                    MiB,        MiB + 1,    MiB + 255, 3 * MiB, 5 * MiB + 7};
     void *ptrs[sizeof sizes / sizeof sizes[0]];
@@ -293,16 +285,16 @@ static void test_aligned(void) {
   }
 
   /* Placement is claimed only while the alignment is at most the granularity. */
-  gpumem_resource *vmm = build("vmm");
+  gpumem_resource *vmm = check_build("vmm");
   size_t granularity = capabilities(vmm).granularity;
   CHECK_OK(gpumem_resource_release(vmm));
   char spec[96];
   snprintf(spec, sizeof spec, "aligned(vmm, alignment=%zu)", granularity);
-  gpumem_resource *mr = build(spec);
+  gpumem_resource *mr = check_build(spec);
   CHECK_EQ(capabilities(mr).places_at_address, 1);
   CHECK_OK(gpumem_resource_release(mr));
   snprintf(spec, sizeof spec, "pool(aligned(vmm, alignment=%zu))", 2 * granularity);
-  mr = build(spec);
+  mr = check_build(spec);
   gpumem_resource *upstream;
   CHECK_OK(gpumem_resource_upstream(mr, &upstream));
   CHECK_EQ(capabilities(upstream).places_at_address, 0);
@@ -314,7 +306,7 @@ static void test_aligned(void) {
   CHECK_OK(gpumem_resource_release(mr));
 
   /* fixed_size gives 256-byte alignment only: documented, and said. */
-  mr = build("aligned(fixed_size(cuda, block=64KiB, prealloc=2), alignment=4KiB)");
+  mr = check_build("aligned(fixed_size(cuda, block=64KiB, prealloc=2), alignment=4KiB)");
   void *ptr = (void *)0x77;
   CHECK_FAILS_WITH(gpumem_allocate(mr, 1000, NULL, &ptr), GPUMEM_ERR_UNSUPPORTED, "does not align");
   CHECK_PTR_EQ(ptr, (void *)0x77);
@@ -325,7 +317,7 @@ static void test_aligned(void) {
 /* ---- prefetch ---- */
 
 static void check_prefetches(const char *spec, bool expected) {
-  gpumem_resource *mr = build(spec);
+  gpumem_resource *mr = check_build(spec);
   gpumem_stream stream;
   CHECK_OK(gpumem_stream_create(0, &stream));
   for (int round = 0; round < 3; round++) {
@@ -355,7 +347,7 @@ static void test_prefetch(void) {
   /* A failed prefetch fails the allocation with the driver's status; nothing leaks. */
   static const char *const specs[] = {"prefetch(managed)", "prefetch(pool(managed))"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-    gpumem_resource *mr = build(specs[i]);
+    gpumem_resource *mr = check_build(specs[i]);
     uint64_t used = device_used();
     void *ptr = (void *)0x77;
     CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_PREFETCH, 1));
@@ -392,7 +384,7 @@ static gpumem_status create_aligned(gpumem_resource *upstream, gpumem_resource *
  * released at once: both work, and releasing the top gives every byte back. */
 static void check_composition(const char *name, create_fn create, const char *base) {
   uint64_t used = device_used();
-  gpumem_resource *up = build(base), *adaptor, *pool, *top;
+  gpumem_resource *up = check_build(base), *adaptor, *pool, *top;
   CHECK_OK(create(up, &adaptor));
   CHECK_OK(gpumem_resource_release(up));
   gpumem_pool_options small = {.initial_size = 16 * MiB};
@@ -419,7 +411,7 @@ static gpumem_status create_prefetch(gpumem_resource *upstream, gpumem_resource 
  * usable, and released by its one reference. */
 static void test_bad_input(void) {
   uint64_t used = device_used();
-  gpumem_resource *up = build("pool(cuda, initial=4MiB)"), *out = untouched;
+  gpumem_resource *up = check_build("pool(cuda, initial=4MiB)"), *out = untouched;
   gpumem_limit_options zero = {0};
   CHECK_FAILS_WITH(gpumem_limit_create(up, &zero, &out), GPUMEM_ERR_INVALID_ARGUMENT,
                    "maximum_size");
@@ -448,26 +440,7 @@ static void test_bad_input(void) {
   CHECK_FAILS_WITH(gpumem_prefetch_create(up, NULL), GPUMEM_ERR_INVALID_ARGUMENT, "out is NULL");
   CHECK_PTR_EQ(out, untouched);
 
-  static const struct {
-    const char *spec, *needle;
-  } specs[] = {
-      {"limit(cuda)", "missing or zero"},
-      {"limit(cuda, max=0)", "missing or zero"},
-      {"limit(cuda, max=lots)", "bad value for 'max' of 'limit'"},
-      {"limit(cuda, max=1GiB, max=2GiB)", "given twice"},
-      {"limit(max=1GiB)", "missing upstream for 'limit'"},
-      {"aligned(cuda, alignment=3000)", "alignment 3000 is not a power of two"},
-      {"aligned(cuda, alignment=0)", "alignment 0 is not a power of two"},
-      {"aligned(cuda, threshold=-1)", "bad value for 'threshold'"},
-      {"prefetch", "missing upstream for 'prefetch'"},
-      {"prefetch(cuda, fail_at=3)", "unknown parameter 'fail_at' of 'prefetch' (it takes none)"},
-  };
-  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-    out = untouched;
-    CHECK_FAILS_WITH(gpumem_resource_from_spec(specs[i].spec, &out), GPUMEM_ERR_INVALID_ARGUMENT,
-                     specs[i].needle);
-    CHECK_PTR_EQ(out, untouched);
-  }
+  /* The same values in specs: tests/spec.c. */
   void *ptr;
   CHECK_OK(gpumem_allocate(up, 1000, NULL, &ptr));
   CHECK_OK(gpumem_deallocate(up, ptr, 1000, NULL));
@@ -488,10 +461,10 @@ static void test_round_trip(void) {
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     char first[1024], second[1024];
-    gpumem_resource *mr = build(specs[i]);
+    gpumem_resource *mr = check_build(specs[i]);
     CHECK_OK(gpumem_resource_describe(mr, first, sizeof first));
     CHECK_OK(gpumem_resource_release(mr));
-    mr = build(first);
+    mr = check_build(first);
     CHECK_OK(gpumem_resource_describe(mr, second, sizeof second));
     CHECK_OK(gpumem_resource_release(mr));
     if (strcmp(first, second) != 0)

@@ -18,12 +18,7 @@
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
 
 static gpumem_resource *build(const char *spec) {
-  gpumem_resource *mr = NULL;
-  gpumem_status status = gpumem_resource_from_spec(spec, &mr);
-  if (status != GPUMEM_OK)
-    CHECK_FAIL_("building \"%s\" returned %s", spec, gpumem_status_name(status));
-  CHECK(mr != NULL);
-  return mr;
+  return check_build(spec);
 }
 
 static const char *describe(const gpumem_resource *mr) {

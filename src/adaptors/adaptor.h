@@ -14,6 +14,9 @@ gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, s
 gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
                                            int *allocations_added);
 
+/* The destroy of an adaptor that holds nothing but its struct (one malloc'd block). */
+gpumem_status gpumem__adaptor_free(gpumem_resource *mr);
+
 /* GPUMEM_ERR_INVALID_ARGUMENT naming `caller` and the NULL handle, or GPUMEM_OK. */
 gpumem_status gpumem__check_adaptor_args(const char *caller, const gpumem_resource *upstream,
                                          gpumem_resource *const *out);

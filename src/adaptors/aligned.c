@@ -47,11 +47,6 @@ static void aligned_describe(const gpumem_resource *mr, char *buf, size_t size) 
            self->threshold);
 }
 
-static gpumem_status aligned_destroy(gpumem_resource *mr) {
-  free(mr);
-  return GPUMEM_OK;
-}
-
 static const gpumem__resource_ops aligned_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "aligned",
@@ -59,7 +54,7 @@ static const gpumem__resource_ops aligned_ops = {
     .deallocate = aligned_deallocate,
     .query = gpumem__forward_query,
     .describe = aligned_describe,
-    .destroy = aligned_destroy,
+    .destroy = gpumem__adaptor_free,
     .allocate_at = gpumem__forward_allocate_at,
     .unmap_pieces = gpumem__forward_unmap_pieces,
 };

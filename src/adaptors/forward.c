@@ -3,6 +3,8 @@
  * table from being written again in each. */
 #include "adaptors/adaptor.h"
 
+#include <stdlib.h>
+
 gpumem_status gpumem__forward_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream) {
   return mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
@@ -21,6 +23,11 @@ gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, s
 gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
                                            int *allocations_added) {
   return mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
+}
+
+gpumem_status gpumem__adaptor_free(gpumem_resource *mr) {
+  free(mr);
+  return GPUMEM_OK;
 }
 
 gpumem_status gpumem__check_adaptor_args(const char *caller, const gpumem_resource *upstream,

@@ -52,11 +52,6 @@ static void prefetch_describe(const gpumem_resource *mr, char *buf, size_t size)
   snprintf(buf, size, "prefetch(%s)", upstream);
 }
 
-static gpumem_status prefetch_destroy(gpumem_resource *mr) {
-  free(mr);
-  return GPUMEM_OK;
-}
-
 static const gpumem__resource_ops prefetch_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "prefetch",
@@ -64,7 +59,7 @@ static const gpumem__resource_ops prefetch_ops = {
     .deallocate = gpumem__forward_deallocate,
     .query = gpumem__forward_query,
     .describe = prefetch_describe,
-    .destroy = prefetch_destroy,
+    .destroy = gpumem__adaptor_free,
     .allocate_at = gpumem__forward_allocate_at,
     .unmap_pieces = gpumem__forward_unmap_pieces,
 };
