@@ -67,7 +67,6 @@ typedef struct limit_slot {
 
 typedef struct limit_resource {
   gpumem_resource header;
-  uint64_t id; /* per-thread caches match on it, not on the address */
   int64_t limit;
   int64_t batch;
   /* Read by every allocation, written only by reclaims: a line of its own. */
@@ -81,8 +80,6 @@ typedef struct limit_resource {
   _Atomic int64_t shared_live_bytes, shared_live_count; /* threads without a slot */
   limit_slot slots[MAX_SLOTS];
 } limit_resource;
-
-static atomic_uint_fast64_t next_limit_id = 1;
 
 /* ---------------------------------------------------------------------------------------
  * The barrier between the owners' plain entry and a reclaim
@@ -98,9 +95,15 @@ static void detect_membarrier(void) {
                       syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
-/* A full barrier on every running thread of the process; false if the kernel refused. */
+/* A full barrier on every running thread of the process; false if the kernel refused. A
+ * process that lost its registration (a child of fork, on some kernels) registers again. */
 static bool membarrier_all(void) {
-  return syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0;
+  for (int tries = 0; tries < 2; tries++) {
+    if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+      return true;
+    syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+  }
+  return false;
 }
 #else
 static void detect_membarrier(void) {
@@ -416,7 +419,6 @@ gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_
   memset(self, 0, sizeof *self);
   pthread_once(&barrier_once, detect_membarrier);
   gpumem__resource_init_pass_through(&self->header, &limit_ops, upstream);
-  self->id = atomic_fetch_add(&next_limit_id, 1);
   self->limit = (int64_t)maximum;
   self->batch = self->limit / 512;
   self->global = self->limit;
