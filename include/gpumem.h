@@ -443,6 +443,62 @@ GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
                                              const gpumem_faulty_options *opts);
 
 /* ---------------------------------------------------------------------------------------
+ * Control adaptors. Each passes allocations to its upstream (retained: the caller may
+ * release its own handle at once) through a rule of its own, and reports its upstream's
+ * capabilities, placement included where the rule keeps its promise there, so that a pool
+ * over an adaptor over vmm grows in place as over vmm. Each may be shared by threads.
+ * Creation: GPUMEM_ERR_INVALID_ARGUMENT for a NULL upstream or out, or a bad option (the
+ * message names it), with *out untouched; on success *out holds a new reference.
+ * ------------------------------------------------------------------------------------- */
+
+/* Limit: allocations that would take the bytes allocated through the adaptor past
+ * `maximum_size` fail with GPUMEM_ERR_OUT_OF_MEMORY before reaching the upstream (the
+ * message names the limit and what is allocated). The count is of bytes as asked; memory
+ * placed through the adaptor (a pool over it growing in place) counts too. The limit is
+ * exact: an allocation fails only if the bytes allocated (and being allocated by other
+ * threads at that moment) plus the request exceed it. Threads keep credit of their own, so
+ * the hot path takes no lock and shares no written cache line. */
+typedef struct gpumem_limit_options {
+  size_t maximum_size; /* required: 0 is GPUMEM_ERR_INVALID_ARGUMENT */
+} gpumem_limit_options;
+
+GPUMEM_API gpumem_status gpumem_limit_create(gpumem_resource *upstream,
+                                             const gpumem_limit_options *opts,
+                                             gpumem_resource **out);
+
+/* Bytes allocated through a limit adaptor and not yet freed (RMM's get_allocated_bytes):
+ * exact while no thread allocates through it; a moment's sum while others do.
+ * GPUMEM_ERR_INVALID_ARGUMENT when mr is not a limit adaptor or bytes is NULL. */
+GPUMEM_API gpumem_status gpumem_limit_get_allocated_bytes(const gpumem_resource *mr,
+                                                          size_t *bytes);
+
+/* The limit (RMM's get_allocation_limit). Errors as gpumem_limit_get_allocated_bytes. */
+GPUMEM_API gpumem_status gpumem_limit_get_allocation_limit(const gpumem_resource *mr,
+                                                           size_t *bytes);
+
+/* Aligned: requests of at least `threshold` bytes come back aligned to `alignment` (the
+ * raised alignment is passed to the upstream, and the same to its deallocate), smaller ones
+ * as asked. Every gpumem resource honours large alignments except fixed_size (above 256:
+ * GPUMEM_ERR_UNSUPPORTED). Placement is forwarded only while `alignment` is at most the
+ * upstream's granularity (then every placed block is aligned anyway); above it, a pool over
+ * the adaptor grows by plain allocations. Live figures are the upstream's. */
+typedef struct gpumem_aligned_options {
+  size_t alignment; /* a power of two; 0: 256 (GPUMEM_DEFAULT_ALIGNMENT) */
+  size_t threshold; /* smallest request aligned; 0: every request */
+} gpumem_aligned_options;
+
+GPUMEM_API gpumem_status gpumem_aligned_create(gpumem_resource *upstream,
+                                               const gpumem_aligned_options *opts,
+                                               gpumem_resource **out);
+
+/* Prefetch: each allocation of managed memory (an upstream whose capabilities say
+ * GPUMEM_MEMORY_MANAGED, such as managed or a pool over it) is prefetched to the
+ * resource's device on the allocation's stream; over any other memory the adaptor only
+ * passes calls on. A failed prefetch fails the allocation with the driver's status, after
+ * giving the memory back to the upstream. Live figures are the upstream's. */
+GPUMEM_API gpumem_status gpumem_prefetch_create(gpumem_resource *upstream, gpumem_resource **out);
+
+/* ---------------------------------------------------------------------------------------
  * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
  * of nanoseconds instead of the driver's microseconds and never synchronize. Free blocks
  * are kept per stream: a block freed on stream A is reused at once by A; another stream B

@@ -257,7 +257,14 @@ static void rows_for_backend(void) {
 
 int main(void) {
   check_init_backend();
-  static const char *const specs[] = {"cuda", "managed", "async", "pinned_host", "faulty(cuda)"};
+  static const char *const specs[] = {"cuda",
+                                      "managed",
+                                      "async",
+                                      "pinned_host",
+                                      "faulty(cuda)",
+                                      "limit(cuda, max=1GiB)",
+                                      "aligned(cuda, alignment=4096)",
+                                      "prefetch(managed)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));

@@ -104,4 +104,14 @@ static inline uint64_t check_query(gpumem_resource *mr, gpumem_query what) {
   return value;
 }
 
+/* The resource a spec builds, failing the test if it does not build. */
+static inline gpumem_resource *check_build(const char *spec) {
+  gpumem_resource *mr = NULL;
+  gpumem_status status = gpumem_resource_from_spec(spec, &mr);
+  if (status != GPUMEM_OK)
+    CHECK_FAIL_("building \"%s\" returned %s", spec, gpumem_status_name(status));
+  CHECK(mr != NULL);
+  return mr;
+}
+
 #endif /* GPUMEM_TESTS_CHECK_H */

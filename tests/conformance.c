@@ -1,6 +1,6 @@
 /* conformance.c: the contract every resource keeps, checked the same way for each.
  *
- * Runs over every base resource and the fault adaptor (or the specs given as arguments, so
+ * Runs over every base resource, suballocator and adaptor (or the specs given as arguments, so
  * that later resources are checked by the same program), on whichever backend GPUMEM_DEVICE
  * names: size 0; sizes from 4 B to 1 GiB, each usable by device copies; the default and
  * larger alignments; out of memory leaving the out-pointer untouched and the resource
@@ -46,6 +46,20 @@ static const char *const default_specs[] = {
     "user:async",
     "pool:user:cuda",
     "retry(pool:user:cuda)",
+    "limit(pool(vmm), max=4GiB)",
+    "pool(limit(vmm, max=4GiB))",
+    "limit(arena(vmm), max=4GiB)",
+    "limit(cuda, max=3GiB)",
+    "aligned(cuda, alignment=4096, threshold=1MiB)",
+    "pool(aligned(vmm, alignment=64KiB))",
+    "pool(aligned(vmm, alignment=4MiB))",
+    "aligned(pool(vmm), alignment=4MiB)",
+    "aligned(arena(vmm), alignment=64KiB)",
+    "aligned(binning(pool(vmm), min=10, max=22), alignment=4MiB)",
+    "aligned(managed, alignment=64KiB)",
+    "prefetch(managed)",
+    "prefetch(pool(managed))",
+    "prefetch(cuda)",
 };
 
 /* ---- a user resource that forwards to a gpumem resource, written with the public API ---- */

@@ -181,7 +181,14 @@ int main(int argc, char **argv) {
                                       "pool(retry(vmm))",
                                       "user:cuda",
                                       "pool:user:cuda",
-                                      "retry(pool:user:cuda)"};
+                                      "retry(pool:user:cuda)",
+                                      "limit(pool(vmm), max=1GiB)",
+                                      "pool(limit(vmm(piece=2MiB), max=1GiB))",
+                                      "limit(arena(vmm), max=1GiB)",
+                                      "aligned(cuda, alignment=4096, threshold=1MiB)",
+                                      "pool(aligned(vmm, alignment=4MiB))",
+                                      "prefetch(managed)",
+                                      "prefetch(pool(managed, initial=1))"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);
@@ -195,7 +202,9 @@ int main(int argc, char **argv) {
   sweep_faulty_allocations("user:faulty(cuda, fail_at=%llu)", false, 1, 8);
   sweep_faulty_allocations("pool:user:faulty(cuda, fail_at=%llu)", false, 2, 1);
   sweep_faulty_allocations("pool(retry(faulty(cuda, fail_at=%llu)), initial=1)", false, 2, 1);
-  sweep_faulty_allocations("retry(faulty(cuda, fail_at=%llu, status=out_of_memory))", true, 1,
-                           8);
+  sweep_faulty_allocations("retry(faulty(cuda, fail_at=%llu, status=out_of_memory))", true, 1, 8);
+  sweep_faulty_allocations("limit(faulty(pool(vmm), fail_at=%llu), max=1GiB)", false, 1, 8);
+  sweep_faulty_allocations("faulty(limit(pool(vmm), max=1GiB), fail_at=%llu)", false, 1, 8);
+  sweep_faulty_allocations("prefetch(faulty(managed, fail_at=%llu))", false, 1, 8);
   return 0;
 }

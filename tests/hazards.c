@@ -193,9 +193,17 @@ int main(void) {
   CHECK_OK(gpumem_resource_release(right));
   printf("the same cache waiting on an event: no hazard\n");
 
-  static const char *const specs[] = {"cuda",          "async",     "managed",
-                                      "faulty(async)", "pool(vmm)", "pool(cuda, initial=1)",
-                                      "arena(vmm)"};
+  static const char *const specs[] = {"cuda",
+                                      "async",
+                                      "managed",
+                                      "faulty(async)",
+                                      "pool(vmm)",
+                                      "pool(cuda, initial=1)",
+                                      "arena(vmm)",
+                                      "limit(pool(vmm), max=1GiB)",
+                                      "pool(limit(vmm, max=1GiB))",
+                                      "aligned(pool(vmm), alignment=64KiB)",
+                                      "prefetch(pool(managed))"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));
@@ -212,7 +220,10 @@ int main(void) {
    * their waits lost must be caught. */
   static const char *const pools[] = {
       "pool(cuda)",         "pool(vmm)",  "pool(vmm, max=80MiB)",
-      "binning(pool(vmm))", "arena(vmm)", "fixed_size(cuda, block=4MiB, prealloc=4)"};
+      "binning(pool(vmm))", "arena(vmm)", "fixed_size(cuda, block=4MiB, prealloc=4)",
+      "limit(pool(vmm), max=1GiB)", "pool(limit(vmm, max=1GiB))", "limit(arena(vmm), max=1GiB)",
+      "pool(aligned(vmm, alignment=4MiB))", "aligned(pool(vmm), alignment=64KiB)",
+      "prefetch(pool(managed))"};
   for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
     for (unsigned seed = 1; seed <= 3; seed++) {
       gpumem_resource *mr;

@@ -793,6 +793,9 @@ int main(void) {
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");
   test_threads("arena(vmm)");
+  test_threads("limit(pool(vmm), max=4GiB)");
+  test_threads("limit(arena(vmm), max=4GiB)");
+  test_threads("pool(limit(vmm, max=4GiB))");
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();

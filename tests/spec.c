@@ -18,12 +18,7 @@
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
 
 static gpumem_resource *build(const char *spec) {
-  gpumem_resource *mr = NULL;
-  gpumem_status status = gpumem_resource_from_spec(spec, &mr);
-  if (status != GPUMEM_OK)
-    CHECK_FAIL_("building \"%s\" returned %s", spec, gpumem_status_name(status));
-  CHECK(mr != NULL);
-  return mr;
+  return check_build(spec);
 }
 
 static const char *describe(const gpumem_resource *mr) {
@@ -55,10 +50,17 @@ static void test_base_specs(void) {
   static const struct {
     const char *spec, *name;
   } rows[] = {
-      {"cuda", "cuda"},         {"managed", "managed"},
-      {"async", "async"},       {"pinned_host", "pinned_host"},
-      {"system", "system"},     {"faulty(cuda)", "faulty"},
-      {"retry(cuda)", "retry"}, {"retry(async, attempts=4)", "retry"},
+      {"cuda", "cuda"},
+      {"managed", "managed"},
+      {"async", "async"},
+      {"pinned_host", "pinned_host"},
+      {"system", "system"},
+      {"faulty(cuda)", "faulty"},
+      {"retry(cuda)", "retry"},
+      {"retry(async, attempts=4)", "retry"},
+      {"limit(cuda, max=1GiB)", "limit"},
+      {"aligned(cuda)", "aligned"},
+      {"prefetch(managed)", "prefetch"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     gpumem_resource *mr = build(rows[i].spec);
@@ -93,6 +95,12 @@ static void test_parameters(void) {
   check_describe("retry(cuda)", "retry(cuda, attempts=1)");
   check_describe("retry(pool(vmm), attempts=1000)", "attempts=1000");
   check_describe("pool(retry(faulty(cuda), attempts=2))", "pool(retry(faulty(cuda");
+  check_describe("limit(cuda, max=3GiB)", "limit(cuda, max=3221225472)");
+  check_describe("limit(pool(vmm), max=50%)", "max=4294967296)");
+  check_describe("aligned(cuda)", "aligned(cuda, alignment=256, threshold=0)");
+  check_describe("aligned(cuda, threshold=1MiB, alignment=4KiB)",
+                 "aligned(cuda, alignment=4096, threshold=1048576)");
+  check_describe("prefetch(pool(managed, initial=1MiB))", "prefetch(pool(managed(prefetch=false)");
   /* An IPC handle type may be unsupported by the device; where it works it is kept. */
   gpumem_resource *mr = NULL;
   if (gpumem_resource_from_spec("async(ipc=posix_fd)", &mr) == GPUMEM_OK) {
@@ -116,6 +124,7 @@ static void test_parameters(void) {
       "accessed_by_device=true)",
       "pinned_host(mapped=true, write_combined=true)",
       "faulty(faulty(async, fail_every=7), fail_at=3, status=out_of_memory)",
+      "prefetch(aligned(limit(pool(managed), max=2GiB), alignment=64KiB, threshold=1MiB))",
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     char text[1024];
@@ -206,7 +215,7 @@ static void test_errors(void) {
   check_error("   ", "empty spec", 3);
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
-              "faulty, retry, pool, arena, binning, fixed_size, vmm)",
+              "faulty, retry, pool, arena, binning, fixed_size, vmm, limit, aligned, prefetch)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);
@@ -265,6 +274,16 @@ static void test_errors(void) {
     CHECK_CONTAINS(gpumem_last_error_message(), "building 'retry'");
     CHECK_PTR_EQ(bad, untouched);
   }
+  check_error("limit(cuda, max=lots)", "bad value for 'max' of 'limit' (expected a size", 16);
+  check_error("limit(cuda, limit=1GiB)", "unknown parameter 'limit' of 'limit' (known: max)", 12);
+  check_error("limit(max=1GiB)", "missing upstream for 'limit'", 0);
+  check_error("aligned(cuda, alignment=4K0)", "bad value for 'alignment' of 'aligned'", 24);
+  check_error("aligned(cuda, threshold=-1)", "bad value for 'threshold' of 'aligned'", 24);
+  check_error("aligned(cuda, align=4096)",
+              "unknown parameter 'align' of 'aligned' (known: alignment, threshold)", 14);
+  check_error("prefetch(cuda, device=1)",
+              "unknown parameter 'device' of 'prefetch' (it takes none)", 15);
+  check_error("prefetch", "missing upstream for 'prefetch'", 0);
 
   /* Sixteen resources deep builds; seventeen is refused at the seventeenth. */
   char spec[512] = "";
@@ -290,6 +309,25 @@ static void test_errors(void) {
 }
 
 /* Tabs and newlines are quoted as spaces, so the caret stays under its character. */
+/* Values the grammar reads but the adaptor refuses: the build's message names the option. */
+static void test_adaptor_values(void) {
+  static const struct {
+    const char *spec, *needle;
+  } rows[] = {
+      {"limit(cuda)", "'max' in a spec) is missing or zero"},
+      {"limit(cuda, max=0)", "is missing or zero"},
+      {"aligned(cuda, alignment=3000)", "the alignment 3000 is not a power of two"},
+      {"aligned(cuda, alignment=0)", "the alignment 0 is not a power of two"},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    gpumem_resource *mr = untouched;
+    CHECK_FAILS_WITH(gpumem_resource_from_spec(rows[i].spec, &mr), GPUMEM_ERR_INVALID_ARGUMENT,
+                     rows[i].needle);
+    CHECK_CONTAINS(gpumem_last_error_message(), rows[i].spec);
+    CHECK_PTR_EQ(mr, untouched);
+  }
+}
+
 static void test_error_quoting(void) {
   gpumem_resource *mr = untouched;
   CHECK_STATUS(gpumem_resource_from_spec("faulty(\tcuda,\n bogus=1)", &mr),
@@ -381,6 +419,7 @@ int main(void) {
   test_sizes();
   test_devices();
   test_errors();
+  test_adaptor_values();
   test_error_quoting();
   printf("spec: all checks passed\n");
   return 0;

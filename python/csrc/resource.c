@@ -294,6 +294,16 @@ static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsig
     gpumem_faulty_options options = {.fail_at = a, .fail_every = b, .status = (gpumem_status)c};
     return gpumem_faulty_create(up, &options, mr);
   }
+  if (!strcmp(kind, "limit")) {
+    gpumem_limit_options options = {.maximum_size = (size_t)a};
+    return gpumem_limit_create(up, &options, mr);
+  }
+  if (!strcmp(kind, "aligned")) {
+    gpumem_aligned_options options = {.alignment = (size_t)a, .threshold = (size_t)b};
+    return gpumem_aligned_create(up, &options, mr);
+  }
+  if (!strcmp(kind, "prefetch"))
+    return gpumem_prefetch_create(up, mr);
   *known = 0;
   return GPUMEM_ERR_UNSUPPORTED;
 }
@@ -355,6 +365,19 @@ static PyObject *py_spec_define(PyObject *module, PyObject *args) {
   return gpumem_py_none_or_raise(gpumem_spec_define(name, mr));
 }
 
+/* limit_bytes(limit, which): which 0: get_allocated_bytes, 1: get_allocation_limit */
+static PyObject *py_limit_bytes(PyObject *module, PyObject *args) {
+  PyObject *object;
+  int which;
+  gpumem_resource *mr;
+  if (!PyArg_ParseTuple(args, "Oi", &object, &which) || !(mr = gpumem_py_resource_handle(object)))
+    return NULL;
+  size_t bytes = 0;
+  gpumem_status status = which ? gpumem_limit_get_allocation_limit(mr, &bytes)
+                               : gpumem_limit_get_allocated_bytes(mr, &bytes);
+  return status == GPUMEM_OK ? PyLong_FromSize_t(bytes) : gpumem_py_raise(status);
+}
+
 PyMethodDef gpumem_py_resource_functions[] = {
     {"spec_define", py_spec_define, METH_VARARGS, "spec_define(name, mr or None)"},
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
@@ -362,5 +385,7 @@ PyMethodDef gpumem_py_resource_functions[] = {
     {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},
     {"binning_add_bin", py_binning_add_bin, METH_VARARGS, "binning_add_bin(mr, size, bin)"},
     {"pool_trim", py_pool_trim, METH_O, "pool_trim(pool) -> bytes given back"},
+    {"limit_bytes", py_limit_bytes, METH_VARARGS,
+     "limit_bytes(limit, which) -> allocated bytes (0) or the limit (1)"},
     {NULL, NULL, 0, NULL},
 };

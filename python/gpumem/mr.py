@@ -15,6 +15,7 @@ from ._lib import InvalidArgumentError
 MemoryResource = _lib.Resource
 
 __all__ = [
+    "AlignedResourceAdaptor",
     "ArenaMemoryResource",
     "BinningMemoryResource",
     "CallbackMemoryResource",
@@ -23,10 +24,12 @@ __all__ = [
     "FailureCallbackResourceAdaptor",
     "FaultyMemoryResource",
     "FixedSizeMemoryResource",
+    "LimitingResourceAdaptor",
     "ManagedMemoryResource",
     "MemoryResource",
     "PinnedHostMemoryResource",
     "PoolMemoryResource",
+    "PrefetchResourceAdaptor",
     "SystemMemoryResource",
     "UpstreamMemoryResource",
     "VmmMemoryResource",
@@ -234,6 +237,47 @@ class FailureCallbackResourceAdaptor(UpstreamMemoryResource):
         _lib.init_failure_callback(self, upstream_mr, callback)
         self._upstream = upstream_mr
         self._callback = callback
+
+
+class LimitingResourceAdaptor(UpstreamMemoryResource):
+    """Refuses (OutOfMemoryError) allocations that would take the bytes allocated through it
+    past allocation_limit, before upstream_mr sees them. Exact: an allocation fails only if
+    what is allocated plus the request exceeds the limit; threads take no lock."""
+
+    def __init__(self, upstream_mr, allocation_limit):
+        device = getattr(upstream_mr, "device", None)  # not a resource: init_adaptor says so
+        _lib.init_adaptor(self, "limit", upstream_mr, _size(allocation_limit, device))
+        self._upstream = upstream_mr
+
+    def get_allocated_bytes(self):
+        """Bytes allocated through this adaptor and not yet freed."""
+        return _lib.limit_bytes(self, 0)
+
+    def get_allocation_limit(self):
+        """The most bytes this adaptor lets be allocated through it."""
+        return _lib.limit_bytes(self, 1)
+
+
+class AlignedResourceAdaptor(UpstreamMemoryResource):
+    """Allocations of at least alignment_threshold bytes (default: all) come back aligned to
+    alignment (a power of two; default 256), as RMM's aligned_resource_adaptor."""
+
+    def __init__(self, upstream_mr, alignment=256, alignment_threshold=0):
+        alignment = _size(alignment)
+        if alignment == 0:
+            raise InvalidArgumentError("the alignment 0 is not a power of two")
+        _lib.init_adaptor(self, "aligned", upstream_mr, alignment, _size(alignment_threshold))
+        self._upstream = upstream_mr
+
+
+class PrefetchResourceAdaptor(UpstreamMemoryResource):
+    """Prefetches each allocation to the device on its stream when upstream_mr hands out
+    managed memory (ManagedMemoryResource, or a pool over one); passes calls on otherwise.
+    A failed prefetch raises, with the memory given back."""
+
+    def __init__(self, upstream_mr):
+        _lib.init_adaptor(self, "prefetch", upstream_mr)
+        self._upstream = upstream_mr
 
 
 def from_spec(spec, device=None):

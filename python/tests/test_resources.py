@@ -40,6 +40,11 @@ RESOURCES = {
                    "fixed_size(cuda, block=4096, prealloc=8)"),
     "faulty": (lambda: mr.FaultyMemoryResource(cuda(), fail_at=1000),
                "faulty(cuda, fail_at=1000, fail_every=0, status=injected)"),
+    "limit": (lambda: mr.LimitingResourceAdaptor(cuda(), 64 * MiB), "limit(cuda, max=67108864)"),
+    "aligned": (lambda: mr.AlignedResourceAdaptor(cuda(), alignment=4096),
+                "aligned(cuda, alignment=4096, threshold=0)"),
+    "prefetch": (lambda: mr.PrefetchResourceAdaptor(mr.ManagedMemoryResource()),
+                 "prefetch(managed(prefetch=false))"),
 }
 
 

@@ -66,6 +66,10 @@ def random_allocate_free(resource, index):
     "pool(vmm)",
     "arena(cuda, size=64MiB)",
     "binning(pool(cuda, initial=32MiB), min=10, max=16)",
+    "limit(pool(cuda, initial=64MiB), max=1GiB)",
+    "pool(limit(vmm, max=4GiB))",
+    "limit(arena(cuda, size=64MiB), max=1GiB)",
+    "prefetch(pool(managed, initial=64MiB))",
 ])
 def test_threads_share_one_resource(spec):
     resource = mr.from_spec(spec)

@@ -256,6 +256,38 @@ static gpumem_status build_vmm(int device, gpumem_resource *upstream, const spec
   return gpumem_vmm_create(device, &opts, out);
 }
 
+/* ---- limit ---- */
+
+enum { LIMIT_MAX };
+
+static gpumem_status build_limit(int device, gpumem_resource *upstream, const spec_values *values,
+                                 gpumem_resource **out) {
+  gpumem_limit_options opts = {.maximum_size = (size_t)value_or(values, LIMIT_MAX, 0)};
+  return gpumem_limit_create(upstream, &opts, out);
+}
+
+/* ---- aligned ---- */
+
+enum { ALIGNED_ALIGNMENT, ALIGNED_THRESHOLD };
+
+static gpumem_status build_aligned(int device, gpumem_resource *upstream,
+                                   const spec_values *values, gpumem_resource **out) {
+  gpumem_aligned_options opts = {0};
+  opts.alignment = (size_t)value_or(values, ALIGNED_ALIGNMENT, 0);
+  opts.threshold = (size_t)value_or(values, ALIGNED_THRESHOLD, 0);
+  if (values->given[ALIGNED_ALIGNMENT] && opts.alignment == 0)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "aligned: the alignment 0 is not a power of two");
+  return gpumem_aligned_create(upstream, &opts, out);
+}
+
+/* ---- prefetch ---- */
+
+static gpumem_status build_prefetch(int device, gpumem_resource *upstream,
+                                    const spec_values *values, gpumem_resource **out) {
+  return gpumem_prefetch_create(upstream, out);
+}
+
 static const spec_kind spec_kinds[] = {
     {"cuda", SPEC_NO_UPSTREAM, {{NULL}}, "device memory from cuMemAlloc", build_cuda},
     {"managed",
@@ -347,6 +379,26 @@ static const spec_kind spec_kinds[] = {
      },
      "device memory mapped on demand into one reserved address range (cuMemMap)",
      build_vmm},
+    {"limit",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [LIMIT_MAX] = {"max", SPEC_SIZE},
+     },
+     "refuses allocations past max bytes allocated through it (max is required)",
+     build_limit},
+    {"aligned",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [ALIGNED_ALIGNMENT] = {"alignment", SPEC_SIZE},
+         [ALIGNED_THRESHOLD] = {"threshold", SPEC_SIZE},
+     },
+     "aligns requests of at least threshold bytes (default all) to alignment (default 256)",
+     build_aligned},
+    {"prefetch",
+     SPEC_UPSTREAM_REQUIRED,
+     {{NULL}},
+     "prefetches each allocation of managed memory to the device on its stream",
+     build_prefetch},
 };
 
 #define SPEC_KIND_COUNT (sizeof spec_kinds / sizeof spec_kinds[0])

@@ -1,0 +1,39 @@
+/* forward.c: the operations of pass-through adaptors that only hand a call to the upstream
+ * (see adaptor.h). An adaptor's own rule lives in its own file; these keep the rest of its
+ * table from being written again in each. */
+#include "adaptors/adaptor.h"
+
+#include <stdlib.h>
+
+gpumem_status gpumem__forward_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                         size_t alignment, gpumem_stream stream) {
+  return mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+}
+
+gpumem_status gpumem__forward_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
+  const gpumem_resource *up = mr->upstream;
+  return up->ops->query ? up->ops->query(up, what, out) : GPUMEM_ERR_UNSUPPORTED;
+}
+
+gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
+                                          void **ptr) {
+  return mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
+}
+
+gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
+                                           int *allocations_added) {
+  return mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
+}
+
+gpumem_status gpumem__adaptor_free(gpumem_resource *mr) {
+  free(mr);
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem__check_adaptor_args(const char *caller, const gpumem_resource *upstream,
+                                         gpumem_resource *const *out) {
+  if (upstream && out)
+    return GPUMEM_OK;
+  return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: %s is NULL", caller,
+                      upstream ? "out" : "the upstream resource");
+}

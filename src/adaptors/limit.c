@@ -1,0 +1,456 @@
+/* limit.c: the limit adaptor, which refuses allocations that would take the bytes allocated
+ * through it past a maximum, before they reach the upstream.
+ *
+ * One counter of allocated bytes shared by every thread would be exact, and a cache line
+ * that every allocation of every thread writes: 16 threads on an arena would queue on it,
+ * and even one thread would pay an atomic instruction (10 to 20 ns on some servers) per
+ * call. So the budget is split. Each thread has a slot of its own (a cache line, claimed on
+ * its first call), holding credit: budget it may spend without asking anyone. An
+ * allocation that its slot's credit covers takes it with plain loads and stores; a free
+ * gives its bytes back to the freeing thread's slot. Only when a slot runs dry does its
+ * thread take the resource's mutex and draw from the global budget, a batch more than it
+ * needs (an eighth of what is left, at most limit/512), so that batches shrink as the limit
+ * nears; a slot holding more than two batches returns the surplus.
+ *
+ * Exactness: before refusing, the refuser reclaims the credit of every slot into the global
+ * budget, so an allocation fails only if the bytes allocated plus the request exceed the
+ * limit. Taking credit from a slot whose owner may be using it at that moment needs the
+ * owner to be out, and the owner enters with plain stores: it stores `inside`, then loads
+ * the resource's `reclaiming` flag; the reclaimer stores `reclaiming`, then loads each
+ * slot's `inside`. A processor may reorder each side's store after its load; the reclaimer
+ * therefore runs membarrier(2) between them, a barrier on every thread of the process, so
+ * that either the owner sees the flag (and takes the mutex path, which the reclaimer holds)
+ * or the reclaimer sees the owner inside (and waits for it to leave). Where membarrier is
+ * missing, or under ThreadSanitizer, both sides use a sequentially consistent fence instead.
+ *
+ * A thread finds its slot where its token (the thread pointer) hashes, reading a table of
+ * owners that only claims write, so the lookup costs no thread-local storage call and
+ * touches no other thread's line. A slot belongs to a token for good; a new thread with
+ * the token of one that ended takes its slot over. A thread past the last slot (more than
+ * MAX_SLOTS threads used the resource) allocates under the mutex. */
+#include "adaptors/adaptor.h"
+#include "device/device.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__linux__)
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define LIMIT_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LIMIT_UNDER_TSAN 1
+#endif
+#endif
+
+#define MAX_SLOTS 64
+/* Two cache lines: the adjacent-line prefetcher pulls pairs. */
+#define SLOT_ALIGN 128
+
+/* A thread's share of the budget. Every field is written by the owner only (credit also by
+ * a reclaimer, while the owner is out) and read by anyone: relaxed atomics, which compile
+ * to plain moves. Live figures may go below zero in one slot (frees of blocks another
+ * thread allocated); their sum over slots is the resource's. */
+typedef struct limit_slot {
+  atomic_int inside;
+  _Atomic int64_t credit;
+  _Atomic int64_t live_bytes, live_count;
+} __attribute__((aligned(SLOT_ALIGN))) limit_slot;
+
+typedef struct limit_resource {
+  gpumem_resource header;
+  int64_t limit;
+  int64_t batch;
+  /* Read by every allocation, written only by reclaims: a line of its own. */
+  _Alignas(SLOT_ALIGN) atomic_int reclaiming;
+  bool membarrier;
+  /* Each slot's owner (a thread token; 0: free), apart from the slots so that a lookup
+   * reads no other thread's written line. Written once per slot. */
+  atomic_uintptr_t owners[MAX_SLOTS];
+  _Alignas(SLOT_ALIGN) pthread_mutex_t lock;
+  int64_t global;                                     /* budget in no slot; under lock */
+  _Atomic int64_t shared_live_bytes, shared_live_count; /* threads without a slot */
+  limit_slot slots[MAX_SLOTS];
+} limit_resource;
+
+/* ---------------------------------------------------------------------------------------
+ * The barrier between the owners' plain entry and a reclaim
+ * ------------------------------------------------------------------------------------- */
+
+static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
+static bool membarrier_usable;
+
+#if defined(__linux__) && defined(__NR_membarrier) && !defined(LIMIT_UNDER_TSAN)
+static void detect_membarrier(void) {
+  long commands = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  membarrier_usable = commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+                      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+/* A full barrier on every running thread of the process; false if the kernel refused. A
+ * process that lost its registration (a child of fork, on some kernels) registers again. */
+static bool membarrier_all(void) {
+  for (int tries = 0; tries < 2; tries++) {
+    if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+      return true;
+    syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+  }
+  return false;
+}
+#else
+static void detect_membarrier(void) {
+  membarrier_usable = false;
+}
+
+static bool membarrier_all(void) {
+  return false;
+}
+#endif
+
+/* The owner's side: `inside` stored, `reclaiming` not yet loaded. */
+static inline void owner_fence(const limit_resource *self) {
+  if (GPUMEM_LIKELY(self->membarrier))
+    atomic_signal_fence(memory_order_seq_cst); /* the reclaimer's membarrier is the fence */
+  else
+    atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* The reclaimer's side. A kernel that refuses the barrier it once offered (it should not)
+ * would leave no safe way on: the process stops rather than overrun the limit. */
+static void reclaimer_fence(const limit_resource *self) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (self->membarrier && !membarrier_all())
+    __builtin_trap();
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Slots
+ * ------------------------------------------------------------------------------------- */
+
+/* The thread's token: the thread pointer (one register read) where the compiler offers it,
+ * else pthread_self. No two live threads share one. */
+static inline uintptr_t thread_token(void) {
+#if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
+#if __has_builtin(__builtin_thread_pointer)
+  return (uintptr_t)__builtin_thread_pointer();
+#endif
+#endif
+  return (uintptr_t)pthread_self();
+}
+
+static inline unsigned slot_hash(uintptr_t token) {
+  return (unsigned)(((uint64_t)token * 0x9E3779B97F4A7C15ull) >> 58); /* 6 bits: MAX_SLOTS */
+}
+
+/* Looks the token up from its hash on (open addressing: a slot is never given up), and
+ * claims the first free slot on the way when it has none. NULL when every slot is taken. */
+static GPUMEM_NOINLINE limit_slot *claim_slot(limit_resource *self, uintptr_t token) {
+  for (unsigned n = 0, i = slot_hash(token); n < MAX_SLOTS; n++, i = (i + 1) % MAX_SLOTS) {
+    uintptr_t owner = atomic_load_explicit(&self->owners[i], memory_order_relaxed);
+    if (owner == token)
+      return &self->slots[i];
+    if (owner == 0 && atomic_compare_exchange_strong(&self->owners[i], &owner, token))
+      return &self->slots[i]; /* else another thread took it: probe on */
+  }
+  return NULL;
+}
+
+/* The calling thread's slot: where its token hashes, almost always. */
+static inline limit_slot *thread_slot(limit_resource *self) {
+  uintptr_t token = thread_token();
+  unsigned i = slot_hash(token);
+  if (GPUMEM_LIKELY(atomic_load_explicit(&self->owners[i], memory_order_relaxed) == token))
+    return &self->slots[i];
+  return claim_slot(self, token);
+}
+
+static inline int64_t load(const _Atomic int64_t *value) {
+  return atomic_load_explicit(value, memory_order_relaxed);
+}
+
+/* Only the owner writes these, so a load and a store need no atomic instruction. */
+static inline void add(_Atomic int64_t *value, int64_t delta) {
+  atomic_store_explicit(value, load(value) + delta, memory_order_relaxed);
+}
+
+/* Enters the owner's slot for plain use; false while a reclaim runs (nothing held then). */
+static inline bool enter(limit_resource *self, limit_slot *slot) {
+  atomic_store_explicit(&slot->inside, 1, memory_order_relaxed);
+  owner_fence(self);
+  if (GPUMEM_LIKELY(!atomic_load_explicit(&self->reclaiming, memory_order_acquire)))
+    return true;
+  atomic_store_explicit(&slot->inside, 0, memory_order_release);
+  return false;
+}
+
+static inline void leave(limit_slot *slot) {
+  atomic_store_explicit(&slot->inside, 0, memory_order_release);
+}
+
+/* Moves every slot's credit to the global budget. Called with the mutex held. */
+static void reclaim(limit_resource *self) {
+  atomic_store_explicit(&self->reclaiming, 1, memory_order_relaxed);
+  reclaimer_fence(self);
+  for (int i = 0; i < MAX_SLOTS; i++) {
+    limit_slot *slot = &self->slots[i];
+    if (!atomic_load_explicit(&self->owners[i], memory_order_relaxed))
+      continue; /* never claimed: no credit, and a claim now finds the mutex taken */
+    for (unsigned spins = 0; atomic_load_explicit(&slot->inside, memory_order_acquire); spins++) {
+      if (spins > 128)
+        sched_yield();
+    }
+    self->global += load(&slot->credit);
+    atomic_store_explicit(&slot->credit, 0, memory_order_relaxed);
+  }
+  atomic_store_explicit(&self->reclaiming, 0, memory_order_release);
+}
+
+/* The budget for `bytes` from the global budget (and every slot's, if needed), with a batch
+ * more for the slot. False when the limit does not allow it. */
+static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, int64_t bytes) {
+  pthread_mutex_lock(&self->lock);
+  int64_t have = slot ? load(&slot->credit) : 0;
+  if (self->global + have < bytes) {
+    reclaim(self);
+    have = 0;
+  }
+  bool ok = self->global + have >= bytes;
+  if (ok && slot) {
+    int64_t left = self->global + have - bytes;
+    int64_t keep = left / 8 < self->batch ? left / 8 : self->batch;
+    atomic_store_explicit(&slot->credit, keep, memory_order_relaxed);
+    self->global = left - keep;
+    add(&slot->live_bytes, bytes);
+    add(&slot->live_count, 1);
+  } else if (ok) {
+    self->global -= bytes;
+    add(&self->shared_live_bytes, bytes);
+    add(&self->shared_live_count, 1);
+  }
+  pthread_mutex_unlock(&self->lock);
+  return ok;
+}
+
+/* Takes the budget of one allocation of `bytes`; false: past the limit. */
+static inline bool take(limit_resource *self, limit_slot *slot, int64_t bytes) {
+  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
+    int64_t credit = load(&slot->credit);
+    if (GPUMEM_LIKELY(credit >= bytes)) {
+      atomic_store_explicit(&slot->credit, credit - bytes, memory_order_relaxed);
+      add(&slot->live_bytes, bytes);
+      add(&slot->live_count, 1);
+      leave(slot);
+      return true;
+    }
+    leave(slot);
+  }
+  return take_slow(self, slot, bytes);
+}
+
+static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int64_t bytes,
+                                     int64_t allocations) {
+  pthread_mutex_lock(&self->lock);
+  if (slot) {
+    int64_t credit = load(&slot->credit) + bytes;
+    int64_t keep = credit < self->batch ? credit : self->batch;
+    atomic_store_explicit(&slot->credit, keep, memory_order_relaxed);
+    self->global += credit - keep;
+    add(&slot->live_bytes, -bytes);
+    add(&slot->live_count, allocations);
+  } else {
+    self->global += bytes;
+    add(&self->shared_live_bytes, -bytes);
+    add(&self->shared_live_count, allocations);
+  }
+  pthread_mutex_unlock(&self->lock);
+}
+
+/* Gives back the budget of `bytes` freed; `allocations`: the change in live allocations. */
+static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes,
+                       int64_t allocations) {
+  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
+    int64_t credit = load(&slot->credit) + bytes;
+    if (GPUMEM_LIKELY(credit <= 2 * self->batch)) {
+      atomic_store_explicit(&slot->credit, credit, memory_order_relaxed);
+      add(&slot->live_bytes, -bytes);
+      add(&slot->live_count, allocations);
+      leave(slot);
+      return;
+    }
+    leave(slot);
+  }
+  put_slow(self, slot, bytes, allocations);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The resource
+ * ------------------------------------------------------------------------------------- */
+
+/* The sum of the slots' live bytes (or counts) and the slotless threads'. */
+static uint64_t sum_live(const limit_resource *self, bool count) {
+  int64_t sum = load(count ? &self->shared_live_count : &self->shared_live_bytes);
+  for (int i = 0; i < MAX_SLOTS; i++)
+    sum += load(count ? &self->slots[i].live_count : &self->slots[i].live_bytes);
+  return sum > 0 ? (uint64_t)sum : 0; /* a sum read while frees move between slots */
+}
+
+static uint64_t allocated_bytes(const limit_resource *self) {
+  return sum_live(self, false);
+}
+
+static GPUMEM_COLD gpumem_status refuse(limit_resource *self, size_t bytes) {
+  char limit[48], allocated[48], why[160];
+  gpumem__format_bytes((uint64_t)self->limit, limit, sizeof limit);
+  gpumem__format_bytes(allocated_bytes(self), allocated, sizeof allocated);
+  snprintf(why, sizeof why, "past its limit of %s, with %s allocated through it", limit,
+           allocated);
+  return gpumem__fail_out_of_memory(&self->header, bytes, why);
+}
+
+static gpumem_status limit_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                    gpumem_stream stream, void **ptr) {
+  limit_resource *self = (limit_resource *)mr;
+  limit_slot *slot = thread_slot(self);
+  if (GPUMEM_UNLIKELY(bytes > (uint64_t)self->limit) ||
+      GPUMEM_UNLIKELY(!take(self, slot, (int64_t)bytes)))
+    return refuse(self, bytes);
+  gpumem_status status = mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr);
+  if (GPUMEM_UNLIKELY(status != GPUMEM_OK)) {
+    put(self, slot, (int64_t)bytes, -1);
+    return gpumem__fail_through(mr, status);
+  }
+  return GPUMEM_OK;
+}
+
+static gpumem_status limit_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                      size_t alignment, gpumem_stream stream) {
+  limit_resource *self = (limit_resource *)mr;
+  gpumem_status status = mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+  if (GPUMEM_LIKELY(status == GPUMEM_OK))
+    put(self, thread_slot(self), (int64_t)bytes, -1);
+  return status;
+}
+
+/* Placement counts as allocation. A refusal is quiet, as a taken range is, so that a pool
+ * above grows by a plain allocation, which the limit refuses with its message. */
+static gpumem_status limit_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
+                                       void **ptr) {
+  limit_resource *self = (limit_resource *)mr;
+  limit_slot *slot = thread_slot(self);
+  if (bytes > (uint64_t)self->limit || !take(self, slot, (int64_t)bytes))
+    return GPUMEM_ERR_OUT_OF_MEMORY;
+  gpumem_status status = mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
+  if (status != GPUMEM_OK)
+    put(self, slot, (int64_t)bytes, -1);
+  return status;
+}
+
+static gpumem_status limit_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
+                                        int *allocations_added) {
+  limit_resource *self = (limit_resource *)mr;
+  gpumem_status status =
+      mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
+  if (status == GPUMEM_OK)
+    put(self, thread_slot(self), (int64_t)size, *allocations_added);
+  return status;
+}
+
+static gpumem_status limit_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
+  const limit_resource *self = (const limit_resource *)mr;
+  if (what == GPUMEM_QUERY_LIVE_BYTES) {
+    *out = allocated_bytes(self);
+    return GPUMEM_OK;
+  }
+  if (what == GPUMEM_QUERY_LIVE_COUNT) {
+    *out = sum_live(self, true);
+    return GPUMEM_OK;
+  }
+  return gpumem__forward_query(mr, what, out);
+}
+
+static void limit_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  char upstream[512];
+  gpumem__describe(mr->upstream, upstream, sizeof upstream);
+  snprintf(buf, size, "limit(%s, max=%llu)", upstream,
+           (unsigned long long)((const limit_resource *)mr)->limit);
+}
+
+static gpumem_status limit_destroy(gpumem_resource *mr) {
+  limit_resource *self = (limit_resource *)mr;
+  pthread_mutex_destroy(&self->lock);
+  free(self);
+  return GPUMEM_OK;
+}
+
+static const gpumem__resource_ops limit_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "limit",
+    .allocate = limit_allocate,
+    .deallocate = limit_deallocate,
+    .query = limit_query,
+    .describe = limit_describe,
+    .destroy = limit_destroy,
+    .allocate_at = limit_allocate_at,
+    .unmap_pieces = limit_unmap_pieces,
+};
+
+gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_options *opts,
+                                  gpumem_resource **out) {
+  gpumem_status status = gpumem__check_adaptor_args("gpumem_limit_create", upstream, out);
+  if (status != GPUMEM_OK)
+    return status;
+  size_t maximum = opts ? opts->maximum_size : 0;
+  if (maximum == 0 || maximum > (size_t)INT64_MAX)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_limit_create: the limit (maximum_size; 'max' in a spec) %s",
+                        maximum == 0 ? "is missing or zero: give the most bytes to allow"
+                                     : "is larger than any device");
+  limit_resource *self = aligned_alloc(SLOT_ALIGN, sizeof *self);
+  if (!self)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_limit_create: out of host memory");
+  memset(self, 0, sizeof *self);
+  pthread_once(&barrier_once, detect_membarrier);
+  gpumem__resource_init_pass_through(&self->header, &limit_ops, upstream);
+  self->limit = (int64_t)maximum;
+  self->batch = self->limit / 512;
+  self->global = self->limit;
+  self->membarrier = membarrier_usable;
+  pthread_mutex_init(&self->lock, NULL);
+  *out = &self->header;
+  return GPUMEM_OK;
+}
+
+static gpumem_status limit_of(const char *caller, const gpumem_resource *mr, size_t *bytes,
+                              const limit_resource **self) {
+  if (!mr || mr->ops != &limit_ops || !bytes)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: %s", caller,
+                        !bytes ? "bytes is NULL"
+                        : mr   ? "the resource is not a limit adaptor"
+                               : "the resource is NULL");
+  *self = (const limit_resource *)mr;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_limit_get_allocated_bytes(const gpumem_resource *mr, size_t *bytes) {
+  const limit_resource *self = NULL;
+  gpumem_status status = limit_of("gpumem_limit_get_allocated_bytes", mr, bytes, &self);
+  if (status == GPUMEM_OK)
+    *bytes = (size_t)allocated_bytes(self);
+  return status;
+}
+
+gpumem_status gpumem_limit_get_allocation_limit(const gpumem_resource *mr, size_t *bytes) {
+  const limit_resource *self = NULL;
+  gpumem_status status = limit_of("gpumem_limit_get_allocation_limit", mr, bytes, &self);
+  if (status == GPUMEM_OK)
+    *bytes = (size_t)self->limit;
+  return status;
+}

@@ -1,0 +1,78 @@
+/* prefetch.c: the prefetch adaptor, which moves each new allocation of managed memory to
+ * its device on the allocation's stream (RMM's prefetch_resource_adaptor), so that the
+ * first kernel to touch it does not fault its pages in one by one.
+ *
+ * Whether the memory is managed is a capability of the upstream, known at creation (a pool
+ * over managed memory reports it too); over any other memory the adaptor only passes calls
+ * on. A prefetch that fails fails the allocation: the memory goes back to the upstream
+ * first, so nothing leaks, and the driver's status and message come through (RMM lets the
+ * error through too, but keeps the memory). Placement passes through without a prefetch:
+ * only device memory (vmm) is ever placed. */
+#include "adaptors/adaptor.h"
+#include "device/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct prefetch_resource {
+  gpumem_resource header;
+  bool managed;
+} prefetch_resource;
+
+static GPUMEM_COLD gpumem_status give_back(gpumem_resource *mr, void *ptr, size_t bytes,
+                                           size_t alignment, gpumem_stream stream,
+                                           gpumem_status failure) {
+  char message[512];
+  snprintf(message, sizeof message, "%s", gpumem_last_error_message());
+  mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+  gpumem__fail(failure, "%s", message);
+  return gpumem__fail_context(failure, "prefetch: prefetching %zu bytes at %p to device %d",
+                              bytes, ptr, mr->device);
+}
+
+static gpumem_status prefetch_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                       gpumem_stream stream, void **ptr) {
+  void *block;
+  gpumem_status status =
+      mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, &block);
+  if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
+    return gpumem__fail_through(mr, status);
+  if (((const prefetch_resource *)mr)->managed) {
+    status = mr->dev->prefetch(block, bytes, mr->device, stream);
+    if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
+      return give_back(mr, block, bytes, alignment, stream, status);
+  }
+  *ptr = block;
+  return GPUMEM_OK;
+}
+
+static void prefetch_describe(const gpumem_resource *mr, char *buf, size_t size) {
+  char upstream[512];
+  gpumem__describe(mr->upstream, upstream, sizeof upstream);
+  snprintf(buf, size, "prefetch(%s)", upstream);
+}
+
+static const gpumem__resource_ops prefetch_ops = {
+    .version = GPUMEM__RESOURCE_OPS_VERSION,
+    .kind = "prefetch",
+    .allocate = prefetch_allocate,
+    .deallocate = gpumem__forward_deallocate,
+    .query = gpumem__forward_query,
+    .describe = prefetch_describe,
+    .destroy = gpumem__adaptor_free,
+    .allocate_at = gpumem__forward_allocate_at,
+    .unmap_pieces = gpumem__forward_unmap_pieces,
+};
+
+gpumem_status gpumem_prefetch_create(gpumem_resource *upstream, gpumem_resource **out) {
+  gpumem_status status = gpumem__check_adaptor_args("gpumem_prefetch_create", upstream, out);
+  if (status != GPUMEM_OK)
+    return status;
+  prefetch_resource *self = calloc(1, sizeof *self);
+  if (!self)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_prefetch_create: out of host memory");
+  gpumem__resource_init_pass_through(&self->header, &prefetch_ops, upstream);
+  self->managed = upstream->caps.memory == GPUMEM_MEMORY_MANAGED;
+  *out = &self->header;
+  return GPUMEM_OK;
+}
