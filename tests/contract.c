@@ -46,6 +46,14 @@ static void test_capabilities(bool vmm_supported) {
       {"arena(vmm)", GPUMEM_MEMORY_DEVICE, 1, 0},
       {"binning(pool(managed))", GPUMEM_MEMORY_MANAGED, 1, 0},
       {"fixed_size(pinned_host)", GPUMEM_MEMORY_PINNED_HOST, 1, 0},
+      {"limit(vmm, max=1GiB)", GPUMEM_MEMORY_DEVICE, 0, 1},
+      {"prefetch(limit(vmm, max=1GiB))", GPUMEM_MEMORY_DEVICE, 0, 1},
+      {"aligned(vmm, alignment=64KiB)", GPUMEM_MEMORY_DEVICE, 0, 1},
+      {"aligned(vmm, alignment=64MiB)", GPUMEM_MEMORY_DEVICE, 0, 0},
+      {"retry(vmm)", GPUMEM_MEMORY_DEVICE, 0, 1},
+      {"retry(async)", GPUMEM_MEMORY_DEVICE, 1, 0},
+      {"prefetch(pool(managed))", GPUMEM_MEMORY_MANAGED, 1, 0},
+      {"limit(pinned_host, max=1GiB)", GPUMEM_MEMORY_PINNED_HOST, 0, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (!vmm_supported && strstr(cases[i].spec, "vmm"))
@@ -116,8 +124,10 @@ static void test_pool_over_pass_through(void) {
   uintptr_t plain_at, wrapped_at;
   uint64_t plain = reserved_after_pairs("pool(vmm)", &plain_at);
   CHECK_U64_EQ(plain, 4 << 20);
-  static const char *const wrapped[] = {"pool(faulty(vmm))", "pool(faulty(faulty(vmm)))"};
-  for (size_t i = 0; i < 2; i++) {
+  static const char *const wrapped[] = {"pool(faulty(vmm))", "pool(faulty(faulty(vmm)))",
+                                        "pool(limit(vmm, max=64GiB))",
+                                        "pool(retry(prefetch(aligned(vmm))))"};
+  for (size_t i = 0; i < sizeof wrapped / sizeof wrapped[0]; i++) {
     CHECK_U64_EQ(reserved_after_pairs(wrapped[i], &wrapped_at), plain);
     CHECK(wrapped_at != 0);
   }
