@@ -14,6 +14,24 @@ gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, s
 gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
                                            int *allocations_added);
 
+/* The live allocations that went through one adaptor, so that releasing it is judged on its
+ * own allocations, not on what others allocated from the same upstream. */
+typedef struct gpumem__adaptor_live {
+  atomic_uint_fast64_t count, bytes;
+} gpumem__adaptor_live;
+
+/* Adds `count` allocations and `bytes` bytes (negative: subtracts). */
+static inline void gpumem__adaptor_live_add(gpumem__adaptor_live *live, int64_t count,
+                                            int64_t bytes) {
+  atomic_fetch_add_explicit(&live->count, (uint64_t)count, memory_order_relaxed);
+  atomic_fetch_add_explicit(&live->bytes, (uint64_t)bytes, memory_order_relaxed);
+}
+
+/* Answers the live queries from `live`, the others from mr's upstream. */
+gpumem_status gpumem__adaptor_live_query(const gpumem__adaptor_live *live,
+                                         const gpumem_resource *mr, gpumem_query what,
+                                         uint64_t *out);
+
 /* The destroy of an adaptor that holds nothing but its struct (one malloc'd block). */
 gpumem_status gpumem__adaptor_free(gpumem_resource *mr);
 

@@ -27,8 +27,8 @@ static gpumem_status aligned_allocate(gpumem_resource *mr, size_t bytes, size_t 
   alignment = raised(self, bytes, alignment);
   if (GPUMEM_UNLIKELY(bytes > SIZE_MAX - alignment))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "aligned: %zu bytes with alignment %zu overflows the address space",
-                        bytes, alignment);
+                        "aligned: %zu bytes with alignment %zu overflows the address space", bytes,
+                        alignment);
   return gpumem__fail_through(
       mr, mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr));
 }

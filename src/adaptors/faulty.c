@@ -2,6 +2,7 @@
  * allocations it is told to fail (the Nth, or every Nth), which fail with a chosen status
  * before reaching the upstream, so the upstream is untouched. Tests sweep the failure over
  * every allocation of a workload to prove that each failure path leaves things whole. */
+#include "adaptors/adaptor.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -14,9 +15,7 @@ typedef struct faulty_resource {
   pthread_mutex_t lock; /* guards options against gpumem_faulty_reset */
   gpumem_faulty_options options;
   atomic_uint_fast64_t calls; /* allocations asked since creation or reset */
-  /* Its own live counts, so that releasing it is judged on its own allocations, not on
-   * what others allocated from the same upstream. */
-  atomic_uint_fast64_t live_count, live_bytes;
+  gpumem__adaptor_live live;
 } faulty_resource;
 
 /* Whether allocation number `call` fails, and with which status. */
@@ -42,8 +41,7 @@ static gpumem_status faulty_allocate(gpumem_resource *mr, size_t bytes, size_t a
   gpumem_status status = mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "faulty (no failure injected)");
-  atomic_fetch_add_explicit(&self->live_count, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&self->live_bytes, bytes, memory_order_relaxed);
+  gpumem__adaptor_live_add(&self->live, 1, (int64_t)bytes);
   return GPUMEM_OK;
 }
 
@@ -52,8 +50,7 @@ static gpumem_status faulty_deallocate(gpumem_resource *mr, void *ptr, size_t by
   faulty_resource *self = (faulty_resource *)mr;
   gpumem_status status = mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
   if (status == GPUMEM_OK) {
-    atomic_fetch_sub_explicit(&self->live_count, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&self->live_bytes, bytes, memory_order_relaxed);
+    gpumem__adaptor_live_add(&self->live, -1, -(int64_t)bytes);
   }
   return status;
 }
@@ -69,8 +66,7 @@ static gpumem_status faulty_allocate_at(gpumem_resource *mr, uintptr_t addr, siz
     return GPUMEM_ERR_OUT_OF_MEMORY; /* quiet, as the contract's taken range is */
   gpumem_status status = mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
   if (status == GPUMEM_OK) {
-    atomic_fetch_add_explicit(&self->live_count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&self->live_bytes, bytes, memory_order_relaxed);
+    gpumem__adaptor_live_add(&self->live, 1, (int64_t)bytes);
   }
   return status;
 }
@@ -80,26 +76,13 @@ static gpumem_status faulty_unmap_pieces(gpumem_resource *mr, uintptr_t addr, si
   faulty_resource *self = (faulty_resource *)mr;
   gpumem_status status =
       mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
-  if (status == GPUMEM_OK) {
-    atomic_fetch_add_explicit(&self->live_count, (uint64_t)(int64_t)*allocations_added,
-                              memory_order_relaxed);
-    atomic_fetch_sub_explicit(&self->live_bytes, size, memory_order_relaxed);
-  }
+  if (status == GPUMEM_OK)
+    gpumem__adaptor_live_add(&self->live, *allocations_added, -(int64_t)size);
   return status;
 }
 
 static gpumem_status faulty_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
-  const faulty_resource *self = (const faulty_resource *)mr;
-  if (what == GPUMEM_QUERY_LIVE_COUNT) {
-    *out = atomic_load_explicit(&self->live_count, memory_order_relaxed);
-    return GPUMEM_OK;
-  }
-  if (what == GPUMEM_QUERY_LIVE_BYTES) {
-    *out = atomic_load_explicit(&self->live_bytes, memory_order_relaxed);
-    return GPUMEM_OK;
-  }
-  const gpumem_resource *up = mr->upstream;
-  return up->ops->query ? up->ops->query(up, what, out) : GPUMEM_ERR_UNSUPPORTED;
+  return gpumem__adaptor_live_query(&((const faulty_resource *)mr)->live, mr, what, out);
 }
 
 static const char *status_word(gpumem_status status) {

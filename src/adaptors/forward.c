@@ -15,6 +15,17 @@ gpumem_status gpumem__forward_query(const gpumem_resource *mr, gpumem_query what
   return up->ops->query ? up->ops->query(up, what, out) : GPUMEM_ERR_UNSUPPORTED;
 }
 
+gpumem_status gpumem__adaptor_live_query(const gpumem__adaptor_live *live,
+                                         const gpumem_resource *mr, gpumem_query what,
+                                         uint64_t *out) {
+  if (what == GPUMEM_QUERY_LIVE_COUNT || what == GPUMEM_QUERY_LIVE_BYTES) {
+    *out = atomic_load_explicit(what == GPUMEM_QUERY_LIVE_COUNT ? &live->count : &live->bytes,
+                                memory_order_relaxed);
+    return GPUMEM_OK;
+  }
+  return gpumem__forward_query(mr, what, out);
+}
+
 gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
                                           void **ptr) {
   return mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);

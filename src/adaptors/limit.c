@@ -76,7 +76,7 @@ typedef struct limit_resource {
    * reads no other thread's written line. Written once per slot. */
   atomic_uintptr_t owners[MAX_SLOTS];
   _Alignas(SLOT_ALIGN) pthread_mutex_t lock;
-  int64_t global;                                     /* budget in no slot; under lock */
+  int64_t global;                                       /* budget in no slot; under lock */
   _Atomic int64_t shared_live_bytes, shared_live_count; /* threads without a slot */
   limit_slot slots[MAX_SLOTS];
 } limit_resource;
@@ -91,8 +91,9 @@ static bool membarrier_usable;
 #if defined(__linux__) && defined(__NR_membarrier) && !defined(LIMIT_UNDER_TSAN)
 static void detect_membarrier(void) {
   long commands = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  membarrier_usable = commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  membarrier_usable =
+      commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 }
 
 /* A full barrier on every running thread of the process; false if the kernel refused. A
@@ -274,8 +275,7 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
 }
 
 /* Gives back the budget of `bytes` freed; `allocations`: the change in live allocations. */
-static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes,
-                       int64_t allocations) {
+static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, int64_t allocations) {
   if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
     int64_t credit = load(&slot->credit) + bytes;
     if (GPUMEM_LIKELY(credit <= 2 * self->batch)) {
@@ -310,8 +310,7 @@ static GPUMEM_COLD gpumem_status refuse(limit_resource *self, size_t bytes) {
   char limit[48], allocated[48], why[160];
   gpumem__format_bytes((uint64_t)self->limit, limit, sizeof limit);
   gpumem__format_bytes(allocated_bytes(self), allocated, sizeof allocated);
-  snprintf(why, sizeof why, "past its limit of %s, with %s allocated through it", limit,
-           allocated);
+  snprintf(why, sizeof why, "past its limit of %s, with %s allocated through it", limit, allocated);
   return gpumem__fail_out_of_memory(&self->header, bytes, why);
 }
 

@@ -26,8 +26,8 @@ static GPUMEM_COLD gpumem_status give_back(gpumem_resource *mr, void *ptr, size_
   snprintf(message, sizeof message, "%s", gpumem_last_error_message());
   mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
   gpumem__fail(failure, "%s", message);
-  return gpumem__fail_context(failure, "prefetch: prefetching %zu bytes at %p to device %d",
-                              bytes, ptr, mr->device);
+  return gpumem__fail_context(failure, "prefetch: prefetching %zu bytes at %p to device %d", bytes,
+                              ptr, mr->device);
 }
 
 static gpumem_status prefetch_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,

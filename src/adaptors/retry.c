@@ -11,6 +11,7 @@
  * No lock is held across the callback, so it may allocate from this very adaptor; a failure
  * inside the callback on the same thread is not retried again (a thread-local depth), so a
  * callback that allocates cannot recurse without end. */
+#include "adaptors/adaptor.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -27,17 +28,11 @@ typedef struct retry_resource {
   /* Most retries of one allocation; 0: as many as the callback wants. */
   uint64_t max_retries;
   bool builtin; /* the spec's callback: waits for the device */
-  /* Its own live counts, so that releasing it is judged on its own allocations. */
-  atomic_uint_fast64_t live_count, live_bytes;
+  gpumem__adaptor_live live;
 } retry_resource;
 
 /* Callbacks of retry adaptors running on this thread: a failure inside one is final. */
 static _Thread_local int callback_depth;
-
-static void count_live(retry_resource *self, int64_t count, int64_t bytes) {
-  atomic_fetch_add_explicit(&self->live_count, (uint64_t)count, memory_order_relaxed);
-  atomic_fetch_add_explicit(&self->live_bytes, (uint64_t)bytes, memory_order_relaxed);
-}
 
 static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                     gpumem_stream stream, void **ptr) {
@@ -62,7 +57,7 @@ static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t al
     status = up->ops->allocate(up, bytes, alignment, stream, ptr);
   }
   if (status == GPUMEM_OK) {
-    count_live(self, 1, (int64_t)bytes);
+    gpumem__adaptor_live_add(&self->live, 1, (int64_t)bytes);
     return GPUMEM_OK;
   }
   /* The upstream's message, with what this adaptor did about it. */
@@ -78,7 +73,7 @@ static gpumem_status retry_deallocate(gpumem_resource *mr, void *ptr, size_t byt
                                       size_t alignment, gpumem_stream stream) {
   gpumem_status status = mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
   if (status == GPUMEM_OK)
-    count_live((retry_resource *)mr, -1, -(int64_t)bytes);
+    gpumem__adaptor_live_add(&((retry_resource *)mr)->live, -1, -(int64_t)bytes);
   return status;
 }
 
@@ -88,7 +83,7 @@ static gpumem_status retry_allocate_at(gpumem_resource *mr, uintptr_t addr, size
                                        void **ptr) {
   gpumem_status status = mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
   if (status == GPUMEM_OK)
-    count_live((retry_resource *)mr, 1, (int64_t)bytes);
+    gpumem__adaptor_live_add(&((retry_resource *)mr)->live, 1, (int64_t)bytes);
   return status;
 }
 
@@ -97,22 +92,12 @@ static gpumem_status retry_unmap_pieces(gpumem_resource *mr, uintptr_t addr, siz
   gpumem_status status =
       mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
   if (status == GPUMEM_OK)
-    count_live((retry_resource *)mr, *allocations_added, -(int64_t)size);
+    gpumem__adaptor_live_add(&((retry_resource *)mr)->live, *allocations_added, -(int64_t)size);
   return status;
 }
 
 static gpumem_status retry_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
-  const retry_resource *self = (const retry_resource *)mr;
-  if (what == GPUMEM_QUERY_LIVE_COUNT) {
-    *out = atomic_load_explicit(&self->live_count, memory_order_relaxed);
-    return GPUMEM_OK;
-  }
-  if (what == GPUMEM_QUERY_LIVE_BYTES) {
-    *out = atomic_load_explicit(&self->live_bytes, memory_order_relaxed);
-    return GPUMEM_OK;
-  }
-  const gpumem_resource *up = mr->upstream;
-  return up->ops->query ? up->ops->query(up, what, out) : GPUMEM_ERR_UNSUPPORTED;
+  return gpumem__adaptor_live_query(&((const retry_resource *)mr)->live, mr, what, out);
 }
 
 static void retry_describe(const gpumem_resource *mr, char *buf, size_t size) {
