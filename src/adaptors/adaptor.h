@@ -5,6 +5,7 @@
 #define GPUMEM_ADAPTOR_H
 
 #include "core/internal.h"
+#include "core/thread_slots.h"
 
 gpumem_status gpumem__forward_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream);
@@ -15,17 +16,37 @@ gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, 
                                            int *allocations_added);
 
 /* The live allocations that went through one adaptor, so that releasing it is judged on its
- * own allocations, not on what others allocated from the same upstream. */
+ * own allocations, not on what others allocated from the same upstream. Counted per thread
+ * (core/thread_slots.h): a shared counter would cost every call two atomic instructions
+ * and, under threads, a cache line they all write. A slot's figures go below zero where a
+ * thread frees what another allocated; their sum is the adaptor's. A struct holding one
+ * must be allocated aligned to GPUMEM__SLOT_ALIGN (gpumem__adaptor_new). */
+typedef struct gpumem__adaptor_live_slot {
+  _Atomic int64_t count, bytes;
+} __attribute__((aligned(GPUMEM__SLOT_ALIGN))) gpumem__adaptor_live_slot;
+
 typedef struct gpumem__adaptor_live {
-  atomic_uint_fast64_t count, bytes;
+  gpumem__thread_slots owners;
+  _Atomic int64_t shared_count, shared_bytes; /* threads past the last slot */
+  gpumem__adaptor_live_slot slots[GPUMEM__THREAD_SLOTS];
 } gpumem__adaptor_live;
 
 /* Adds `count` allocations and `bytes` bytes (negative: subtracts). */
 static inline void gpumem__adaptor_live_add(gpumem__adaptor_live *live, int64_t count,
                                             int64_t bytes) {
-  atomic_fetch_add_explicit(&live->count, (uint64_t)count, memory_order_relaxed);
-  atomic_fetch_add_explicit(&live->bytes, (uint64_t)bytes, memory_order_relaxed);
+  int i = gpumem__thread_slot(&live->owners);
+  if (GPUMEM_LIKELY(i >= 0)) {
+    gpumem__slot_add(&live->slots[i].count, count);
+    gpumem__slot_add(&live->slots[i].bytes, bytes);
+  } else {
+    atomic_fetch_add_explicit(&live->shared_count, count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&live->shared_bytes, bytes, memory_order_relaxed);
+  }
 }
+
+/* A zeroed adaptor struct of `size` bytes, aligned for the slots in it; NULL when the host
+ * is out of memory. Freed with free(). */
+void *gpumem__adaptor_new(size_t size);
 
 /* Answers the live queries from `live`, the others from mr's upstream. */
 gpumem_status gpumem__adaptor_live_query(const gpumem__adaptor_live *live,

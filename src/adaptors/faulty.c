@@ -14,12 +14,17 @@ typedef struct faulty_resource {
   gpumem_resource header;
   pthread_mutex_t lock; /* guards options against gpumem_faulty_reset */
   gpumem_faulty_options options;
+  /* Whether options fail any call: read without the lock, so that a faulty adaptor told to
+   * fail nothing (a pool over faulty(vmm)) costs no lock per call. */
+  atomic_bool armed;
   atomic_uint_fast64_t calls; /* allocations asked since creation or reset */
   gpumem__adaptor_live live;
 } faulty_resource;
 
 /* Whether allocation number `call` fails, and with which status. */
 static bool should_fail(faulty_resource *self, uint64_t call, gpumem_status *status) {
+  if (GPUMEM_LIKELY(!atomic_load_explicit(&self->armed, memory_order_acquire)))
+    return false;
   pthread_mutex_lock(&self->lock);
   uint64_t at = self->options.fail_at, every = self->options.fail_every;
   *status = self->options.status;
@@ -150,12 +155,13 @@ gpumem_status gpumem_faulty_create(gpumem_resource *upstream, const gpumem_fault
   gpumem_status status = checked_options(opts, &options);
   if (status != GPUMEM_OK)
     return status;
-  faulty_resource *self = calloc(1, sizeof *self);
+  faulty_resource *self = gpumem__adaptor_new(sizeof *self);
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_faulty_create: out of host memory");
   gpumem__resource_init_pass_through(&self->header, &faulty_ops, upstream);
   pthread_mutex_init(&self->lock, NULL);
   self->options = options;
+  atomic_init(&self->armed, options.fail_at || options.fail_every);
   *out = &self->header;
   return GPUMEM_OK;
 }
@@ -173,6 +179,7 @@ gpumem_status gpumem_faulty_reset(gpumem_resource *mr, const gpumem_faulty_optio
   pthread_mutex_lock(&self->lock);
   self->options = options;
   atomic_store(&self->calls, 0);
+  atomic_store_explicit(&self->armed, options.fail_at || options.fail_every, memory_order_release);
   pthread_mutex_unlock(&self->lock);
   return GPUMEM_OK;
 }

@@ -4,6 +4,7 @@
 #include "adaptors/adaptor.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 gpumem_status gpumem__forward_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream) {
@@ -18,12 +19,24 @@ gpumem_status gpumem__forward_query(const gpumem_resource *mr, gpumem_query what
 gpumem_status gpumem__adaptor_live_query(const gpumem__adaptor_live *live,
                                          const gpumem_resource *mr, gpumem_query what,
                                          uint64_t *out) {
-  if (what == GPUMEM_QUERY_LIVE_COUNT || what == GPUMEM_QUERY_LIVE_BYTES) {
-    *out = atomic_load_explicit(what == GPUMEM_QUERY_LIVE_COUNT ? &live->count : &live->bytes,
+  if (what != GPUMEM_QUERY_LIVE_COUNT && what != GPUMEM_QUERY_LIVE_BYTES)
+    return gpumem__forward_query(mr, what, out);
+  bool count = what == GPUMEM_QUERY_LIVE_COUNT;
+  int64_t sum =
+      atomic_load_explicit(count ? &live->shared_count : &live->shared_bytes, memory_order_relaxed);
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    sum += atomic_load_explicit(count ? &live->slots[i].count : &live->slots[i].bytes,
                                 memory_order_relaxed);
-    return GPUMEM_OK;
-  }
-  return gpumem__forward_query(mr, what, out);
+  *out = sum > 0 ? (uint64_t)sum : 0; /* a sum read while frees move between slots */
+  return GPUMEM_OK;
+}
+
+void *gpumem__adaptor_new(size_t size) {
+  size_t rounded = gpumem__align_up(size, GPUMEM__SLOT_ALIGN);
+  void *memory = aligned_alloc(GPUMEM__SLOT_ALIGN, rounded);
+  if (memory)
+    memset(memory, 0, rounded);
+  return memory;
 }
 
 gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,

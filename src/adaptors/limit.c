@@ -10,7 +10,7 @@
  * gives its bytes back to the freeing thread's slot. Only when a slot runs dry does its
  * thread take the resource's mutex and draw from the global budget, a batch more than it
  * needs (an eighth of what is left, at most limit/512), so that batches shrink as the limit
- * nears; a slot holding more than two batches returns the surplus.
+ * nears; a slot holding more than four batches returns the surplus.
  *
  * Exactness: before refusing, the refuser reclaims the credit of every slot into the global
  * budget, so an allocation fails only if the bytes allocated plus the request exceed the
@@ -23,12 +23,11 @@
  * or the reclaimer sees the owner inside (and waits for it to leave). Where membarrier is
  * missing, or under ThreadSanitizer, both sides use a sequentially consistent fence instead.
  *
- * A thread finds its slot where its token (the thread pointer) hashes, reading a table of
- * owners that only claims write, so the lookup costs no thread-local storage call and
- * touches no other thread's line. A slot belongs to a token for good; a new thread with
- * the token of one that ended takes its slot over. A thread past the last slot (more than
- * MAX_SLOTS threads used the resource) allocates under the mutex. */
+ * A thread finds its slot through core/thread_slots.h (no thread-local storage call, no
+ * other thread's line touched). A thread past the last slot (more than MAX_SLOTS threads
+ * used the resource) allocates under the mutex. */
 #include "adaptors/adaptor.h"
+#include "core/thread_slots.h"
 #include "device/device.h"
 
 #include <pthread.h>
@@ -51,9 +50,8 @@
 #endif
 #endif
 
-#define MAX_SLOTS 64
-/* Two cache lines: the adjacent-line prefetcher pulls pairs. */
-#define SLOT_ALIGN 128
+#define MAX_SLOTS GPUMEM__THREAD_SLOTS
+#define SLOT_ALIGN GPUMEM__SLOT_ALIGN
 
 /* A thread's share of the budget. Every field is written by the owner only (credit also by
  * a reclaimer, while the owner is out) and read by anyone: relaxed atomics, which compile
@@ -72,9 +70,9 @@ typedef struct limit_resource {
   /* Read by every allocation, written only by reclaims: a line of its own. */
   _Alignas(SLOT_ALIGN) atomic_int reclaiming;
   bool membarrier;
-  /* Each slot's owner (a thread token; 0: free), apart from the slots so that a lookup
-   * reads no other thread's written line. Written once per slot. */
-  atomic_uintptr_t owners[MAX_SLOTS];
+  /* Each slot's owner, apart from the slots so that a lookup reads no other thread's
+   * written line. Written once per slot. */
+  gpumem__thread_slots owners;
   _Alignas(SLOT_ALIGN) pthread_mutex_t lock;
   int64_t global;                                       /* budget in no slot; under lock */
   _Atomic int64_t shared_live_bytes, shared_live_count; /* threads without a slot */
@@ -136,41 +134,10 @@ static void reclaimer_fence(const limit_resource *self) {
  * Slots
  * ------------------------------------------------------------------------------------- */
 
-/* The thread's token: the thread pointer (one register read) where the compiler offers it,
- * else pthread_self. No two live threads share one. */
-static inline uintptr_t thread_token(void) {
-#if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
-#if __has_builtin(__builtin_thread_pointer)
-  return (uintptr_t)__builtin_thread_pointer();
-#endif
-#endif
-  return (uintptr_t)pthread_self();
-}
-
-static inline unsigned slot_hash(uintptr_t token) {
-  return (unsigned)(((uint64_t)token * 0x9E3779B97F4A7C15ull) >> 58); /* 6 bits: MAX_SLOTS */
-}
-
-/* Looks the token up from its hash on (open addressing: a slot is never given up), and
- * claims the first free slot on the way when it has none. NULL when every slot is taken. */
-static GPUMEM_NOINLINE limit_slot *claim_slot(limit_resource *self, uintptr_t token) {
-  for (unsigned n = 0, i = slot_hash(token); n < MAX_SLOTS; n++, i = (i + 1) % MAX_SLOTS) {
-    uintptr_t owner = atomic_load_explicit(&self->owners[i], memory_order_relaxed);
-    if (owner == token)
-      return &self->slots[i];
-    if (owner == 0 && atomic_compare_exchange_strong(&self->owners[i], &owner, token))
-      return &self->slots[i]; /* else another thread took it: probe on */
-  }
-  return NULL;
-}
-
-/* The calling thread's slot: where its token hashes, almost always. */
+/* The calling thread's slot, or NULL past the last one. */
 static inline limit_slot *thread_slot(limit_resource *self) {
-  uintptr_t token = thread_token();
-  unsigned i = slot_hash(token);
-  if (GPUMEM_LIKELY(atomic_load_explicit(&self->owners[i], memory_order_relaxed) == token))
-    return &self->slots[i];
-  return claim_slot(self, token);
+  int i = gpumem__thread_slot(&self->owners);
+  return GPUMEM_LIKELY(i >= 0) ? &self->slots[i] : NULL;
 }
 
 static inline int64_t load(const _Atomic int64_t *value) {
@@ -179,7 +146,7 @@ static inline int64_t load(const _Atomic int64_t *value) {
 
 /* Only the owner writes these, so a load and a store need no atomic instruction. */
 static inline void add(_Atomic int64_t *value, int64_t delta) {
-  atomic_store_explicit(value, load(value) + delta, memory_order_relaxed);
+  gpumem__slot_add(value, delta);
 }
 
 /* Enters the owner's slot for plain use; false while a reclaim runs (nothing held then). */
@@ -202,7 +169,7 @@ static void reclaim(limit_resource *self) {
   reclaimer_fence(self);
   for (int i = 0; i < MAX_SLOTS; i++) {
     limit_slot *slot = &self->slots[i];
-    if (!atomic_load_explicit(&self->owners[i], memory_order_relaxed))
+    if (!gpumem__thread_slot_used(&self->owners, i))
       continue; /* never claimed: no credit, and a claim now finds the mutex taken */
     for (unsigned spins = 0; atomic_load_explicit(&slot->inside, memory_order_acquire); spins++) {
       if (spins > 128)
@@ -212,6 +179,14 @@ static void reclaim(limit_resource *self) {
     atomic_store_explicit(&slot->credit, 0, memory_order_relaxed);
   }
   atomic_store_explicit(&self->reclaiming, 0, memory_order_release);
+}
+
+/* The credit a slot keeps around requests of `bytes`: the resource's batch, or room for two
+ * such requests when they are larger, so that a thread allocating and freeing blocks larger
+ * than the batch (hundreds of MiB under a limit of tens of GiB) does not take the mutex for
+ * each. A reclaim gets back whatever a slot keeps. */
+static inline int64_t batch_for(const limit_resource *self, int64_t bytes) {
+  return bytes > self->batch / 2 ? 2 * bytes : self->batch;
 }
 
 /* The budget for `bytes` from the global budget (and every slot's, if needed), with a batch
@@ -226,7 +201,8 @@ static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, in
   bool ok = self->global + have >= bytes;
   if (ok && slot) {
     int64_t left = self->global + have - bytes;
-    int64_t keep = left / 8 < self->batch ? left / 8 : self->batch;
+    int64_t batch = batch_for(self, bytes);
+    int64_t keep = left / 8 < batch ? left / 8 : batch;
     atomic_store_explicit(&slot->credit, keep, memory_order_relaxed);
     self->global = left - keep;
     add(&slot->live_bytes, bytes);
@@ -261,7 +237,8 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
   pthread_mutex_lock(&self->lock);
   if (slot) {
     int64_t credit = load(&slot->credit) + bytes;
-    int64_t keep = credit < self->batch ? credit : self->batch;
+    int64_t batch = batch_for(self, bytes);
+    int64_t keep = credit < batch ? credit : batch;
     atomic_store_explicit(&slot->credit, keep, memory_order_relaxed);
     self->global += credit - keep;
     add(&slot->live_bytes, -bytes);
@@ -278,7 +255,7 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
 static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, int64_t allocations) {
   if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
     int64_t credit = load(&slot->credit) + bytes;
-    if (GPUMEM_LIKELY(credit <= 2 * self->batch)) {
+    if (GPUMEM_LIKELY(credit <= 4 * batch_for(self, bytes))) {
       atomic_store_explicit(&slot->credit, credit, memory_order_relaxed);
       add(&slot->live_bytes, -bytes);
       add(&slot->live_count, allocations);

@@ -1,0 +1,74 @@
+/* thread_slots.h: a slot per thread in a resource, found without thread-local storage, for
+ * counters that each thread writes with plain stores (no atomic instruction, no cache line
+ * written by two threads) and a reader sums.
+ *
+ * A thread finds its slot where its token (the thread pointer) hashes, in a table of owners
+ * that only claims write. A slot belongs to a token for good; a new thread with the token of
+ * one that ended takes its slot over, which is safe since the old thread writes no more.
+ * Past GPUMEM__THREAD_SLOTS threads, the rest get no slot (-1) and their caller falls back
+ * to a shared path. */
+#ifndef GPUMEM_CORE_THREAD_SLOTS_H
+#define GPUMEM_CORE_THREAD_SLOTS_H
+
+#include "core/internal.h"
+
+#include <pthread.h>
+
+#define GPUMEM__THREAD_SLOTS 64
+/* Two cache lines: the adjacent-line prefetcher pulls pairs. */
+#define GPUMEM__SLOT_ALIGN 128
+
+typedef struct gpumem__thread_slots {
+  atomic_uintptr_t owners[GPUMEM__THREAD_SLOTS]; /* a thread token each; 0: free */
+} gpumem__thread_slots;
+
+/* The thread's token: the thread pointer (one register read) where the compiler offers it,
+ * else pthread_self. No two live threads share one. */
+static inline uintptr_t gpumem__thread_token(void) {
+#if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
+#if __has_builtin(__builtin_thread_pointer)
+  return (uintptr_t)__builtin_thread_pointer();
+#endif
+#endif
+  return (uintptr_t)pthread_self();
+}
+
+static inline unsigned gpumem__thread_slot_hash(uintptr_t token) {
+  return (unsigned)(((uint64_t)token * 0x9E3779B97F4A7C15ull) >> 58); /* 6 bits: 64 slots */
+}
+
+/* Looks the token up from its hash on (open addressing), claiming the first free slot on
+ * the way when it has none. -1 when every slot is taken. */
+static GPUMEM_NOINLINE int gpumem__thread_slot_claim(gpumem__thread_slots *slots, uintptr_t token) {
+  for (unsigned n = 0, i = gpumem__thread_slot_hash(token); n < GPUMEM__THREAD_SLOTS;
+       n++, i = (i + 1) % GPUMEM__THREAD_SLOTS) {
+    uintptr_t owner = atomic_load_explicit(&slots->owners[i], memory_order_relaxed);
+    if (owner == token)
+      return (int)i;
+    if (owner == 0 && atomic_compare_exchange_strong(&slots->owners[i], &owner, token))
+      return (int)i; /* else another thread took it: probe on */
+  }
+  return -1;
+}
+
+/* The calling thread's slot: where its token hashes, almost always. */
+static inline int gpumem__thread_slot(gpumem__thread_slots *slots) {
+  uintptr_t token = gpumem__thread_token();
+  unsigned i = gpumem__thread_slot_hash(token);
+  if (GPUMEM_LIKELY(atomic_load_explicit(&slots->owners[i], memory_order_relaxed) == token))
+    return (int)i;
+  return gpumem__thread_slot_claim(slots, token);
+}
+
+/* Whether slot i was ever claimed. */
+static inline bool gpumem__thread_slot_used(const gpumem__thread_slots *slots, int i) {
+  return atomic_load_explicit(&slots->owners[i], memory_order_relaxed) != 0;
+}
+
+/* A counter only its slot's owner writes: a load and a store, no atomic instruction. */
+static inline void gpumem__slot_add(_Atomic int64_t *value, int64_t delta) {
+  atomic_store_explicit(value, atomic_load_explicit(value, memory_order_relaxed) + delta,
+                        memory_order_relaxed);
+}
+
+#endif /* GPUMEM_CORE_THREAD_SLOTS_H */
