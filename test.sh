@@ -3,6 +3,7 @@
 # (on the simulated device, and on the GPU where there is one), then the simulated-device
 # suite again under AddressSanitizer+UndefinedBehaviorSanitizer and under ThreadSanitizer.
 # Needs gcc, cmake and the CUDA headers (cuda.h); installs cmake from Debian if missing.
+# Compiler warnings are errors in every build here (GPUMEM_WERROR), as they are not for users.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -19,7 +20,7 @@ else
   echo "No GPU here: the tests run on gpumem's simulated device; GPU-only tests are skipped."
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${gpu_options[@]}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_WERROR=ON "${gpu_options[@]}" >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
@@ -28,7 +29,7 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== Python package =="
 python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --upgrade pip
-build/venv/bin/python -m pip install -q pytest numpy .
+GPUMEM_WERROR=1 build/venv/bin/python -m pip install -q pytest numpy .
 gpu_python=()
 [ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
 (cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
@@ -37,7 +38,7 @@ for sanitizer in address,undefined thread; do
   dir="build-${sanitizer//,/-}"
   echo "== simulated-device suite under -fsanitize=$sanitizer =="
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DGPUMEM_SANITIZE="$sanitizer" \
-    -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
+    -DGPUMEM_WERROR=ON -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
   cmake --build "$dir" -j "$jobs"
   # The consumer test installs and rebuilds the library; it proves packaging, not memory
   # safety, and runs in the main build above.

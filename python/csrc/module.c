@@ -1,6 +1,6 @@
 /* module.c: the gpumem._lib extension module: its exceptions, the conversions every other
  * file uses, and the functions about devices, backends, sizes, the current resource and
- * reinitialization. The Python package (gpumem/*.py) puts RMM's names on top. */
+ * reinitialization. The Python package (the .py files of gpumem/) puts RMM's names on top. */
 #include "lib.h"
 
 #include "core/internal.h"
@@ -338,10 +338,10 @@ static int add_exceptions(PyObject *module) {
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT,
-    "gpumem._lib",
-    "The C library of gpumem and the Python objects over it; use the gpumem package.",
-    -1,
-    module_functions,
+    .m_name = "gpumem._lib",
+    .m_doc = "The C library of gpumem and the Python objects over it; use the gpumem package.",
+    .m_size = -1,
+    .m_methods = module_functions,
 };
 
 PyMODINIT_FUNC PyInit__lib(void) {
