@@ -3,10 +3,12 @@ that `pip install .` needs nothing but a C compiler and the CUDA headers (cuda.h
 driver itself is loaded at run time. CUDA_HOME (or CUDA_PATH) points at the headers when
 they are not in /usr/local/cuda.
 
-GPUMEM_WERROR=1 in the environment (test.sh sets it) makes compiler warnings errors, as CI
-wants; users' builds never set it."""
+The package's version is the library's: include/gpumem.h's GPUMEM_VERSION_* lines, the
+one source of it. GPUMEM_WERROR=1 in the environment (test.sh sets it) makes compiler
+warnings errors, as CI wants; users' builds never set it."""
 import glob
 import os
+import re
 import sysconfig
 
 from setuptools import Extension, setup
@@ -20,6 +22,18 @@ def cuda_include_dir():
         if os.path.exists(os.path.join(directory, "cuda.h")):
             return directory
     raise RuntimeError("cuda.h not found: install the CUDA headers or set CUDA_HOME")
+
+
+def header_version():
+    with open(os.path.join("include", "gpumem.h"), encoding="utf-8") as header:
+        text = header.read()
+    parts = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        match = re.search(rf"^#define GPUMEM_VERSION_{part} (\d+)$", text, re.MULTILINE)
+        if not match:
+            raise RuntimeError(f"include/gpumem.h has no line #define GPUMEM_VERSION_{part} N")
+        parts.append(match.group(1))
+    return ".".join(parts)
 
 
 def warning_flags():
@@ -49,4 +63,4 @@ extension = Extension(
     libraries=["dl", "m", "pthread"],
 )
 
-setup(ext_modules=[extension])
+setup(version=header_version(), ext_modules=[extension])

@@ -110,6 +110,10 @@ static PyObject *py_backend_name(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(gpumem_backend_name());
 }
 
+static PyObject *py_version(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(gpumem_version());
+}
+
 static PyObject *py_init(PyObject *self, PyObject *unused) {
   gpumem_status status = gpumem_init();
   return gpumem_py_none_or_raise(status);
@@ -284,6 +288,7 @@ static PyObject *py_sim_hazard_count(PyObject *self, PyObject *unused) {
 static PyMethodDef module_functions[] = {
     {"select_backend", py_select_backend, METH_O, "select_backend('sim' | 'cuda'), before use"},
     {"backend_name", py_backend_name, METH_NOARGS, "the backend in use: 'cuda' or 'sim'"},
+    {"version", py_version, METH_NOARGS, "the C library's version, as gpumem_version()"},
     {"init", py_init, METH_NOARGS, "initializes the backend now"},
     {"settings", py_settings, METH_NOARGS, "the effective settings, as text"},
     {"device_count", py_device_count, METH_NOARGS, "number of devices"},
