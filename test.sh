@@ -2,13 +2,32 @@
 # test.sh: builds gpumem and runs every test that can run on this machine: the whole suite
 # (on the simulated device, and on the GPU where there is one), then the simulated-device
 # suite again under AddressSanitizer+UndefinedBehaviorSanitizer and under ThreadSanitizer.
-# Needs gcc, cmake and the CUDA headers (cuda.h); installs cmake from Debian if missing.
-# Compiler warnings are errors in every build here (GPUMEM_WERROR), as they are not for users.
+# Needs gcc, cmake and the CUDA headers (cuda.h); installs cmake (and clang-format, for the
+# format check) from Debian if missing. Compiler warnings are errors in every build here
+# (GPUMEM_WERROR), as they are not for users.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 if ! command -v cmake >/dev/null; then
   apt-get update -qq && apt-get install -y -qq cmake
+fi
+# clang-format is only for the format check below: where it cannot be installed, the check
+# is skipped (and says so).
+if ! command -v clang-format >/dev/null && command -v apt-get >/dev/null; then
+  { apt-get update -qq && apt-get install -y -qq clang-format; } ||
+    echo "Could not install clang-format."
+fi
+
+# The sources as .clang-format says, checked with the clang-format this check was made with
+# (Debian 12's, version 14): another version may format some lines differently.
+if command -v clang-format >/dev/null; then
+  if [[ $(clang-format --version) =~ version\ 14\. ]]; then
+    scripts/check-format.sh
+  else
+    echo "Format check skipped: $(clang-format --version) is not version 14."
+  fi
+else
+  echo "Format check skipped: no clang-format."
 fi
 
 jobs=$(nproc)
