@@ -1,9 +1,15 @@
 """Builds gpumem's Python extension, gpumem._lib, with the C library compiled into it, so
 that `pip install .` needs nothing but a C compiler and the CUDA headers (cuda.h): the
 driver itself is loaded at run time. CUDA_HOME (or CUDA_PATH) points at the headers when
-they are not in /usr/local/cuda."""
+they are not in /usr/local/cuda.
+
+The package's version is the library's: include/gpumem.h's GPUMEM_VERSION_* lines, the
+one source of it. GPUMEM_WERROR=1 in the environment (test.sh sets it) makes compiler
+warnings errors, as CI wants; users' builds never set it."""
 import glob
 import os
+import re
+import sysconfig
 
 from setuptools import Extension, setup
 
@@ -18,6 +24,32 @@ def cuda_include_dir():
     raise RuntimeError("cuda.h not found: install the CUDA headers or set CUDA_HOME")
 
 
+def header_version():
+    with open(os.path.join("include", "gpumem.h"), encoding="utf-8") as header:
+        text = header.read()
+    parts = []
+    for part in ("MAJOR", "MINOR", "PATCH"):
+        match = re.search(rf"^#define GPUMEM_VERSION_{part} (\d+)$", text, re.MULTILINE)
+        if not match:
+            raise RuntimeError(f"include/gpumem.h has no line #define GPUMEM_VERSION_{part} N")
+        parts.append(match.group(1))
+    return ".".join(parts)
+
+
+def warning_flags():
+    """The flags of the CMake build with GPUMEM_WERROR on, when GPUMEM_WERROR=1."""
+    if os.environ.get("GPUMEM_WERROR") != "1":
+        return ["-Wno-unused-parameter"]
+    flags = ["-Wall", "-Wextra", "-Wshadow", "-Wstrict-prototypes", "-Wno-unused-parameter"]
+    compiler = os.environ.get("CC") or sysconfig.get_config_var("CC") or ""
+    # As CMakeLists.txt: truncated messages and fields left zero are meant.
+    if "clang" in compiler:
+        flags.append("-Wno-missing-field-initializers")
+    else:
+        flags.append("-Wno-format-truncation")
+    return flags + ["-Werror"]
+
+
 sources = sorted(glob.glob("src/**/*.c", recursive=True))
 sources += sorted(glob.glob("python/csrc/*.c"))
 
@@ -27,8 +59,8 @@ extension = Extension(
     include_dirs=["include", "src", "python/csrc", cuda_include_dir()],
     define_macros=[("_GNU_SOURCE", None), ("GPUMEM_STATIC_DEFINE", None)],
     # The library's internal symbols stay hidden; the PyTorch hooks are exported by name.
-    extra_compile_args=["-std=c11", "-fvisibility=hidden", "-O2", "-Wno-unused-parameter"],
+    extra_compile_args=["-std=c11", "-fvisibility=hidden", "-O2"] + warning_flags(),
     libraries=["dl", "m", "pthread"],
 )
 
-setup(ext_modules=[extension])
+setup(version=header_version(), ext_modules=[extension])

@@ -2,12 +2,32 @@
 # test.sh: builds gpumem and runs every test that can run on this machine: the whole suite
 # (on the simulated device, and on the GPU where there is one), then the simulated-device
 # suite again under AddressSanitizer+UndefinedBehaviorSanitizer and under ThreadSanitizer.
-# Needs gcc, cmake and the CUDA headers (cuda.h); installs cmake from Debian if missing.
+# Needs gcc, cmake and the CUDA headers (cuda.h); installs cmake (and clang-format, for the
+# format check) from Debian if missing. Compiler warnings are errors in every build here
+# (GPUMEM_WERROR), as they are not for users.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 if ! command -v cmake >/dev/null; then
   apt-get update -qq && apt-get install -y -qq cmake
+fi
+# clang-format is only for the format check below: where it cannot be installed, the check
+# is skipped (and says so).
+if ! command -v clang-format >/dev/null && command -v apt-get >/dev/null; then
+  { apt-get update -qq && apt-get install -y -qq clang-format; } ||
+    echo "Could not install clang-format."
+fi
+
+# The sources as .clang-format says, checked with the clang-format this check was made with
+# (Debian 12's, version 14): another version may format some lines differently.
+if command -v clang-format >/dev/null; then
+  if [[ $(clang-format --version) =~ version\ 14\. ]]; then
+    scripts/check-format.sh
+  else
+    echo "Format check skipped: $(clang-format --version) is not version 14."
+  fi
+else
+  echo "Format check skipped: no clang-format."
 fi
 
 jobs=$(nproc)
@@ -19,7 +39,7 @@ else
   echo "No GPU here: the tests run on gpumem's simulated device; GPU-only tests are skipped."
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${gpu_options[@]}" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_WERROR=ON "${gpu_options[@]}" >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
@@ -28,7 +48,7 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== Python package =="
 python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --upgrade pip
-build/venv/bin/python -m pip install -q pytest numpy .
+GPUMEM_WERROR=1 build/venv/bin/python -m pip install -q pytest numpy .
 gpu_python=()
 [ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
 (cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
@@ -37,7 +57,7 @@ for sanitizer in address,undefined thread; do
   dir="build-${sanitizer//,/-}"
   echo "== simulated-device suite under -fsanitize=$sanitizer =="
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DGPUMEM_SANITIZE="$sanitizer" \
-    -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
+    -DGPUMEM_WERROR=ON -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
   cmake --build "$dir" -j "$jobs"
   # The consumer test installs and rebuilds the library; it proves packaging, not memory
   # safety, and runs in the main build above.

@@ -22,9 +22,15 @@
 extern "C" {
 #endif
 
+/* The version of this header: the one source of gpumem's version. CMakeLists.txt (the
+ * library's SOVERSION, the CMake package, gpumem.pc) and setup.py (the Python package) read
+ * these three lines; CHANGELOG.md says what each version changed. */
 #define GPUMEM_VERSION_MAJOR 0
 #define GPUMEM_VERSION_MINOR 1
 #define GPUMEM_VERSION_PATCH 0
+/* One number that orders versions: 1.2.3 is 10203. */
+#define GPUMEM_VERSION_NUMBER                                                                      \
+  (GPUMEM_VERSION_MAJOR * 10000 + GPUMEM_VERSION_MINOR * 100 + GPUMEM_VERSION_PATCH)
 
 #if defined(GPUMEM_STATIC_DEFINE)
 #define GPUMEM_API
@@ -77,6 +83,15 @@ GPUMEM_API const char *gpumem_last_error_message(void);
  * calls (0 when none failed). Meaningful when a call returned GPUMEM_ERR_CUDA or an error
  * that came from the driver. */
 GPUMEM_API int gpumem_last_cuda_error(void);
+
+/* The version of the library running the program, as "MAJOR.MINOR.PATCH" ("0.1.0"), which
+ * may differ from the header a program was compiled with when it loads another libgpumem.
+ * Never NULL; the string is static. Needs no initialization. */
+GPUMEM_API const char *gpumem_version(void);
+
+/* The same version as one number, GPUMEM_VERSION_NUMBER of the library's header: a program
+ * may compare it with the GPUMEM_VERSION_NUMBER it was compiled with. */
+GPUMEM_API int gpumem_version_number(void);
 
 /* ---------------------------------------------------------------------------------------
  * Types

@@ -120,8 +120,8 @@ static void test_parameters(void) {
   /* Every description round-trips, nested ones included. */
   const char *specs[] = {
       "async(release_threshold=1GiB, initial=1MiB)",
-      "managed(prefetch=true, read_mostly=true, preferred_location=host, "
-      "accessed_by_device=true)",
+      ("managed(prefetch=true, read_mostly=true, preferred_location=host, "
+       "accessed_by_device=true)"), /* one spec: the parentheses say so to clang */
       "pinned_host(mapped=true, write_combined=true)",
       "faulty(faulty(async, fail_every=7), fail_at=3, status=out_of_memory)",
       "prefetch(aligned(limit(pool(managed), max=2GiB), alignment=64KiB, threshold=1MiB))",

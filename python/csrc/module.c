@@ -1,6 +1,6 @@
 /* module.c: the gpumem._lib extension module: its exceptions, the conversions every other
  * file uses, and the functions about devices, backends, sizes, the current resource and
- * reinitialization. The Python package (gpumem/*.py) puts RMM's names on top. */
+ * reinitialization. The Python package (the .py files of gpumem/) puts RMM's names on top. */
 #include "lib.h"
 
 #include "core/internal.h"
@@ -110,6 +110,10 @@ static PyObject *py_select_backend(PyObject *self, PyObject *name) {
 
 static PyObject *py_backend_name(PyObject *self, PyObject *unused) {
   return PyUnicode_FromString(gpumem_backend_name());
+}
+
+static PyObject *py_version(PyObject *self, PyObject *unused) {
+  return PyUnicode_FromString(gpumem_version());
 }
 
 static PyObject *py_init(PyObject *self, PyObject *unused) {
@@ -288,6 +292,7 @@ static PyObject *py_sim_hazard_count(PyObject *self, PyObject *unused) {
 static PyMethodDef module_functions[] = {
     {"select_backend", py_select_backend, METH_O, "select_backend('sim' | 'cuda'), before use"},
     {"backend_name", py_backend_name, METH_NOARGS, "the backend in use: 'cuda' or 'sim'"},
+    {"version", py_version, METH_NOARGS, "the C library's version, as gpumem_version()"},
     {"init", py_init, METH_NOARGS, "initializes the backend now"},
     {"settings", py_settings, METH_NOARGS, "the effective settings, as text"},
     {"device_count", py_device_count, METH_NOARGS, "number of devices"},
@@ -342,10 +347,10 @@ static int add_exceptions(PyObject *module) {
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT,
-    "gpumem._lib",
-    "The C library of gpumem and the Python objects over it; use the gpumem package.",
-    -1,
-    module_functions,
+    .m_name = "gpumem._lib",
+    .m_doc = "The C library of gpumem and the Python objects over it; use the gpumem package.",
+    .m_size = -1,
+    .m_methods = module_functions,
 };
 
 PyMODINIT_FUNC PyInit__lib(void) {

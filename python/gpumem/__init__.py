@@ -37,7 +37,9 @@ __all__ = [
     "to_device",
 ]
 
-__version__ = "0.1.0"
+# The C library's version (gpumem_version()), whose one source is include/gpumem.h; setup.py
+# gives the package the same.
+__version__ = _lib.version()
 
 _initialized = False
 

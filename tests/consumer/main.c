@@ -117,7 +117,33 @@ static int exercise(const char *spec, gpumem_stream stream) {
   return 0;
 }
 
+/* The installed library is the installed header's version, and, built through
+ * find_package, the CMake package's (CONSUMER_PACKAGE_VERSION, from CMakeLists.txt). */
+static void check_version(void) {
+  char header[64];
+  snprintf(header, sizeof header, "%d.%d.%d", GPUMEM_VERSION_MAJOR, GPUMEM_VERSION_MINOR,
+           GPUMEM_VERSION_PATCH);
+  const char *expected[] = {
+      header,
+#ifdef CONSUMER_PACKAGE_VERSION
+      CONSUMER_PACKAGE_VERSION,
+#endif
+  };
+  for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++)
+    if (strcmp(gpumem_version(), expected[i]) != 0) {
+      fprintf(stderr, "consumer: the library is version %s, expected %s\n", gpumem_version(),
+              expected[i]);
+      exit(1);
+    }
+  if (gpumem_version_number() != GPUMEM_VERSION_NUMBER) {
+    fprintf(stderr, "consumer: gpumem_version_number() is %d, the header's %d\n",
+            gpumem_version_number(), GPUMEM_VERSION_NUMBER);
+    exit(1);
+  }
+}
+
 int main(void) {
+  check_version();
   gpumem_status status = gpumem_init();
   if (status == GPUMEM_ERR_NO_DRIVER || status == GPUMEM_ERR_NO_DEVICE) {
     printf("skipped (no GPU): %s\n", gpumem_last_error_message());
@@ -125,8 +151,7 @@ int main(void) {
   }
   if (status != GPUMEM_OK)
     fail("-", "gpumem_init", status);
-  printf("backend: %s (gpumem %d.%d.%d header)\n", gpumem_backend_name(), GPUMEM_VERSION_MAJOR,
-         GPUMEM_VERSION_MINOR, GPUMEM_VERSION_PATCH);
+  printf("backend: %s (gpumem %s, as its header)\n", gpumem_backend_name(), gpumem_version());
 
   gpumem_stream stream = NULL;
   TRY("-", gpumem_stream_create(GPUMEM_CURRENT_DEVICE, &stream));

@@ -74,6 +74,12 @@ pc_libdir=$(pkg-config --variable=libdir gpumem)
   die "gpumem.pc gives includedir=$pc_includedir, not the install's $prefix/include"
 [[ -d $pc_libdir && $(cd "$pc_libdir" && pwd -P) == $(cd "$libdir" && pwd -P) ]] ||
   die "gpumem.pc gives libdir=$pc_libdir, not the install's $libdir"
+# The .pc file's version is the installed header's (the version's one source).
+header_version=$(awk '/^#define GPUMEM_VERSION_(MAJOR|MINOR|PATCH) / { v = v sep $3; sep = "." }
+  END { print v }' "$prefix/include/gpumem.h")
+pc_version=$(pkg-config --modversion gpumem)
+[[ $pc_version == "$header_version" ]] ||
+  die "gpumem.pc gives version $pc_version, the installed gpumem.h $header_version"
 mkdir -p "$scratch/pkgconfig-build"
 # $flags and $extra_flags are split into words on purpose: they are lists of options.
 # shellcheck disable=SC2086
