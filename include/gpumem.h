@@ -58,7 +58,7 @@ extern "C" {
   X(GPUMEM_ERR_CUDA, 9, "CUDA driver call failed")                                                 \
   X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                                 \
   X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                             \
-  X(GPUMEM_ERR_INTERNAL, 12, "internal error")                                                    \
+  X(GPUMEM_ERR_INTERNAL, 12, "internal error")                                                     \
   X(GPUMEM_ERR_CALLBACK, 13, "a user-supplied function failed")
 
 typedef enum gpumem_status {
@@ -402,7 +402,8 @@ typedef struct gpumem_user_resource_ops {
  * new reference. Returns GPUMEM_ERR_INVALID_ARGUMENT, naming the field and creating
  * nothing, for NULL ops or out, ops->size smaller than the first version's, an unknown
  * ops->version, NULL allocate or deallocate, or an unknown memory kind. */
-GPUMEM_API gpumem_status gpumem_user_resource_create(int device, const gpumem_user_resource_ops *ops,
+GPUMEM_API gpumem_status gpumem_user_resource_create(int device,
+                                                     const gpumem_user_resource_ops *ops,
                                                      void *state, gpumem_resource **out);
 
 /* Sets the calling thread's error message (gpumem_last_error_message), for a user
@@ -484,8 +485,7 @@ GPUMEM_API gpumem_status gpumem_limit_create(gpumem_resource *upstream,
 /* Bytes allocated through a limit adaptor and not yet freed (RMM's get_allocated_bytes):
  * exact while no thread allocates through it; a moment's sum while others do.
  * GPUMEM_ERR_INVALID_ARGUMENT when mr is not a limit adaptor or bytes is NULL. */
-GPUMEM_API gpumem_status gpumem_limit_get_allocated_bytes(const gpumem_resource *mr,
-                                                          size_t *bytes);
+GPUMEM_API gpumem_status gpumem_limit_get_allocated_bytes(const gpumem_resource *mr, size_t *bytes);
 
 /* The limit (RMM's get_allocation_limit). Errors as gpumem_limit_get_allocated_bytes. */
 GPUMEM_API gpumem_status gpumem_limit_get_allocation_limit(const gpumem_resource *mr,

@@ -264,8 +264,8 @@ static void test_aligned(void) {
     char spec[160];
     snprintf(spec, sizeof spec, "aligned(%s, alignment=64KiB, threshold=1MiB)", upstreams[u]);
     gpumem_resource *mr = check_build(spec);
-    static const size_t sizes[] = {1,          255,        256,     4096,    MiB - 256, MiB - 1,
-                                   MiB,        MiB + 1,    MiB + 255, 3 * MiB, 5 * MiB + 7};
+    static const size_t sizes[] = {1,   255,     256,       4096,    MiB - 256,  MiB - 1,
+                                   MiB, MiB + 1, MiB + 255, 3 * MiB, 5 * MiB + 7};
     void *ptrs[sizeof sizes / sizeof sizes[0]];
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
       CHECK_OK(gpumem_allocate(mr, sizes[i], NULL, &ptrs[i]));
@@ -399,8 +399,7 @@ static void check_composition(const char *name, create_fn create, const char *ba
     CHECK_OK(gpumem_deallocate(top, ptrs[i], (size_t)(i + 1) * 3 * MiB + 17, NULL));
   CHECK_OK(gpumem_resource_release(top));
   CHECK_U64_EQ(device_used(), used);
-  printf("%s over pool over %s over %s: composed, kept alive, all given back\n", name, name,
-         base);
+  printf("%s over pool over %s over %s: composed, kept alive, all given back\n", name, name, base);
 }
 
 static gpumem_status create_prefetch(gpumem_resource *upstream, gpumem_resource **out) {
@@ -429,8 +428,7 @@ static void test_bad_input(void) {
   CHECK_FAILS_WITH(gpumem_aligned_create(up, &three, &out), GPUMEM_ERR_INVALID_ARGUMENT,
                    "alignment 3 is not a power of two");
   gpumem_aligned_options odd = {.alignment = (64 << 10) + 256};
-  CHECK_FAILS_WITH(gpumem_aligned_create(up, &odd, &out), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "alignment");
+  CHECK_FAILS_WITH(gpumem_aligned_create(up, &odd, &out), GPUMEM_ERR_INVALID_ARGUMENT, "alignment");
   CHECK_FAILS_WITH(gpumem_aligned_create(NULL, NULL, &out), GPUMEM_ERR_INVALID_ARGUMENT,
                    "upstream resource is NULL");
   CHECK_FAILS_WITH(gpumem_aligned_create(up, NULL, NULL), GPUMEM_ERR_INVALID_ARGUMENT,

@@ -218,12 +218,18 @@ int main(void) {
   /* Multi-stream workloads: the pools (and what is built on them) wait before reusing
    * another stream's blocks, and do reuse them (the waits show it); the same pools with
    * their waits lost must be caught. */
-  static const char *const pools[] = {
-      "pool(cuda)",         "pool(vmm)",  "pool(vmm, max=80MiB)",
-      "binning(pool(vmm))", "arena(vmm)", "fixed_size(cuda, block=4MiB, prealloc=4)",
-      "limit(pool(vmm), max=1GiB)", "pool(limit(vmm, max=1GiB))", "limit(arena(vmm), max=1GiB)",
-      "pool(aligned(vmm, alignment=4MiB))", "aligned(pool(vmm), alignment=64KiB)",
-      "prefetch(pool(managed))"};
+  static const char *const pools[] = {"pool(cuda)",
+                                      "pool(vmm)",
+                                      "pool(vmm, max=80MiB)",
+                                      "binning(pool(vmm))",
+                                      "arena(vmm)",
+                                      "fixed_size(cuda, block=4MiB, prealloc=4)",
+                                      "limit(pool(vmm), max=1GiB)",
+                                      "pool(limit(vmm, max=1GiB))",
+                                      "limit(arena(vmm), max=1GiB)",
+                                      "pool(aligned(vmm, alignment=4MiB))",
+                                      "aligned(pool(vmm), alignment=64KiB)",
+                                      "prefetch(pool(managed))"};
   for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
     for (unsigned seed = 1; seed <= 3; seed++) {
       gpumem_resource *mr;

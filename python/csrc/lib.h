@@ -43,7 +43,7 @@ void gpumem_py_report_unraisable(gpumem_status status, PyObject *object);
  * atomic load. */
 #define GPUMEM_PY_CALL(status, call)                                                               \
   do {                                                                                             \
-    if (atomic_load_explicit(&gpumem_py_callbacks_alive, memory_order_relaxed) == 0) {            \
+    if (atomic_load_explicit(&gpumem_py_callbacks_alive, memory_order_relaxed) == 0) {             \
       (status) = (call);                                                                           \
     } else {                                                                                       \
       gpumem_py_call_enter();                                                                      \

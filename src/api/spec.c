@@ -270,8 +270,8 @@ static gpumem_status build_limit(int device, gpumem_resource *upstream, const sp
 
 enum { ALIGNED_ALIGNMENT, ALIGNED_THRESHOLD };
 
-static gpumem_status build_aligned(int device, gpumem_resource *upstream,
-                                   const spec_values *values, gpumem_resource **out) {
+static gpumem_status build_aligned(int device, gpumem_resource *upstream, const spec_values *values,
+                                   gpumem_resource **out) {
   gpumem_aligned_options opts = {0};
   opts.alignment = (size_t)value_or(values, ALIGNED_ALIGNMENT, 0);
   opts.threshold = (size_t)value_or(values, ALIGNED_THRESHOLD, 0);
