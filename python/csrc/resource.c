@@ -91,9 +91,22 @@ static PyObject *resource_name(gpumem_py_resource *self, void *closure) {
 static PyObject *resource_spec(gpumem_py_resource *self, void *closure) {
   if (!gpumem_py_resource_handle((PyObject *)self))
     return NULL;
+  /* 2 KiB holds the specs of all but chains near the grammar's deepest; those take a
+   * buffer as large as the library says they need. */
   char spec[2048];
-  gpumem_resource_describe(self->mr, spec, sizeof spec);
-  return PyUnicode_FromString(spec);
+  gpumem_status status = gpumem_resource_describe(self->mr, spec, sizeof spec);
+  if (status == GPUMEM_OK)
+    return PyUnicode_FromString(spec);
+  if (status != GPUMEM_ERR_INVALID_ARGUMENT)
+    return gpumem_py_raise(status);
+  size_t size = (size_t)1 << 20;
+  char *whole = PyMem_Malloc(size);
+  if (!whole)
+    return PyErr_NoMemory();
+  status = gpumem_resource_describe(self->mr, whole, size);
+  PyObject *result = status == GPUMEM_OK ? PyUnicode_FromString(whole) : gpumem_py_raise(status);
+  PyMem_Free(whole);
+  return result;
 }
 
 static PyObject *resource_device(gpumem_py_resource *self, void *closure) {
@@ -314,11 +327,25 @@ static PyObject *py_pool_trim(PyObject *module, PyObject *object) {
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 
+/* resource_trim(self) -> bytes given back (pool, arena, binning, fixed_size) */
+static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  size_t released = 0;
+  gpumem_status status;
+  Py_BEGIN_ALLOW_THREADS /* it waits for the device */
+  status = gpumem_resource_trim(mr, &released);
+  Py_END_ALLOW_THREADS
+  return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
+}
+
 PyMethodDef gpumem_py_resource_functions[] = {
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
     {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},
     {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},
     {"binning_add_bin", py_binning_add_bin, METH_VARARGS, "binning_add_bin(mr, size, bin)"},
     {"pool_trim", py_pool_trim, METH_O, "pool_trim(pool) -> bytes given back"},
+    {"resource_trim", py_resource_trim, METH_O, "resource_trim(mr) -> bytes given back"},
     {NULL, NULL, 0, NULL},
 };

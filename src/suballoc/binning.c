@@ -9,7 +9,8 @@
  * upstream and give back a bin's chunk. The exponent bins are created when first used, each
  * taking about 2 MiB at a time from the upstream, so an unused bin costs nothing; when the
  * upstream runs out, the bins give their free chunks back and the request is tried again. */
-#include "core/ptrmap.h"
+#include "core/biased_lock.h"
+#include "suballoc/block.h"
 #include "suballoc/pool.h"
 
 #include <pthread.h>
@@ -34,9 +35,73 @@ typedef struct binning_resource {
   size_t bin_count;
   /* Requests no bin takes, served by the upstream directly: a free reaches the upstream only
    * for a pointer recorded here with its size. The upstream also holds the bins' chunks, so
-   * a free routed by its size alone could give back a chunk whose blocks are in use. */
-  gpumem__ptrmap direct;
+   * a free routed by its size alone could give back a chunk whose blocks are in use. A map
+   * of the pool's kind under a biased lock: one thread's large requests pay no atomic
+   * instruction for it. */
+  gpumem__biased_lock direct_lock;
+  gpumem__block_map direct;
+  gpumem__block_slab direct_slab;
+  /* Written under direct_lock, read by queries without it. */
+  atomic_uint_fast64_t direct_bytes, direct_count;
 } binning_resource;
+
+/* ---------------------------------------------------------------------------------------
+ * The record of requests served by the upstream directly
+ * ------------------------------------------------------------------------------------- */
+
+static void add_direct_figures(binning_resource *self, int64_t bytes, int64_t count) {
+  atomic_store_explicit(&self->direct_bytes,
+                        atomic_load_explicit(&self->direct_bytes, memory_order_relaxed) + bytes,
+                        memory_order_relaxed);
+  atomic_store_explicit(&self->direct_count,
+                        atomic_load_explicit(&self->direct_count, memory_order_relaxed) + count,
+                        memory_order_relaxed);
+}
+
+/* Records ptr as served directly with `bytes`; false when host memory is exhausted. */
+static bool record_direct(binning_resource *self, void *ptr, size_t bytes) {
+  gpumem__biased_lock_take(&self->direct_lock);
+  gpumem__block *block = gpumem__block_new(&self->direct_slab);
+  bool recorded = block != NULL;
+  if (block) {
+    block->addr = (uintptr_t)ptr;
+    block->requested = bytes;
+    recorded = gpumem__block_map_insert(&self->direct, block);
+    if (recorded)
+      add_direct_figures(self, (int64_t)bytes, 1);
+    else
+      gpumem__block_delete(&self->direct_slab, block);
+  }
+  gpumem__biased_lock_release(&self->direct_lock);
+  return recorded;
+}
+
+/* Takes ptr out of the record if it was served directly with exactly `bytes`; otherwise
+ * GPUMEM_ERR_MISUSE with a message, and nothing changed. */
+static gpumem_status unrecord_direct(binning_resource *self, void *ptr, size_t bytes) {
+  gpumem__biased_lock_take(&self->direct_lock);
+  gpumem__block *block = gpumem__block_map_take(&self->direct, (uintptr_t)ptr);
+  size_t requested = block ? block->requested : 0;
+  if (GPUMEM_LIKELY(block && requested == bytes)) {
+    gpumem__block_delete(&self->direct_slab, block);
+    add_direct_figures(self, -(int64_t)bytes, -1);
+  } else if (block) {
+    gpumem__block_map_put(&self->direct, block); /* room: it was just there */
+  }
+  gpumem__biased_lock_release(&self->direct_lock);
+  if (GPUMEM_LIKELY(block && requested == bytes))
+    return GPUMEM_OK;
+  if (block)
+    return gpumem__fail(GPUMEM_ERR_MISUSE,
+                        "deallocate of %p from a binning resource with %zu bytes, but it was "
+                        "allocated with %zu bytes",
+                        ptr, bytes, requested);
+  return gpumem__fail(GPUMEM_ERR_MISUSE,
+                      "deallocate of %p (%zu bytes) from a binning resource: no bin takes that "
+                      "size, and the upstream served no live allocation there for this resource "
+                      "(a block from a bin is freed with the size it was allocated with)",
+                      ptr, bytes);
+}
 
 /* The first bin holding `bytes`, or NULL for the upstream. */
 static bin *bin_for(binning_resource *self, size_t bytes) {
@@ -91,10 +156,10 @@ static gpumem_status allocate_direct(binning_resource *self, size_t bytes, size_
   gpumem_status status = up->ops->allocate(up, bytes, alignment, stream, &memory);
   if (status != GPUMEM_OK)
     return gpumem__fail_through(&self->header, status);
-  status = gpumem__ptrmap_insert(&self->direct, memory, bytes, memory, bytes);
-  if (status != GPUMEM_OK) {
+  if (!record_direct(self, memory, bytes)) {
     up->ops->deallocate(up, memory, bytes, alignment, stream);
-    return gpumem__fail(status, "binning: out of host memory to record an allocation");
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                        "binning: out of host memory to record an allocation");
   }
   *ptr = memory;
   return GPUMEM_OK;
@@ -142,16 +207,15 @@ static gpumem_status binning_allocate(gpumem_resource *mr, size_t bytes, size_t 
 /* A free no bin takes: only a pointer the upstream served directly, with its size. */
 static gpumem_status deallocate_direct(binning_resource *self, void *ptr, size_t bytes,
                                        size_t alignment, gpumem_stream stream) {
-  void *base;
-  size_t raw_bytes;
-  gpumem_status status =
-      gpumem__ptrmap_take(&self->direct, ptr, bytes, "binning", &base, &raw_bytes);
+  gpumem_status status = unrecord_direct(self, ptr, bytes);
   if (status != GPUMEM_OK)
     return gpumem__fail_through(&self->header, status);
   gpumem_resource *up = self->header.upstream;
   status = up->ops->deallocate(up, ptr, bytes, alignment, stream);
-  if (status != GPUMEM_OK) /* still live: recorded again (the map has room: it was just there) */
-    gpumem__ptrmap_insert(&self->direct, ptr, bytes, base, raw_bytes);
+  /* Still live: recorded again. The map has room, as it was just there; a struct is a
+   * spare, as one was just deleted. */
+  if (status != GPUMEM_OK)
+    record_direct(self, ptr, bytes);
   return gpumem__fail_through(&self->header, status);
 }
 
@@ -200,9 +264,10 @@ static gpumem_status binning_query(const gpumem_resource *mr, gpumem_query what,
     else
       total += value;
   }
-  if ((what == GPUMEM_QUERY_LIVE_BYTES || what == GPUMEM_QUERY_LIVE_COUNT) &&
-      gpumem__ptrmap_query(&self->direct, what, &value) == GPUMEM_OK)
-    total += value;
+  if (what == GPUMEM_QUERY_LIVE_BYTES)
+    total += atomic_load_explicit(&self->direct_bytes, memory_order_relaxed);
+  if (what == GPUMEM_QUERY_LIVE_COUNT)
+    total += atomic_load_explicit(&self->direct_count, memory_order_relaxed);
   *out = total;
   return GPUMEM_OK;
 }
@@ -228,7 +293,8 @@ static gpumem_status binning_destroy(gpumem_resource *mr) {
         return status;
       atomic_store(&self->bins[i].resource, NULL);
     }
-  gpumem__ptrmap_destroy(&self->direct);
+  gpumem__block_map_destroy(&self->direct);
+  gpumem__block_slab_destroy(&self->direct_slab);
   pthread_mutex_destroy(&self->lock);
   free(self);
   return GPUMEM_OK;
@@ -322,11 +388,13 @@ gpumem_status gpumem_binning_create(gpumem_resource *upstream, const gpumem_binn
                         "<= 40 (bins of 256 B to 1 TiB)",
                         options.min_exponent, options.max_exponent);
   binning_resource *self = calloc(1, sizeof *self);
-  if (!self)
+  if (!self || !gpumem__block_map_init(&self->direct)) {
+    free(self);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_binning_create: out of host memory");
+  }
+  gpumem__block_slab_init(&self->direct_slab);
   gpumem__resource_init_suballocator(&self->header, &binning_ops, upstream);
   pthread_mutex_init(&self->lock, NULL);
-  gpumem__ptrmap_init(&self->direct);
   self->options = options;
   for (int e = options.min_exponent; !no_bins && e <= options.max_exponent; e++)
     insert_bin(self, (size_t)1 << e, NULL);
