@@ -324,7 +324,7 @@ static void test_describe_whole(void) {
   snprintf(spec, sizeof spec, "binning(arena(");
   for (int i = 0; i < 12; i++)
     strcat(spec, "faulty(");
-  strcat(spec, "pool(vmm(reserve=1TiB, piece=2MiB), max=48MiB)");
+  strcat(spec, "pool(vmm(reserve=256MiB, piece=2MiB), max=48MiB)");
   for (int i = 0; i < 12; i++)
     strcat(spec, ", fail_at=18446744073709551615)");
   strcat(spec, ", size=4MiB, max=32MiB, superblock=1MiB), min=10, max=18)");
