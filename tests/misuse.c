@@ -241,7 +241,7 @@ static void test_trim(void) {
   CHECK_U64_EQ(released, reserved);
   CHECK_U64_EQ(check_query(arena, GPUMEM_QUERY_RESERVED_BYTES), 0);
   CHECK_OK(gpumem_allocate(arena, 1000, NULL, &small)); /* and it grows again */
-  CHECK_OK(gpumem_pool_trim(arena, &released));        /* the pool's name takes it too */
+  CHECK_OK(gpumem_pool_trim(arena, &released));         /* the pool's name takes it too */
   CHECK_U64_EQ(released, 0);
   CHECK_OK(gpumem_deallocate(arena, small, 1000, NULL));
   CHECK_OK(gpumem_resource_release(arena));
@@ -309,24 +309,26 @@ static void check_describes_whole(gpumem_resource *mr, size_t at_least) {
   free(exact);
 }
 
+/* Appends `open` `count` times, then `inner`, then `close` `count` times, to spec. */
+static void nest(char *spec, const char *open, const char *inner, const char *close, int count) {
+  for (int i = 0; i < count; i++)
+    strcat(spec, open);
+  strcat(spec, inner);
+  for (int i = 0; i < count; i++)
+    strcat(spec, close);
+}
+
 static void test_describe_whole(void) {
   /* 12 faults around cuda, then the deepest chain a spec may have (16), of several kinds. */
   char spec[4096] = "";
-  for (int i = 0; i < 12; i++)
-    strcat(spec, "faulty(");
-  strcat(spec, "cuda");
-  for (int i = 0; i < 12; i++)
-    strcat(spec, ", fail_every=1000)");
+  nest(spec, "faulty(", "cuda", ", fail_every=1000)", 12);
   gpumem_resource *mr = from_spec(spec);
   check_describes_whole(mr, 513);
   CHECK_OK(gpumem_resource_release(mr));
 
   snprintf(spec, sizeof spec, "binning(arena(");
-  for (int i = 0; i < 12; i++)
-    strcat(spec, "faulty(");
-  strcat(spec, "pool(vmm(reserve=256MiB, piece=2MiB), max=48MiB)");
-  for (int i = 0; i < 12; i++)
-    strcat(spec, ", fail_at=18446744073709551615)");
+  nest(spec, "faulty(", "pool(vmm(reserve=256MiB, piece=2MiB), max=48MiB)",
+       ", fail_at=18446744073709551615)", 12);
   strcat(spec, ", size=4MiB, max=32MiB, superblock=1MiB), min=10, max=18)");
   mr = from_spec(spec);
   check_describes_whole(mr, 900);

@@ -334,9 +334,10 @@ static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
     return NULL;
   size_t released = 0;
   gpumem_status status;
-  Py_BEGIN_ALLOW_THREADS /* it waits for the device */
+  /* It waits for the device. */
+  Py_BEGIN_ALLOW_THREADS;
   status = gpumem_resource_trim(mr, &released);
-  Py_END_ALLOW_THREADS
+  Py_END_ALLOW_THREADS;
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 

@@ -528,7 +528,8 @@ static gpumem_status parse_value(spec_parser *p, const spec_param *param, const 
     return GPUMEM_OK;
   }
   case SPEC_COUNT:
-    *ok = parse_count(token, out) && (!param->most || (*out >= param->least && *out <= param->most));
+    *ok =
+        parse_count(token, out) && (!param->most || (*out >= param->least && *out <= param->most));
     return GPUMEM_OK;
   case SPEC_BOOL:
     *ok = strcmp(token, "true") == 0 || strcmp(token, "false") == 0;

@@ -324,9 +324,8 @@ static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t al
  * it lies in, else the global pool (large blocks, and small ones it served when a stream's
  * pool had no room). Each refuses, changing nothing, a pointer it does not hold live or a
  * size other than the allocation's, so a wrong size can never free the wrong thing. */
-GPUMEM_NOINLINE static gpumem_status free_by_address(arena_resource *arena, void *ptr,
-                                                     size_t bytes, size_t alignment,
-                                                     gpumem_stream stream) {
+GPUMEM_NOINLINE static gpumem_status free_by_address(arena_resource *arena, void *ptr, size_t bytes,
+                                                     size_t alignment, gpumem_stream stream) {
   local_arena *owner = owner_of(arena, (uintptr_t)ptr);
   gpumem_resource *holder = owner ? owner->pool : arena->global;
   return gpumem__fail_through(&arena->header,
