@@ -188,7 +188,9 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
   local->arena = arena;
   local->stream = stream;
   /* Empty at first: the first superblock is taken when the stream first allocates, so no
-   * device call happens under the arena's lock here. */
+   * device call happens under the arena's lock here. Its requests are under half a
+   * superblock, so it grows by exactly one superblock at a time: arena_deallocate relies on
+   * every superblock having that size. */
   gpumem_pool_options options = {0};
   gpumem_status status = gpumem__pool_create_rounded(
       &local->source, &options, arena->options.superblock_size, 0, &local->pool);
