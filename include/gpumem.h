@@ -206,8 +206,9 @@ GPUMEM_API gpumem_status gpumem_resource_release(gpumem_resource *mr);
 /* The resource's name: its kind ("cuda", "pool", ...). Never NULL; valid while mr is. */
 GPUMEM_API const char *gpumem_resource_name(const gpumem_resource *mr);
 
-/* The spec that builds an equal resource, e.g. "faulty(cuda, fail_at=3)", written into
- * `buf` (NUL-terminated, truncated to `size`). */
+/* The spec that builds an equal resource, e.g. "faulty(cuda, fail_at=3)", written whole
+ * into `buf`, NUL-terminated. A buffer too small for it: GPUMEM_ERR_INVALID_ARGUMENT, with
+ * the size needed in the message, and `buf` untouched (a spec is never cut short). */
 GPUMEM_API gpumem_status gpumem_resource_describe(const gpumem_resource *mr, char *buf,
                                                   size_t size);
 
@@ -230,6 +231,17 @@ typedef enum gpumem_query {
  * (*out untouched). Cheap: never walks the free lists unless the fact is about them. */
 GPUMEM_API gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem_query what,
                                                uint64_t *out);
+
+/* Gives free memory the resource holds back to its upstream, as gpumem_pool_trim does for a
+ * pool: a pool's whole free chunks (and over vmm its whole free pieces); an arena's free
+ * superblocks, from its streams' pools to its global pool, and then the global pool's; the
+ * free chunks of the bins a binning resource made (not of the bins the program added) and
+ * of a fixed_size resource. The upstream keeps what it gets: trim it too to give memory back
+ * further down. Synchronizes the device first, so that blocks freed on any stream count as
+ * free. *released (may be NULL) receives the bytes given back, on success. Returns
+ * GPUMEM_ERR_UNSUPPORTED for a resource that keeps no free memory (base resources,
+ * adaptors). */
+GPUMEM_API gpumem_status gpumem_resource_trim(gpumem_resource *mr, size_t *released);
 
 /* The resource an adaptor or suballocator draws from (borrowed: valid while mr is).
  * Returns GPUMEM_ERR_UNSUPPORTED for a base resource. */
@@ -545,7 +557,8 @@ GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
  * every whole free piece of mapped memory (gpumem_vmm_options.piece_size), also inside
  * chunks that are partly in use. Synchronizes the pool's device first, so that blocks
  * freed on any stream count as free. *released (may be NULL) receives the bytes given
- * back. */
+ * back, on success. Arenas, binning and fixed_size resources are taken too (as
+ * gpumem_resource_trim); any other resource: GPUMEM_ERR_INVALID_ARGUMENT. */
 GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
 
 /* ---------------------------------------------------------------------------------------
@@ -554,6 +567,10 @@ GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *release
  * streams share no lock), which takes superblocks from the global pool; allocations of a
  * quarter superblock or more go to the global pool directly. A block freed on another
  * stream goes back to the pool that owns it, with the same cross-stream rules as the pool.
+ * A free is routed by where its pointer lies, and a size other than the allocation's is
+ * refused (GPUMEM_ERR_MISUSE). When the global pool runs out, for a small or a large
+ * request, the streams' pools give back their free superblocks and the request is tried
+ * again.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_arena_options {
@@ -586,7 +603,11 @@ GPUMEM_API gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
  * upstream. The bins of sizes 2^min_exponent .. 2^max_exponent (256 B .. 1 MiB by default,
  * as the spec's binning(UPSTREAM)) are fixed_size resources over the upstream, created
  * when first used; gpumem_binning_add_bin adds a bin served by
- * any resource.
+ * any resource. A free with a size other than the allocation's is refused
+ * (GPUMEM_ERR_MISUSE): the bin of that size does not hold the pointer with it, and a size
+ * past the bins reaches the upstream only for a pointer the upstream served directly. When
+ * the upstream runs out, the bins made here give their free chunks back to it and the
+ * request is tried again.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_binning_options {

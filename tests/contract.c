@@ -167,6 +167,45 @@ static void test_trim_through_adaptor(void) {
   CHECK_OK(gpumem_resource_release(vmm));
 }
 
+/* Pass-through adaptors trim what is under them, and their descriptions nest whole. */
+static void test_adaptors_trim_and_describe(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec(
+      "retry(prefetch(aligned(limit(pool(cuda, initial=1), max=1GiB))))", &mr));
+  void *p;
+  CHECK_OK(gpumem_allocate(mr, (size_t)8 << 20, NULL, &p));
+  CHECK_OK(gpumem_deallocate(mr, p, (size_t)8 << 20, NULL));
+  size_t released = 0;
+  CHECK_OK(gpumem_resource_trim(mr, &released));
+  CHECK(released >= ((size_t)8 << 20));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_OK(gpumem_resource_release(mr));
+  /* Nothing under them to trim: the base resource's kind is named. */
+  CHECK_OK(gpumem_resource_from_spec("limit(cuda, max=1GiB)", &mr));
+  CHECK_FAILS_WITH(gpumem_resource_trim(mr, &released), GPUMEM_ERR_UNSUPPORTED, "'cuda'");
+  CHECK_OK(gpumem_resource_release(mr));
+  /* Fifteen adaptors deep: the description parses back to the same description. */
+  char spec[2048] = "cuda";
+  static const char *const layers[] = {"limit(%s, max=1GiB)", "aligned(%s, alignment=4096)",
+                                       "prefetch(%s)", "retry(%s, attempts=2)",
+                                       "faulty(%s, fail_every=1000)"};
+  for (int i = 0; i < 15; i++) {
+    char inner[2048];
+    snprintf(inner, sizeof inner, "%s", spec);
+    snprintf(spec, sizeof spec, layers[i % 5], inner);
+  }
+  CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  char described[4096], again[4096];
+  CHECK_OK(gpumem_resource_describe(mr, described, sizeof described));
+  CHECK(strlen(described) > 400);
+  gpumem_resource *rebuilt;
+  CHECK_OK(gpumem_resource_from_spec(described, &rebuilt));
+  CHECK_OK(gpumem_resource_describe(rebuilt, again, sizeof again));
+  CHECK(strcmp(described, again) == 0);
+  CHECK_OK(gpumem_resource_release(rebuilt));
+  CHECK_OK(gpumem_resource_release(mr));
+}
+
 /* A table of version 1 has no placement operations: its capability is not read. */
 static gpumem_status never_places(gpumem_resource *self, uintptr_t addr, size_t bytes, void **ptr) {
   CHECK_FAIL_("a version 1 table's placement was called");
@@ -193,6 +232,7 @@ int main(void) {
   test_capabilities(vmm_supported);
   test_capabilities_bad_input();
   test_old_table();
+  test_adaptors_trim_and_describe();
   if (vmm_supported) {
     test_pool_over_pass_through();
     test_trim_through_adaptor();

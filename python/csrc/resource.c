@@ -93,9 +93,22 @@ static PyObject *resource_name(gpumem_py_resource *self, void *closure) {
 static PyObject *resource_spec(gpumem_py_resource *self, void *closure) {
   if (!gpumem_py_resource_handle((PyObject *)self))
     return NULL;
+  /* 2 KiB holds the specs of all but chains near the grammar's deepest; those take a
+   * buffer as large as the library says they need. */
   char spec[2048];
-  gpumem_resource_describe(self->mr, spec, sizeof spec);
-  return PyUnicode_FromString(spec);
+  gpumem_status status = gpumem_resource_describe(self->mr, spec, sizeof spec);
+  if (status == GPUMEM_OK)
+    return PyUnicode_FromString(spec);
+  if (status != GPUMEM_ERR_INVALID_ARGUMENT)
+    return gpumem_py_raise(status);
+  size_t size = (size_t)1 << 20;
+  char *whole = PyMem_Malloc(size);
+  if (!whole)
+    return PyErr_NoMemory();
+  status = gpumem_resource_describe(self->mr, whole, size);
+  PyObject *result = status == GPUMEM_OK ? PyUnicode_FromString(whole) : gpumem_py_raise(status);
+  PyMem_Free(whole);
+  return result;
 }
 
 static PyObject *resource_device(gpumem_py_resource *self, void *closure) {
@@ -378,6 +391,21 @@ static PyObject *py_limit_bytes(PyObject *module, PyObject *args) {
   return status == GPUMEM_OK ? PyLong_FromSize_t(bytes) : gpumem_py_raise(status);
 }
 
+/* resource_trim(self) -> bytes given back (pool, arena, binning, fixed_size) */
+static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  size_t released = 0;
+  gpumem_status status;
+  /* It waits for the device: without the GIL, and with a Python callback's exception
+   * kept for this caller where a user resource gives memory back. */
+  gpumem_py_call_enter();
+  Py_BEGIN_ALLOW_THREADS status = gpumem_resource_trim(mr, &released);
+  Py_END_ALLOW_THREADS gpumem_py_call_leave(status);
+  return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
+}
+
 PyMethodDef gpumem_py_resource_functions[] = {
     {"spec_define", py_spec_define, METH_VARARGS, "spec_define(name, mr or None)"},
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
@@ -387,5 +415,6 @@ PyMethodDef gpumem_py_resource_functions[] = {
     {"pool_trim", py_pool_trim, METH_O, "pool_trim(pool) -> bytes given back"},
     {"limit_bytes", py_limit_bytes, METH_VARARGS,
      "limit_bytes(limit, which) -> allocated bytes (0) or the limit (1)"},
+    {"resource_trim", py_resource_trim, METH_O, "resource_trim(mr) -> bytes given back"},
     {NULL, NULL, 0, NULL},
 };

@@ -30,6 +30,7 @@ __all__ = [
     "PinnedHostMemoryResource",
     "PoolMemoryResource",
     "PrefetchResourceAdaptor",
+    "SuballocatorMemoryResource",
     "SystemMemoryResource",
     "UpstreamMemoryResource",
     "VmmMemoryResource",
@@ -133,7 +134,19 @@ class UpstreamMemoryResource(MemoryResource):
         return self._upstream
 
 
-class PoolMemoryResource(UpstreamMemoryResource):
+class SuballocatorMemoryResource(UpstreamMemoryResource):
+    """A resource that keeps memory from its upstream and hands it out in pieces (pool,
+    arena, binning, fixed size): it can give its free memory back."""
+
+    def trim(self):
+        """Gives the free memory this resource holds back to upstream_mr: a pool's whole free
+        chunks (over vmm, whole free pieces of partly used ones too), an arena's free
+        superblocks, the free chunks of a binning resource's own bins or of a fixed-size
+        resource. Waits for the device first; returns the bytes given back."""
+        return _lib.resource_trim(self)
+
+
+class PoolMemoryResource(SuballocatorMemoryResource):
     """A coalescing pool over upstream_mr, with per-stream free lists. initial_pool_size
     None: half of the device's free memory (nothing over a VmmMemoryResource, which grows
     in place); maximum_pool_size None: no limit."""
@@ -144,13 +157,8 @@ class PoolMemoryResource(UpstreamMemoryResource):
                           _size(maximum_pool_size, device))
         self._upstream = upstream_mr
 
-    def trim(self):
-        """Gives whole free chunks back to the upstream, and over vmm whole free pieces of
-        partly used ones; returns the bytes given back."""
-        return _lib.pool_trim(self)
 
-
-class ArenaMemoryResource(UpstreamMemoryResource):
+class ArenaMemoryResource(SuballocatorMemoryResource):
     """A pool per stream over one global pool, for many threads at once. arena_size: the
     global pool's initial size (None as for PoolMemoryResource)."""
 
@@ -162,7 +170,7 @@ class ArenaMemoryResource(UpstreamMemoryResource):
         self._upstream = upstream_mr
 
 
-class FixedSizeMemoryResource(UpstreamMemoryResource):
+class FixedSizeMemoryResource(SuballocatorMemoryResource):
     """Blocks of one size (block_size), taken from upstream_mr blocks_to_preallocate at a
     time; larger requests raise OutOfMemoryError."""
 
@@ -172,7 +180,7 @@ class FixedSizeMemoryResource(UpstreamMemoryResource):
         self._upstream = upstream_mr
 
 
-class BinningMemoryResource(UpstreamMemoryResource):
+class BinningMemoryResource(SuballocatorMemoryResource):
     """Requests go to the smallest bin that holds them, larger ones to upstream_mr. With
     min_size_exponent and max_size_exponent, bins of 2**min .. 2**max bytes (fixed-size
     resources, made when first used); add_bin adds more."""

@@ -270,6 +270,34 @@ def test_pool_trim_gives_free_chunks_back():
     pool.deallocate(ptr, MiB)
 
 
+def test_arena_and_binning_give_free_memory_back():
+    arena = mr.ArenaMemoryResource(mr.VmmMemoryResource(), arena_size=None)
+    ptr = arena.allocate(1000)
+    arena.deallocate(ptr, 1000)
+    reserved = arena.reserved_bytes
+    assert reserved > 0
+    assert arena.trim() == reserved
+    assert arena.reserved_bytes == 0
+
+    pool = mr.PoolMemoryResource(mr.VmmMemoryResource())
+    binning = mr.BinningMemoryResource(pool, 8, 20)
+    ptr = binning.allocate(5000)
+    binning.deallocate(ptr, 5000)
+    assert binning.trim() == 2 * MiB  # the bin's chunk, back to the pool
+    assert pool.live_bytes == 0
+    assert pool.trim() == pool.peak_reserved_bytes
+    assert not hasattr(mr.FaultyMemoryResource(cuda()), "trim")
+
+
+def test_a_free_with_a_wrong_size_is_refused():
+    binning = mr.BinningMemoryResource(mr.PoolMemoryResource(mr.VmmMemoryResource()), 8, 20)
+    ptr = binning.allocate(29624)
+    with pytest.raises(gpumem.GpumemError, match="GPUMEM_ERR_MISUSE"):
+        binning.deallocate(ptr, 2 * MiB)
+    assert binning.live_bytes == 29624
+    binning.deallocate(ptr, 29624)
+
+
 def test_trim_is_for_pools_only():
     with pytest.raises(gpumem.InvalidArgumentError, match="not a pool"):
         gpumem._lib.pool_trim(cuda())

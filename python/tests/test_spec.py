@@ -90,6 +90,8 @@ def test_a_faulty_status_picks_the_exception():
     ("faulty(cuda, status=bogus)",
      "bad value for 'status' of 'faulty' (expected one of: injected, out_of_memory, cuda)", 20),
     ("system(x=1)", "unknown parameter 'x' of 'system' (it takes none)", 7),
+    ("binning(cuda, min=4294967304)",
+     "bad value for 'min' of 'binning' (expected a count from 8 to 40)", 18),
 ])
 def test_a_bad_spec_quotes_it_and_points_at_the_mistake(spec, complaint, column):
     with pytest.raises(gpumem.InvalidArgumentError) as failure:
@@ -116,3 +118,11 @@ def test_parse_size_refuses_what_is_not_a_size():
     for text in ("", "MiB", "12 parsecs", "1GiBs", "-1"):
         with pytest.raises(gpumem.InvalidArgumentError, match="is not a size"):
             gpumem._lib.parse_size(text)
+
+
+def test_the_deepest_chain_is_described_whole():
+    spec = "faulty(" * 15 + "cuda" + ", fail_every=7)" * 15
+    described = mr.from_spec(spec).spec
+    assert len(described) > 512
+    assert described.count("faulty(") == 15 and described.endswith("status=injected)")
+    assert mr.from_spec(described).spec == described

@@ -53,6 +53,10 @@ gpumem_status gpumem__adaptor_live_query(const gpumem__adaptor_live *live,
                                          const gpumem_resource *mr, gpumem_query what,
                                          uint64_t *out);
 
+/* Trims the upstream (gpumem_resource_trim): what an adaptor over a pool gives back is the
+ * pool's free memory. */
+gpumem_status gpumem__forward_trim(gpumem_resource *mr, size_t *released);
+
 /* The destroy of an adaptor that holds nothing but its struct (one malloc'd block). */
 gpumem_status gpumem__adaptor_free(gpumem_resource *mr);
 

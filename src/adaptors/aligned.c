@@ -41,10 +41,8 @@ static gpumem_status aligned_deallocate(gpumem_resource *mr, void *ptr, size_t b
 
 static void aligned_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const aligned_resource *self = (const aligned_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "aligned(%s, alignment=%zu, threshold=%zu)", upstream, self->alignment,
-           self->threshold);
+  gpumem__describe_over(mr, buf, size, ", alignment=%zu, threshold=%zu", self->alignment,
+                        self->threshold);
 }
 
 static const gpumem__resource_ops aligned_ops = {
@@ -57,6 +55,7 @@ static const gpumem__resource_ops aligned_ops = {
     .destroy = gpumem__adaptor_free,
     .allocate_at = gpumem__forward_allocate_at,
     .unmap_pieces = gpumem__forward_unmap_pieces,
+    .trim = gpumem__forward_trim,
 };
 
 gpumem_status gpumem_aligned_create(gpumem_resource *upstream, const gpumem_aligned_options *opts,

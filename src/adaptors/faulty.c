@@ -103,13 +103,12 @@ static const char *status_word(gpumem_status status) {
 
 static void faulty_describe(const gpumem_resource *mr, char *buf, size_t size) {
   faulty_resource *self = (faulty_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
   pthread_mutex_lock(&self->lock);
   gpumem_faulty_options o = self->options;
   pthread_mutex_unlock(&self->lock);
-  snprintf(buf, size, "faulty(%s, fail_at=%llu, fail_every=%llu, status=%s)", upstream,
-           (unsigned long long)o.fail_at, (unsigned long long)o.fail_every, status_word(o.status));
+  gpumem__describe_over(mr, buf, size, ", fail_at=%llu, fail_every=%llu, status=%s",
+                        (unsigned long long)o.fail_at, (unsigned long long)o.fail_every,
+                        status_word(o.status));
 }
 
 static gpumem_status faulty_destroy(gpumem_resource *mr) {
@@ -129,6 +128,7 @@ static const gpumem__resource_ops faulty_ops = {
     .destroy = faulty_destroy,
     .allocate_at = faulty_allocate_at,
     .unmap_pieces = faulty_unmap_pieces,
+    .trim = gpumem__forward_trim,
 };
 
 static gpumem_status checked_options(const gpumem_faulty_options *opts,

@@ -31,6 +31,13 @@ gpumem_status gpumem__adaptor_live_query(const gpumem__adaptor_live *live,
   return GPUMEM_OK;
 }
 
+gpumem_status gpumem__forward_trim(gpumem_resource *mr, size_t *released) {
+  size_t upstream_released = 0;
+  gpumem_status status = gpumem_resource_trim(mr->upstream, &upstream_released);
+  *released += upstream_released;
+  return gpumem__fail_through(mr, status);
+}
+
 void *gpumem__adaptor_new(size_t size) {
   size_t rounded = gpumem__align_up(size, GPUMEM__SLOT_ALIGN);
   void *memory = aligned_alloc(GPUMEM__SLOT_ALIGN, rounded);

@@ -353,10 +353,8 @@ static gpumem_status limit_query(const gpumem_resource *mr, gpumem_query what, u
 }
 
 static void limit_describe(const gpumem_resource *mr, char *buf, size_t size) {
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "limit(%s, max=%llu)", upstream,
-           (unsigned long long)((const limit_resource *)mr)->limit);
+  gpumem__describe_over(mr, buf, size, ", max=%llu",
+                        (unsigned long long)((const limit_resource *)mr)->limit);
 }
 
 static gpumem_status limit_destroy(gpumem_resource *mr) {
@@ -376,6 +374,7 @@ static const gpumem__resource_ops limit_ops = {
     .destroy = limit_destroy,
     .allocate_at = limit_allocate_at,
     .unmap_pieces = limit_unmap_pieces,
+    .trim = gpumem__forward_trim,
 };
 
 gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_options *opts,

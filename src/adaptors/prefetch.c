@@ -47,9 +47,7 @@ static gpumem_status prefetch_allocate(gpumem_resource *mr, size_t bytes, size_t
 }
 
 static void prefetch_describe(const gpumem_resource *mr, char *buf, size_t size) {
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "prefetch(%s)", upstream);
+  gpumem__describe_over(mr, buf, size, "%s", "");
 }
 
 static const gpumem__resource_ops prefetch_ops = {
@@ -62,6 +60,7 @@ static const gpumem__resource_ops prefetch_ops = {
     .destroy = gpumem__adaptor_free,
     .allocate_at = gpumem__forward_allocate_at,
     .unmap_pieces = gpumem__forward_unmap_pieces,
+    .trim = gpumem__forward_trim,
 };
 
 gpumem_status gpumem_prefetch_create(gpumem_resource *upstream, gpumem_resource **out) {

@@ -102,13 +102,10 @@ static gpumem_status retry_query(const gpumem_resource *mr, gpumem_query what, u
 
 static void retry_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const retry_resource *self = (const retry_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
   if (self->builtin)
-    snprintf(buf, size, "retry(%s, attempts=%llu)", upstream,
-             (unsigned long long)self->max_retries);
+    gpumem__describe_over(mr, buf, size, ", attempts=%llu", (unsigned long long)self->max_retries);
   else /* a program's callback: no spec can name it */
-    snprintf(buf, size, "retry(%s, callback=user)", upstream);
+    gpumem__describe_over(mr, buf, size, ", callback=user");
 }
 
 static gpumem_status retry_destroy(gpumem_resource *mr) {
@@ -129,6 +126,7 @@ static const gpumem__resource_ops retry_ops = {
     .destroy = retry_destroy,
     .allocate_at = retry_allocate_at,
     .unmap_pieces = retry_unmap_pieces,
+    .trim = gpumem__forward_trim,
 };
 
 static gpumem_status create(gpumem_resource *upstream, const gpumem_failure_callback_options *opts,

@@ -51,6 +51,10 @@ typedef struct spec_param {
   const char *key;
   spec_type type;
   const spec_word *words; /* SPEC_ENUM: ends with a NULL word */
+  /* SPEC_COUNT: the values accepted, where the option it sets is narrower than 64 bits or
+   * takes a range; both 0: any count. A value outside is a bad value, with a caret, rather
+   * than one cut to the option's type. */
+  uint64_t least, most;
 } spec_param;
 
 /* Parsed values, indexed by the parameter's position in its kind's entry. Bools are 0 or 1,
@@ -358,8 +362,9 @@ static const spec_kind spec_kinds[] = {
     {"binning",
      SPEC_UPSTREAM_REQUIRED,
      {
-         [BINNING_MIN] = {"min", SPEC_COUNT},
-         [BINNING_MAX] = {"max", SPEC_COUNT},
+         /* The exponents binning takes (gpumem_binning_create checks min <= max). */
+         [BINNING_MIN] = {"min", SPEC_COUNT, NULL, 8, 40},
+         [BINNING_MAX] = {"max", SPEC_COUNT, NULL, 8, 40},
      },
      "fixed-size bins of 2^min to 2^max bytes (default 8 to 20), the rest to the upstream",
      build_binning},
@@ -367,7 +372,7 @@ static const spec_kind spec_kinds[] = {
      SPEC_UPSTREAM_REQUIRED,
      {
          [FIXED_BLOCK] = {"block", SPEC_SIZE},
-         [FIXED_PREALLOC] = {"prealloc", SPEC_COUNT},
+         [FIXED_PREALLOC] = {"prealloc", SPEC_COUNT, NULL, 0, SIZE_MAX}, /* a size_t */
      },
      "one block size for every request, taken prealloc blocks at a time",
      build_fixed_size},
@@ -438,7 +443,11 @@ static void describe_expected(const spec_param *param, char *buf, size_t size) {
     snprintf(buf, size, "a size such as 1GiB, 512M, 4096 or 50%%");
     return;
   case SPEC_COUNT:
-    snprintf(buf, size, "a count such as 3");
+    if (param->most)
+      snprintf(buf, size, "a count from %llu to %llu", (unsigned long long)param->least,
+               (unsigned long long)param->most);
+    else
+      snprintf(buf, size, "a count such as 3");
     return;
   case SPEC_BOOL:
     snprintf(buf, size, "true or false");
@@ -621,7 +630,8 @@ static gpumem_status parse_value(spec_parser *p, const spec_param *param, const 
     return GPUMEM_OK;
   }
   case SPEC_COUNT:
-    *ok = parse_count(token, out);
+    *ok =
+        parse_count(token, out) && (!param->most || (*out >= param->least && *out <= param->most));
     return GPUMEM_OK;
   case SPEC_BOOL:
     *ok = strcmp(token, "true") == 0 || strcmp(token, "false") == 0;

@@ -64,9 +64,15 @@ typedef struct gpumem__resource_ops {
    * its own later). Nothing changes on failure. */
   gpumem_status (*unmap_pieces)(gpumem_resource *self, uintptr_t addr, size_t size,
                                 int *allocations_added);
+
+  /* Version 3: trim. Gives free memory the resource holds back to its upstream (see
+   * gpumem_resource_trim); *released grows by the bytes given back. NULL: nothing to give
+   * back (GPUMEM_ERR_UNSUPPORTED to the caller). Read only from a table of version 3 or
+   * later. */
+  gpumem_status (*trim)(gpumem_resource *self, size_t *released);
 } gpumem__resource_ops;
 
-#define GPUMEM__RESOURCE_OPS_VERSION 2u
+#define GPUMEM__RESOURCE_OPS_VERSION 3u
 
 /* What a resource can do (the contract's data, public as gpumem_resource_capabilities).
  * A resource sets it at creation; a pass-through adaptor copies its upstream's. */
@@ -161,8 +167,21 @@ gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes
 /* Formats a byte count for messages: "512 B", "1.5 MiB". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size);
 
-/* Writes the spec of a resource into buf (ops->describe or its kind). */
+/* Writes the spec of a resource into buf (ops->describe or its kind), NUL-terminated and cut
+ * at `size`. */
 void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size);
+
+/* The describe of a resource over an upstream: writes "<kind>(<upstream's spec><params>)",
+ * where `params` (a printf format) starts with ", " when there are any. The upstream's spec
+ * is written in place, in `buf`, so that a chain of any depth is cut only by `size` (which
+ * gpumem_resource_describe turns into a clear failure), never by a buffer of a layer. */
+void gpumem__describe_over(const gpumem_resource *mr, char *buf, size_t size, const char *params,
+                           ...) __attribute__((format(printf, 4, 5)));
+
+/* True when mr's table has a trim operation (version 3 or later, not NULL). */
+static inline bool gpumem__can_trim(const gpumem_resource *mr) {
+  return mr->ops->version >= 3 && mr->ops->trim;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Sizes

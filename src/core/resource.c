@@ -7,6 +7,7 @@
 #include "device/device.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,13 +174,90 @@ void gpumem__describe(const gpumem_resource *mr, char *buf, size_t size) {
     snprintf(buf, size, "%s", mr->ops->kind);
 }
 
+void gpumem__describe_over(const gpumem_resource *mr, char *buf, size_t size, const char *params,
+                           ...) {
+  if (size == 0)
+    return;
+  size_t used = (size_t)snprintf(buf, size, "%s(", mr->ops->kind);
+  if (used + 1 < size) {
+    gpumem__describe(mr->upstream, buf + used, size - used);
+    used += strlen(buf + used);
+  }
+  if (used + 1 < size) {
+    va_list args;
+    va_start(args, params);
+    vsnprintf(buf + used, size - used, params, args);
+    va_end(args);
+    used += strlen(buf + used);
+  }
+  if (used + 1 < size)
+    snprintf(buf + used, size - used, ")");
+}
+
+/* Longest spec gpumem_resource_describe writes: far beyond the deepest chain a spec may
+ * have (16 resources of under 200 characters each). */
+#define DESCRIBE_MAX ((size_t)1 << 20)
+
+/* The whole spec of mr in a buffer of its own, grown until the spec fits with room to spare
+ * (so that it is known not to be cut); *length: its length. NULL when host memory is
+ * exhausted or the spec is longer than DESCRIBE_MAX (message set). */
+static char *describe_whole(const gpumem_resource *mr, size_t *length) {
+  char *spec = NULL;
+  for (size_t capacity = 1024; capacity <= DESCRIBE_MAX; capacity *= 2) {
+    char *grown = realloc(spec, capacity);
+    if (!grown)
+      break;
+    spec = grown;
+    gpumem__describe(mr, spec, capacity);
+    *length = strlen(spec);
+    if (*length + 1 < capacity)
+      return spec;
+  }
+  free(spec);
+  gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+               "gpumem_resource_describe: out of host memory, or a spec longer than %zu bytes",
+               DESCRIBE_MAX);
+  return NULL;
+}
+
 gpumem_status gpumem_resource_describe(const gpumem_resource *mr, char *buf, size_t size) {
   if (!mr || !buf || size == 0)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_resource_describe: resource and buffer must not be NULL and "
                         "size must be positive");
-  gpumem__describe(mr, buf, size);
-  return GPUMEM_OK;
+  /* Short specs, the common case, need no heap buffer. */
+  char small[512];
+  gpumem__describe(mr, small, sizeof small);
+  size_t length = strlen(small);
+  char *spec = small;
+  if (length + 1 >= sizeof small && !(spec = describe_whole(mr, &length)))
+    return GPUMEM_ERR_OUT_OF_MEMORY;
+  gpumem_status status = GPUMEM_OK;
+  if (length < size)
+    memcpy(buf, spec, length + 1);
+  else
+    status = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                          "gpumem_resource_describe: the spec of this '%s' resource needs a "
+                          "buffer of %zu bytes (with its NUL); the buffer has %zu",
+                          mr->ops->kind, length + 1, size);
+  if (spec != small)
+    free(spec);
+  return status;
+}
+
+gpumem_status gpumem_resource_trim(gpumem_resource *mr, size_t *released) {
+  if (!mr)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_resource_trim: the resource is NULL");
+  if (!gpumem__can_trim(mr))
+    return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                        "gpumem_resource_trim: a '%s' resource keeps no free memory to give "
+                        "back (pool, arena, binning and fixed_size do, and adaptors over them)",
+                        mr->ops->kind);
+  size_t total = 0;
+  gpumem_status status = mr->ops->trim(mr, &total);
+  if (status == GPUMEM_OK && released)
+    *released = total;
+  return status;
 }
 
 gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {

@@ -7,9 +7,11 @@
  *
  * A block freed on a stream whose local pool does not own it (a cross-stream free, or a
  * large block) is found through a registry of superblocks, under the arena's mutex, and
- * freed to its owner, whose free sets apply the pool's cross-stream rules. When the global
- * pool has no superblock left, the arena falls back to the global pool for the request and,
- * failing that, has every local pool give back its free superblocks and tries again. */
+ * freed to its owner, whose free sets apply the pool's cross-stream rules. A free goes where
+ * its pointer lies, whatever its size says, and that pool checks the size. When the global
+ * pool has no superblock left, a small request falls back to the global pool and, failing
+ * that, has every local pool give back its free superblocks and tries again; a large request
+ * the global pool cannot serve does the same. */
 #include "core/sorted.h"
 #include "suballoc/pool.h"
 
@@ -186,7 +188,9 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
   local->arena = arena;
   local->stream = stream;
   /* Empty at first: the first superblock is taken when the stream first allocates, so no
-   * device call happens under the arena's lock here. */
+   * device call happens under the arena's lock here. Its requests are under half a
+   * superblock, so it grows by exactly one superblock at a time: arena_deallocate relies on
+   * every superblock having that size. */
   gpumem_pool_options options = {0};
   gpumem_status status = gpumem__pool_create_rounded(
       &local->source, &options, arena->options.superblock_size, 0, &local->pool);
@@ -247,13 +251,21 @@ static local_arena **snapshot_locals(arena_resource *arena, size_t *count, size_
   return locals;
 }
 
-/* Has every local pool give its free superblocks back to the global pool. */
-static void reclaim_superblocks(arena_resource *arena) {
+/* Has every local pool give its free superblocks back to the global pool. Returns the
+ * first failure, after trying every pool. */
+static gpumem_status reclaim_superblocks(arena_resource *arena) {
   size_t count;
   local_arena **locals = snapshot_locals(arena, &count, NULL);
-  for (size_t i = 0; i < count; i++)
-    gpumem_pool_trim(locals[i]->pool, NULL);
+  gpumem_status status = GPUMEM_OK;
+  for (size_t i = 0; i < count; i++) {
+    size_t moved = 0; /* within the arena: not given back */
+    gpumem_resource *pool = locals[i]->pool;
+    gpumem_status trimmed = pool->ops->trim(pool, &moved);
+    if (status == GPUMEM_OK)
+      status = trimmed;
+  }
   free(locals);
+  return status;
 }
 
 /* Requests of a quarter superblock or more go to the global pool directly. */
@@ -261,14 +273,34 @@ static bool is_large(const arena_resource *arena, size_t bytes, size_t alignment
   return bytes >= arena->large_threshold || alignment >= arena->large_threshold;
 }
 
+/* A large request the global pool cannot serve: the streams' pools may hold whole free
+ * superblocks, which only they can give back. */
+GPUMEM_COLD static gpumem_status allocate_large_after_reclaim(arena_resource *arena, size_t bytes,
+                                                              size_t alignment,
+                                                              gpumem_stream stream, void **ptr) {
+  gpumem_resource *global = arena->global;
+  reclaim_superblocks(arena);
+  gpumem_status status = global->ops->allocate(global, bytes, alignment, stream, ptr);
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+    return gpumem__fail_out_of_memory(&arena->header, bytes,
+                                      "the global pool has no room, even after the streams' "
+                                      "pools gave back their free superblocks");
+  return gpumem__fail_through(&arena->header, status);
+}
+
 static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                     gpumem_stream stream, void **ptr) {
   arena_resource *arena = (arena_resource *)mr;
   gpumem_resource *global = arena->global;
-  if (is_large(arena, bytes, alignment))
-    return gpumem__fail_through(mr, global->ops->allocate(global, bytes, alignment, stream, ptr));
+  gpumem_status status;
+  if (is_large(arena, bytes, alignment)) {
+    status = global->ops->allocate(global, bytes, alignment, stream, ptr);
+    if (GPUMEM_LIKELY(status != GPUMEM_ERR_OUT_OF_MEMORY))
+      return gpumem__fail_through(mr, status);
+    return allocate_large_after_reclaim(arena, bytes, alignment, stream, ptr);
+  }
   local_arena *local;
-  gpumem_status status = local_for(arena, stream, &local);
+  status = local_for(arena, stream, &local);
   if (status != GPUMEM_OK)
     return status;
   gpumem_resource *pool = local->pool;
@@ -290,27 +322,53 @@ static gpumem_status arena_allocate(gpumem_resource *mr, size_t bytes, size_t al
   return status;
 }
 
+/* Frees ptr to what holds it, found by its address: the pool of the stream whose superblock
+ * it lies in, else the global pool (large blocks, and small ones it served when a stream's
+ * pool had no room). Each refuses, changing nothing, a pointer it does not hold live or a
+ * size other than the allocation's, so a wrong size can never free the wrong thing. */
+GPUMEM_NOINLINE static gpumem_status free_by_address(arena_resource *arena, void *ptr, size_t bytes,
+                                                     size_t alignment, gpumem_stream stream) {
+  local_arena *owner = owner_of(arena, (uintptr_t)ptr);
+  gpumem_resource *holder = owner ? owner->pool : arena->global;
+  return gpumem__fail_through(&arena->header,
+                              holder->ops->deallocate(holder, ptr, bytes, alignment, stream));
+}
+
+/* The fast paths try the likely holder first, which checks the pointer and its size: for a
+ * small size the stream's own pool, for a large one the global pool. The global pool also
+ * holds the superblocks, as blocks of exactly the superblock size; it refuses a free of any
+ * other size, so only a free of that size could give back a superblock in use, and only
+ * those look at the registry first. */
 static gpumem_status arena_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                       size_t alignment, gpumem_stream stream) {
   arena_resource *arena = (arena_resource *)mr;
-  gpumem_resource *global = arena->global;
+  bool owned = false;
+  gpumem_status status;
   if (!is_large(arena, bytes, alignment)) {
-    bool owned = false;
     local_arena *local = cached_local(arena, stream);
-    gpumem_status status = GPUMEM_OK;
-    if (local)
+    if (local) {
       status = gpumem__pool_deallocate_if_owned(local->pool, ptr, bytes, stream, &owned);
-    if (owned)
-      return status;
-    /* Freed on another stream than the one that allocated it, or from a thread that has
-     * not used this stream yet: the registry knows the owner. */
-    local_arena *owner = owner_of(arena, (uintptr_t)ptr);
-    if (owner && owner != local)
-      status = gpumem__pool_deallocate_if_owned(owner->pool, ptr, bytes, stream, &owned);
-    if (owned)
-      return status;
+      if (GPUMEM_LIKELY(owned))
+        return status;
+    }
+    /* Freed on another stream than the one that allocated it, from a thread that has not
+     * used this stream yet, or served by the global pool. */
+    return free_by_address(arena, ptr, bytes, alignment, stream);
   }
-  return gpumem__fail_through(mr, global->ops->deallocate(global, ptr, bytes, alignment, stream));
+  if (GPUMEM_UNLIKELY(bytes == arena->options.superblock_size))
+    return free_by_address(arena, ptr, bytes, alignment, stream);
+  status = gpumem__pool_deallocate_if_owned(arena->global, ptr, bytes, stream, &owned);
+  if (GPUMEM_LIKELY(owned && status != GPUMEM_ERR_MISUSE))
+    return gpumem__fail_through(mr, status);
+  /* Not a large block with that size: a small block (with a wrong size) or a stranger. */
+  return free_by_address(arena, ptr, bytes, alignment, stream);
+}
+
+static gpumem_status arena_trim(gpumem_resource *mr, size_t *released) {
+  arena_resource *arena = (arena_resource *)mr;
+  gpumem_status status = reclaim_superblocks(arena);
+  gpumem_status trimmed = arena->global->ops->trim(arena->global, released);
+  return status != GPUMEM_OK ? status : trimmed;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -367,10 +425,8 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
 
 static void arena_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const arena_resource *arena = (const arena_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "arena(%s, size=%zu, max=%zu, superblock=%zu)", upstream, arena->options.size,
-           arena->options.maximum_size, arena->options.superblock_size);
+  gpumem__describe_over(mr, buf, size, ", size=%zu, max=%zu, superblock=%zu", arena->options.size,
+                        arena->options.maximum_size, arena->options.superblock_size);
 }
 
 static void free_arena(arena_resource *arena) {
@@ -412,6 +468,7 @@ static const gpumem__resource_ops arena_ops = {
     .query = arena_query,
     .describe = arena_describe,
     .destroy = arena_destroy,
+    .trim = arena_trim,
 };
 
 gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_options *opts,

@@ -3,9 +3,14 @@
  * Small requests of similar sizes are where a general pool spends its time splitting and
  * merging; giving each size class a fixed_size resource of its own makes them constant time
  * and keeps them from fragmenting the large blocks. Bins are sorted by size; a request goes
- * to the first bin at least as large, and a free of the same size finds the same bin, so no
- * lookup by address is needed. The exponent bins are created when first used, each taking
- * about 2 MiB at a time from the upstream, so an unused bin costs nothing. */
+ * to the first bin at least as large, and a free of the same size finds the same bin, which
+ * knows its live blocks and refuses any other pointer or size. Requests no bin takes go to
+ * the upstream and are recorded, so that a free with a wrong size can never reach the
+ * upstream and give back a bin's chunk. The exponent bins are created when first used, each
+ * taking about 2 MiB at a time from the upstream, so an unused bin costs nothing; when the
+ * upstream runs out, the bins give their free chunks back and the request is tried again. */
+#include "core/biased_lock.h"
+#include "suballoc/block.h"
 #include "suballoc/pool.h"
 
 #include <pthread.h>
@@ -28,9 +33,75 @@ typedef struct binning_resource {
   pthread_mutex_t lock; /* guards bin creation */
   bin bins[MAX_BINS];
   size_t bin_count;
-  /* Requests too large for any bin, served by the upstream directly. */
+  /* Requests no bin takes, served by the upstream directly: a free reaches the upstream only
+   * for a pointer recorded here with its size. The upstream also holds the bins' chunks, so
+   * a free routed by its size alone could give back a chunk whose blocks are in use. A map
+   * of the pool's kind under a biased lock: one thread's large requests pay no atomic
+   * instruction for it. */
+  gpumem__biased_lock direct_lock;
+  gpumem__block_map direct;
+  gpumem__block_slab direct_slab;
+  /* Written under direct_lock, read by queries without it. */
   atomic_uint_fast64_t direct_bytes, direct_count;
 } binning_resource;
+
+/* ---------------------------------------------------------------------------------------
+ * The record of requests served by the upstream directly
+ * ------------------------------------------------------------------------------------- */
+
+static void add_direct_figures(binning_resource *self, int64_t bytes, int64_t count) {
+  atomic_store_explicit(&self->direct_bytes,
+                        atomic_load_explicit(&self->direct_bytes, memory_order_relaxed) + bytes,
+                        memory_order_relaxed);
+  atomic_store_explicit(&self->direct_count,
+                        atomic_load_explicit(&self->direct_count, memory_order_relaxed) + count,
+                        memory_order_relaxed);
+}
+
+/* Records ptr as served directly with `bytes`; false when host memory is exhausted. */
+static bool record_direct(binning_resource *self, void *ptr, size_t bytes) {
+  gpumem__biased_lock_take(&self->direct_lock);
+  gpumem__block *block = gpumem__block_new(&self->direct_slab);
+  bool recorded = block != NULL;
+  if (block) {
+    block->addr = (uintptr_t)ptr;
+    block->requested = bytes;
+    recorded = gpumem__block_map_insert(&self->direct, block);
+    if (recorded)
+      add_direct_figures(self, (int64_t)bytes, 1);
+    else
+      gpumem__block_delete(&self->direct_slab, block);
+  }
+  gpumem__biased_lock_release(&self->direct_lock);
+  return recorded;
+}
+
+/* Takes ptr out of the record if it was served directly with exactly `bytes`; otherwise
+ * GPUMEM_ERR_MISUSE with a message, and nothing changed. */
+static gpumem_status unrecord_direct(binning_resource *self, void *ptr, size_t bytes) {
+  gpumem__biased_lock_take(&self->direct_lock);
+  gpumem__block *block = gpumem__block_map_take(&self->direct, (uintptr_t)ptr);
+  size_t requested = block ? block->requested : 0;
+  if (GPUMEM_LIKELY(block && requested == bytes)) {
+    gpumem__block_delete(&self->direct_slab, block);
+    add_direct_figures(self, -(int64_t)bytes, -1);
+  } else if (block) {
+    gpumem__block_map_put(&self->direct, block); /* room: it was just there */
+  }
+  gpumem__biased_lock_release(&self->direct_lock);
+  if (GPUMEM_LIKELY(block && requested == bytes))
+    return GPUMEM_OK;
+  if (block)
+    return gpumem__fail(GPUMEM_ERR_MISUSE,
+                        "deallocate of %p from a binning resource with %zu bytes, but it was "
+                        "allocated with %zu bytes",
+                        ptr, bytes, requested);
+  return gpumem__fail(GPUMEM_ERR_MISUSE,
+                      "deallocate of %p (%zu bytes) from a binning resource: no bin takes that "
+                      "size, and the upstream served no live allocation there for this resource "
+                      "(a block from a bin is freed with the size it was allocated with)",
+                      ptr, bytes);
+}
 
 /* The first bin holding `bytes`, or NULL for the upstream. */
 static bin *bin_for(binning_resource *self, size_t bytes) {
@@ -62,42 +133,111 @@ static gpumem_status resource_of_bin(binning_resource *self, bin *b, gpumem_reso
   return status;
 }
 
-static gpumem_status binning_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                      gpumem_stream stream, void **ptr) {
-  binning_resource *self = (binning_resource *)mr;
-  bin *b = alignment == GPUMEM_DEFAULT_ALIGNMENT ? bin_for(self, bytes) : NULL;
-  gpumem_resource *target = mr->upstream;
-  if (b) {
-    gpumem_status status = resource_of_bin(self, b, &target);
-    if (status != GPUMEM_OK)
-      return status;
-    return target->ops->allocate(target, bytes, alignment, stream, ptr);
+/* Gives the free chunks of the bins made here back to the upstream; *released grows by
+ * their bytes. The program's bins (gpumem_binning_add_bin) are its own to trim. Returns the
+ * first failure, after trying every bin. */
+static gpumem_status trim_bins(binning_resource *self, size_t *released) {
+  gpumem_status status = GPUMEM_OK;
+  for (size_t i = 0; i < self->bin_count; i++) {
+    gpumem_resource *resource = atomic_load_explicit(&self->bins[i].resource, memory_order_acquire);
+    if (!resource || self->bins[i].added || !gpumem__can_trim(resource))
+      continue;
+    gpumem_status trimmed = resource->ops->trim(resource, released);
+    if (status == GPUMEM_OK)
+      status = trimmed;
   }
-  gpumem_status status = target->ops->allocate(target, bytes, alignment, stream, ptr);
+  return status;
+}
+
+/* Out of line, as deallocate_direct: the bins' paths then save no registers for it. */
+GPUMEM_NOINLINE static gpumem_status allocate_direct(binning_resource *self, size_t bytes,
+                                                     size_t alignment, gpumem_stream stream,
+                                                     void **ptr) {
+  gpumem_resource *up = self->header.upstream;
+  void *memory;
+  gpumem_status status = up->ops->allocate(up, bytes, alignment, stream, &memory);
   if (status != GPUMEM_OK)
-    return gpumem__fail_through(mr, status);
-  atomic_fetch_add_explicit(&self->direct_bytes, bytes, memory_order_relaxed);
-  atomic_fetch_add_explicit(&self->direct_count, 1, memory_order_relaxed);
+    return gpumem__fail_through(&self->header, status);
+  if (!record_direct(self, memory, bytes)) {
+    up->ops->deallocate(up, memory, bytes, alignment, stream);
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                        "binning: out of host memory to record an allocation");
+  }
+  *ptr = memory;
   return GPUMEM_OK;
 }
 
+static gpumem_status allocate_once(binning_resource *self, size_t bytes, size_t alignment,
+                                   gpumem_stream stream, void **ptr) {
+  bin *b = alignment == GPUMEM_DEFAULT_ALIGNMENT ? bin_for(self, bytes) : NULL;
+  if (!b)
+    return allocate_direct(self, bytes, alignment, stream, ptr);
+  gpumem_resource *target;
+  gpumem_status status = resource_of_bin(self, b, &target);
+  if (status != GPUMEM_OK)
+    return status;
+  return target->ops->allocate(target, bytes, alignment, stream, ptr);
+}
+
+/* Out of memory: the bins may hold free chunks that the upstream could serve the request
+ * from (or another bin grow by). They go back, and the request is tried again; without this,
+ * memory a bin took once would stay in it for good. */
+GPUMEM_COLD static gpumem_status allocate_after_trim(binning_resource *self, size_t bytes,
+                                                     size_t alignment, gpumem_stream stream,
+                                                     void **ptr) {
+  char first[1024];
+  snprintf(first, sizeof first, "%s", gpumem_last_error_message());
+  size_t released = 0;
+  trim_bins(self, &released);
+  if (released == 0) /* nothing changed: the first failure stands */
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s", first);
+  gpumem_status status = allocate_once(self, bytes, alignment, stream, ptr);
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+    return gpumem__fail_context(status, "even after the bins gave %zu free bytes back", released);
+  return status;
+}
+
+static gpumem_status binning_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                      gpumem_stream stream, void **ptr) {
+  binning_resource *self = (binning_resource *)mr;
+  gpumem_status status = allocate_once(self, bytes, alignment, stream, ptr);
+  if (GPUMEM_LIKELY(status != GPUMEM_ERR_OUT_OF_MEMORY))
+    return status;
+  return allocate_after_trim(self, bytes, alignment, stream, ptr);
+}
+
+/* A free no bin takes: only a pointer the upstream served directly, with its size. */
+GPUMEM_NOINLINE static gpumem_status deallocate_direct(binning_resource *self, void *ptr,
+                                                       size_t bytes, size_t alignment,
+                                                       gpumem_stream stream) {
+  gpumem_status status = unrecord_direct(self, ptr, bytes);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_through(&self->header, status);
+  gpumem_resource *up = self->header.upstream;
+  status = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+  /* Still live: recorded again. The map has room, as it was just there; a struct is a
+   * spare, as one was just deleted. */
+  if (status != GPUMEM_OK)
+    record_direct(self, ptr, bytes);
+  return gpumem__fail_through(&self->header, status);
+}
+
+/* A free of a bin's size goes to that bin, which holds the pointer live with that size or
+ * refuses it, changing nothing; the rest only to the upstream's allocations made here. */
 static gpumem_status binning_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                         size_t alignment, gpumem_stream stream) {
   binning_resource *self = (binning_resource *)mr;
   bin *b = alignment == GPUMEM_DEFAULT_ALIGNMENT ? bin_for(self, bytes) : NULL;
-  gpumem_resource *target =
-      b ? atomic_load_explicit(&b->resource, memory_order_acquire) : mr->upstream;
+  if (!b)
+    return deallocate_direct(self, ptr, bytes, alignment, stream);
+  gpumem_resource *target = atomic_load_explicit(&b->resource, memory_order_acquire);
   if (!target)
     return gpumem__fail(GPUMEM_ERR_MISUSE,
                         "deallocate of %p (%zu bytes) from a binning resource: the bin of that "
                         "size has never allocated anything",
                         ptr, bytes);
-  gpumem_status status = target->ops->deallocate(target, ptr, bytes, alignment, stream);
-  if (status == GPUMEM_OK && !b) {
-    atomic_fetch_sub_explicit(&self->direct_bytes, bytes, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&self->direct_count, 1, memory_order_relaxed);
-  }
-  return status;
+  /* A tail call: the bin's own message says what is wrong with a refused free. */
+  return target->ops->deallocate(target, ptr, bytes, alignment, stream);
 }
 
 /* Live and free figures sum the bins' (plus the requests served directly); reserved bytes
@@ -138,10 +278,8 @@ static gpumem_status binning_query(const gpumem_resource *mr, gpumem_query what,
 
 static void binning_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const binning_resource *self = (const binning_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "binning(%s, min=%d, max=%d)", upstream, self->options.min_exponent,
-           self->options.max_exponent);
+  gpumem__describe_over(mr, buf, size, ", min=%d, max=%d", self->options.min_exponent,
+                        self->options.max_exponent);
 }
 
 static gpumem_status binning_destroy(gpumem_resource *mr) {
@@ -159,9 +297,15 @@ static gpumem_status binning_destroy(gpumem_resource *mr) {
         return status;
       atomic_store(&self->bins[i].resource, NULL);
     }
+  gpumem__block_map_destroy(&self->direct);
+  gpumem__block_slab_destroy(&self->direct_slab);
   pthread_mutex_destroy(&self->lock);
   free(self);
   return GPUMEM_OK;
+}
+
+static gpumem_status binning_trim(gpumem_resource *mr, size_t *released) {
+  return trim_bins((binning_resource *)mr, released);
 }
 
 static const gpumem__resource_ops binning_ops = {
@@ -172,6 +316,7 @@ static const gpumem__resource_ops binning_ops = {
     .query = binning_query,
     .describe = binning_describe,
     .destroy = binning_destroy,
+    .trim = binning_trim,
 };
 
 /* Inserts a bin in size order, retaining `resource` only once it is stored. A bin of an
@@ -247,8 +392,11 @@ gpumem_status gpumem_binning_create(gpumem_resource *upstream, const gpumem_binn
                         "<= 40 (bins of 256 B to 1 TiB)",
                         options.min_exponent, options.max_exponent);
   binning_resource *self = calloc(1, sizeof *self);
-  if (!self)
+  if (!self || !gpumem__block_map_init(&self->direct)) {
+    free(self);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_binning_create: out of host memory");
+  }
+  gpumem__block_slab_init(&self->direct_slab);
   gpumem__resource_init_suballocator(&self->header, &binning_ops, upstream);
   pthread_mutex_init(&self->lock, NULL);
   self->options = options;

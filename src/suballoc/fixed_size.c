@@ -58,10 +58,8 @@ static gpumem_status fixed_query(const gpumem_resource *mr, gpumem_query what, u
 
 static void fixed_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const fixed_size_resource *self = (const fixed_size_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "fixed_size(%s, block=%zu, prealloc=%zu)", upstream, self->options.block_size,
-           self->options.blocks_to_preallocate);
+  gpumem__describe_over(mr, buf, size, ", block=%zu, prealloc=%zu", self->options.block_size,
+                        self->options.blocks_to_preallocate);
 }
 
 static gpumem_status fixed_destroy(gpumem_resource *mr) {
@@ -73,6 +71,11 @@ static gpumem_status fixed_destroy(gpumem_resource *mr) {
   return GPUMEM_OK;
 }
 
+static gpumem_status fixed_trim(gpumem_resource *mr, size_t *released) {
+  gpumem_resource *pool = ((fixed_size_resource *)mr)->pool;
+  return pool->ops->trim(pool, released);
+}
+
 static const gpumem__resource_ops fixed_size_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "fixed_size",
@@ -81,6 +84,7 @@ static const gpumem__resource_ops fixed_size_ops = {
     .query = fixed_query,
     .describe = fixed_describe,
     .destroy = fixed_destroy,
+    .trim = fixed_trim,
 };
 
 gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,

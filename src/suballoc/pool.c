@@ -409,10 +409,8 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
 
 static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const pool_resource *pool = (const pool_resource *)mr;
-  char upstream[512];
-  gpumem__describe(mr->upstream, upstream, sizeof upstream);
-  snprintf(buf, size, "pool(%s, initial=%zu, max=%zu)", upstream, pool->options.initial_size,
-           pool->options.maximum_size);
+  gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu", pool->options.initial_size,
+                        pool->options.maximum_size);
 }
 
 static void free_structures(pool_resource *pool) {
@@ -451,6 +449,7 @@ static const gpumem__resource_ops pool_ops = {
     .query = pool_query,
     .describe = pool_describe,
     .destroy = pool_destroy,
+    .trim = gpumem__pool_trim,
 };
 
 bool gpumem__is_pool(const gpumem_resource *mr) {

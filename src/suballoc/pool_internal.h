@@ -347,5 +347,7 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
  * makes memory in pieces; *released grows by the bytes given back. Waits for the device
  * first. Called with the lock held (or, at destruction, with no other user). */
 gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
+/* The pool's trim operation (gpumem_resource_trim): trim_all under the lock. */
+gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);
 
 #endif /* GPUMEM_SUBALLOC_POOL_INTERNAL_H */

@@ -204,16 +204,21 @@ gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released) {
   return status;
 }
 
-gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
-  if (!gpumem__is_pool(mr))
-    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_pool_trim: %s is not a pool",
-                        mr ? gpumem_resource_name(mr) : "NULL");
+gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released) {
   pool_resource *pool = (pool_resource *)mr;
-  size_t total = 0;
   gpumem__biased_lock_take(&pool->lock);
-  gpumem_status status = gpumem__pool_trim_all(pool, &total);
+  gpumem_status status = gpumem__pool_trim_all(pool, released);
   gpumem__biased_lock_release(&pool->lock);
-  if (released)
-    *released = total;
   return status;
+}
+
+/* The pool's own name for gpumem_resource_trim, which came later and also trims arenas,
+ * binning and fixed_size resources: this takes them too. */
+gpumem_status gpumem_pool_trim(gpumem_resource *mr, size_t *released) {
+  if (!mr || !gpumem__can_trim(mr))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_pool_trim: %s is not a pool (nor an arena, binning or "
+                        "fixed_size resource, which trim too)",
+                        mr ? gpumem_resource_name(mr) : "NULL");
+  return gpumem_resource_trim(mr, released);
 }
