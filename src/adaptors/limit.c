@@ -60,7 +60,7 @@
 typedef struct limit_slot {
   atomic_int inside;
   _Atomic int64_t credit;
-  _Atomic int64_t live_bytes, live_count;
+  _Atomic int64_t live_count;
 } __attribute__((aligned(SLOT_ALIGN))) limit_slot;
 
 typedef struct limit_resource {
@@ -74,8 +74,8 @@ typedef struct limit_resource {
    * written line. Written once per slot. */
   gpumem__thread_slots owners;
   _Alignas(SLOT_ALIGN) pthread_mutex_t lock;
-  int64_t global;                                       /* budget in no slot; under lock */
-  _Atomic int64_t shared_live_bytes, shared_live_count; /* threads without a slot */
+  int64_t global;                    /* budget in no slot; under lock */
+  _Atomic int64_t shared_live_count; /* threads without a slot */
   limit_slot slots[MAX_SLOTS];
 } limit_resource;
 
@@ -205,11 +205,9 @@ static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, in
     int64_t keep = left / 8 < batch ? left / 8 : batch;
     atomic_store_explicit(&slot->credit, keep, memory_order_relaxed);
     self->global = left - keep;
-    add(&slot->live_bytes, bytes);
     add(&slot->live_count, 1);
   } else if (ok) {
     self->global -= bytes;
-    add(&self->shared_live_bytes, bytes);
     add(&self->shared_live_count, 1);
   }
   pthread_mutex_unlock(&self->lock);
@@ -222,7 +220,6 @@ static inline bool take(limit_resource *self, limit_slot *slot, int64_t bytes) {
     int64_t credit = load(&slot->credit);
     if (GPUMEM_LIKELY(credit >= bytes)) {
       atomic_store_explicit(&slot->credit, credit - bytes, memory_order_relaxed);
-      add(&slot->live_bytes, bytes);
       add(&slot->live_count, 1);
       leave(slot);
       return true;
@@ -241,11 +238,9 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
     int64_t keep = credit < batch ? credit : batch;
     atomic_store_explicit(&slot->credit, keep, memory_order_relaxed);
     self->global += credit - keep;
-    add(&slot->live_bytes, -bytes);
     add(&slot->live_count, allocations);
   } else {
     self->global += bytes;
-    add(&self->shared_live_bytes, -bytes);
     add(&self->shared_live_count, allocations);
   }
   pthread_mutex_unlock(&self->lock);
@@ -257,7 +252,6 @@ static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, in
     int64_t credit = load(&slot->credit) + bytes;
     if (GPUMEM_LIKELY(credit <= 4 * batch_for(self, bytes))) {
       atomic_store_explicit(&slot->credit, credit, memory_order_relaxed);
-      add(&slot->live_bytes, -bytes);
       add(&slot->live_count, allocations);
       leave(slot);
       return;
@@ -271,16 +265,26 @@ static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, in
  * The resource
  * ------------------------------------------------------------------------------------- */
 
-/* The sum of the slots' live bytes (or counts) and the slotless threads'. */
-static uint64_t sum_live(const limit_resource *self, bool count) {
-  int64_t sum = load(count ? &self->shared_live_count : &self->shared_live_bytes);
+/* The live allocations: the sum of the slots' counts and the slotless threads'. */
+static uint64_t live_count(const limit_resource *self) {
+  int64_t sum = load(&self->shared_live_count);
   for (int i = 0; i < MAX_SLOTS; i++)
-    sum += load(count ? &self->slots[i].live_count : &self->slots[i].live_bytes);
+    sum += load(&self->slots[i].live_count);
   return sum > 0 ? (uint64_t)sum : 0; /* a sum read while frees move between slots */
 }
 
+/* The budget is conserved: what is neither in the global budget nor in a slot's credit is
+ * allocated (or being allocated). So allocations need not count bytes, which saves every
+ * call a load and a store; this read takes the mutex, for the global budget. */
 static uint64_t allocated_bytes(const limit_resource *self) {
-  return sum_live(self, false);
+  limit_resource *mutable_self = (limit_resource *)self;
+  pthread_mutex_lock(&mutable_self->lock);
+  int64_t free_budget = self->global;
+  for (int i = 0; i < MAX_SLOTS; i++)
+    free_budget += load(&self->slots[i].credit);
+  pthread_mutex_unlock(&mutable_self->lock);
+  int64_t allocated = self->limit - free_budget;
+  return allocated > 0 ? (uint64_t)allocated : 0;
 }
 
 static GPUMEM_COLD gpumem_status refuse(limit_resource *self, size_t bytes) {
@@ -346,7 +350,7 @@ static gpumem_status limit_query(const gpumem_resource *mr, gpumem_query what, u
     return GPUMEM_OK;
   }
   if (what == GPUMEM_QUERY_LIVE_COUNT) {
-    *out = sum_live(self, true);
+    *out = live_count(self);
     return GPUMEM_OK;
   }
   return gpumem__forward_query(mr, what, out);
