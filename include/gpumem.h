@@ -433,7 +433,9 @@ GPUMEM_API void gpumem_set_error_message(const char *message);
  * callback on the same thread is not retried again (it returns to the callback at once),
  * so there is no endless recursion. Placement (a pool over retry(vmm) growing in place) is
  * passed through and never retried. The callback is called from whichever thread
- * allocates, at once from several: it must be thread-safe.
+ * allocates, at once from several: it must be thread-safe. Like aligned and prefetch, it
+ * reports its upstream's live figures, so its last release is refused while the upstream
+ * has live allocations.
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_failure_callback_options {

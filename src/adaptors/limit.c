@@ -67,6 +67,7 @@ typedef struct limit_resource {
   gpumem_resource header;
   int64_t limit;
   int64_t batch;
+  int64_t credit_cap; /* four batches: a slot holding more returns the surplus */
   /* Read by every allocation, written only by reclaims: a line of its own. */
   _Alignas(SLOT_ALIGN) atomic_int reclaiming;
   bool membarrier;
@@ -215,7 +216,9 @@ static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, in
 }
 
 /* Takes the budget of one allocation of `bytes`; false: past the limit. */
-static inline bool take(limit_resource *self, limit_slot *slot, int64_t bytes) {
+/* Takes the budget of one allocation of `bytes` from the slot's credit alone; false when it
+ * does not cover it (or a reclaim runs, or the thread has no slot): nothing taken then. */
+static inline bool take_from_slot(limit_resource *self, limit_slot *slot, int64_t bytes) {
   if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
     int64_t credit = load(&slot->credit);
     if (GPUMEM_LIKELY(credit >= bytes)) {
@@ -226,7 +229,11 @@ static inline bool take(limit_resource *self, limit_slot *slot, int64_t bytes) {
     }
     leave(slot);
   }
-  return take_slow(self, slot, bytes);
+  return false;
+}
+
+static inline bool take(limit_resource *self, limit_slot *slot, int64_t bytes) {
+  return take_from_slot(self, slot, bytes) || take_slow(self, slot, bytes);
 }
 
 static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int64_t bytes,
@@ -250,7 +257,9 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
 static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, int64_t allocations) {
   if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
     int64_t credit = load(&slot->credit) + bytes;
-    if (GPUMEM_LIKELY(credit <= 4 * batch_for(self, bytes))) {
+    /* At most four batch_for(bytes), without its branch: 8 * bytes is the larger exactly
+     * when requests are larger than half a batch. */
+    if (GPUMEM_LIKELY(credit <= self->credit_cap || credit <= 8 * bytes)) {
       atomic_store_explicit(&slot->credit, credit, memory_order_relaxed);
       add(&slot->live_count, allocations);
       leave(slot);
@@ -295,19 +304,35 @@ static GPUMEM_COLD gpumem_status refuse(limit_resource *self, size_t bytes) {
   return gpumem__fail_out_of_memory(&self->header, bytes, why);
 }
 
+/* The upstream refused an allocation whose budget was taken: the budget goes back. */
+static GPUMEM_NOINLINE gpumem_status give_back(limit_resource *self, size_t bytes,
+                                               gpumem_status status) {
+  put(self, thread_slot(self), (int64_t)bytes, -1);
+  return gpumem__fail_through(&self->header, status);
+}
+
+/* An allocation the slot's credit does not cover: the mutex, the global budget, a reclaim. */
+static GPUMEM_NOINLINE gpumem_status allocate_slowly(limit_resource *self, limit_slot *slot,
+                                                     size_t bytes, size_t alignment,
+                                                     gpumem_stream stream, void **ptr) {
+  if (bytes > (uint64_t)self->limit || !take_slow(self, slot, (int64_t)bytes))
+    return refuse(self, bytes);
+  gpumem_resource *up = self->header.upstream;
+  gpumem_status status = up->ops->allocate(up, bytes, alignment, stream, ptr);
+  return GPUMEM_LIKELY(status == GPUMEM_OK) ? status : give_back(self, bytes, status);
+}
+
+/* The fast path keeps only what the upstream's failure needs across its call, so that it
+ * saves few registers; everything rarer is out of line. */
 static gpumem_status limit_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
                                     gpumem_stream stream, void **ptr) {
   limit_resource *self = (limit_resource *)mr;
   limit_slot *slot = thread_slot(self);
   if (GPUMEM_UNLIKELY(bytes > (uint64_t)self->limit) ||
-      GPUMEM_UNLIKELY(!take(self, slot, (int64_t)bytes)))
-    return refuse(self, bytes);
+      GPUMEM_UNLIKELY(!take_from_slot(self, slot, (int64_t)bytes)))
+    return allocate_slowly(self, slot, bytes, alignment, stream, ptr);
   gpumem_status status = mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr);
-  if (GPUMEM_UNLIKELY(status != GPUMEM_OK)) {
-    put(self, slot, (int64_t)bytes, -1);
-    return gpumem__fail_through(mr, status);
-  }
-  return GPUMEM_OK;
+  return GPUMEM_LIKELY(status == GPUMEM_OK) ? status : give_back(self, bytes, status);
 }
 
 static gpumem_status limit_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
@@ -400,6 +425,7 @@ gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_
   gpumem__resource_init_pass_through(&self->header, &limit_ops, upstream);
   self->limit = (int64_t)maximum;
   self->batch = self->limit / 512;
+  self->credit_cap = 4 * self->batch;
   self->global = self->limit;
   self->membarrier = membarrier_usable;
   pthread_mutex_init(&self->lock, NULL);

@@ -10,7 +10,12 @@
  *
  * No lock is held across the callback, so it may allocate from this very adaptor; a failure
  * inside the callback on the same thread is not retried again (a thread-local depth), so a
- * callback that allocates cannot recurse without end. */
+ * callback that allocates cannot recurse without end.
+ *
+ * Everything else passes through untouched, its live figures too (as aligned and prefetch
+ * report theirs): counting its own would cost every call of a pass-through adaptor more
+ * than the forwarding does. So its last release is refused while its upstream has live
+ * allocations, its own or another's: cautious, never unsafe. */
 #include "adaptors/adaptor.h"
 #include "core/internal.h"
 #include "device/device.h"
@@ -28,17 +33,16 @@ typedef struct retry_resource {
   /* Most retries of one allocation; 0: as many as the callback wants. */
   uint64_t max_retries;
   bool builtin; /* the spec's callback: waits for the device */
-  gpumem__adaptor_live live;
 } retry_resource;
 
 /* Callbacks of retry adaptors running on this thread: a failure inside one is final. */
 static _Thread_local int callback_depth;
 
-static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                    gpumem_stream stream, void **ptr) {
-  retry_resource *self = (retry_resource *)mr;
-  gpumem_resource *up = mr->upstream;
-  gpumem_status status = up->ops->allocate(up, bytes, alignment, stream, ptr);
+/* The upstream failed an allocation with `status`: the callback decides, again and again. */
+static GPUMEM_NOINLINE gpumem_status retry_after(retry_resource *self, size_t bytes,
+                                                 size_t alignment, gpumem_stream stream, void **ptr,
+                                                 gpumem_status status) {
+  gpumem_resource *mr = &self->header, *up = mr->upstream;
   uint64_t retries = 0;
   for (; status == GPUMEM_ERR_OUT_OF_MEMORY && callback_depth == 0; retries++) {
     if (self->max_retries && retries >= self->max_retries)
@@ -56,10 +60,8 @@ static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t al
     }
     status = up->ops->allocate(up, bytes, alignment, stream, ptr);
   }
-  if (status == GPUMEM_OK) {
-    gpumem__adaptor_live_add(&self->live, 1, (int64_t)bytes);
+  if (status == GPUMEM_OK)
     return GPUMEM_OK;
-  }
   /* The upstream's message, with what this adaptor did about it. */
   if (status != GPUMEM_ERR_OUT_OF_MEMORY)
     return gpumem__fail_context(status, "retry (not retried: not out of memory)");
@@ -69,35 +71,14 @@ static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t al
                               retries == 1 ? "retry" : "retries");
 }
 
-static gpumem_status retry_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                      size_t alignment, gpumem_stream stream) {
-  gpumem_status status = mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
-  if (status == GPUMEM_OK)
-    gpumem__adaptor_live_add(&((retry_resource *)mr)->live, -1, -(int64_t)bytes);
-  return status;
-}
-
-/* Placement passes through untouched: its failures are quiet (a pool grows elsewhere), so
- * there is nothing to retry. */
-static gpumem_status retry_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
-                                       void **ptr) {
-  gpumem_status status = mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
-  if (status == GPUMEM_OK)
-    gpumem__adaptor_live_add(&((retry_resource *)mr)->live, 1, (int64_t)bytes);
-  return status;
-}
-
-static gpumem_status retry_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
-                                        int *allocations_added) {
-  gpumem_status status =
-      mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);
-  if (status == GPUMEM_OK)
-    gpumem__adaptor_live_add(&((retry_resource *)mr)->live, *allocations_added, -(int64_t)size);
-  return status;
-}
-
-static gpumem_status retry_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
-  return gpumem__adaptor_live_query(&((const retry_resource *)mr)->live, mr, what, out);
+/* Passes allocations through; only a failure costs more than the call. */
+static gpumem_status retry_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                    gpumem_stream stream, void **ptr) {
+  gpumem_resource *up = mr->upstream;
+  gpumem_status status = up->ops->allocate(up, bytes, alignment, stream, ptr);
+  if (GPUMEM_LIKELY(status == GPUMEM_OK))
+    return status;
+  return retry_after((retry_resource *)mr, bytes, alignment, stream, ptr, status);
 }
 
 static void retry_describe(const gpumem_resource *mr, char *buf, size_t size) {
@@ -120,12 +101,12 @@ static const gpumem__resource_ops retry_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "retry",
     .allocate = retry_allocate,
-    .deallocate = retry_deallocate,
-    .query = retry_query,
+    .deallocate = gpumem__forward_deallocate,
+    .query = gpumem__forward_query,
     .describe = retry_describe,
     .destroy = retry_destroy,
-    .allocate_at = retry_allocate_at,
-    .unmap_pieces = retry_unmap_pieces,
+    .allocate_at = gpumem__forward_allocate_at,
+    .unmap_pieces = gpumem__forward_unmap_pieces,
     .trim = gpumem__forward_trim,
 };
 
