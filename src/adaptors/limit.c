@@ -16,16 +16,19 @@
  * budget, so an allocation fails only if the bytes allocated plus the request exceed the
  * limit. Taking credit from a slot whose owner may be using it at that moment needs the
  * owner to be out, and the owner enters with plain stores: it stores `inside`, then loads
- * the resource's `reclaiming` flag; the reclaimer stores `reclaiming`, then loads each
- * slot's `inside`. A processor may reorder each side's store after its load; the reclaimer
+ * its slot's `reclaiming` flag; the reclaimer stores every slot's `reclaiming`, then loads
+ * each slot's `inside`. A processor may reorder each side's store after its load; the reclaimer
  * therefore runs membarrier(2) between them, a barrier on every thread of the process, so
  * that either the owner sees the flag (and takes the mutex path, which the reclaimer holds)
  * or the reclaimer sees the owner inside (and waits for it to leave). Where membarrier is
  * missing, or under ThreadSanitizer, both sides use a sequentially consistent fence instead.
  *
  * A thread finds its slot through core/thread_slots.h (no thread-local storage call, no
- * other thread's line touched). A thread past the last slot (more than MAX_SLOTS threads
- * used the resource) allocates under the mutex. */
+ * other thread's line touched). What an allocation reads of the resource sits in the slot
+ * (the flag, whether membarrier is in use), so that a call touches the owners' line and its
+ * slot's, and nothing else of the limit's that a busy pool above or below may have evicted. A
+ * thread past the last slot (more than MAX_SLOTS threads used the resource) allocates under the
+ * mutex. */
 #include "adaptors/adaptor.h"
 #include "core/thread_slots.h"
 #include "device/device.h"
@@ -59,6 +62,9 @@
  * thread allocated); their sum over slots is the resource's. */
 typedef struct limit_slot {
   atomic_int inside;
+  atomic_int reclaiming; /* written by a reclaimer, under the mutex */
+  bool membarrier;       /* the resource's, copied: read by the owner on every entry */
+  int64_t credit_cap;    /* the resource's, copied: read by every free */
   _Atomic int64_t credit;
   _Atomic int64_t live_count;
 } __attribute__((aligned(SLOT_ALIGN))) limit_slot;
@@ -69,7 +75,6 @@ typedef struct limit_resource {
   int64_t batch;
   int64_t credit_cap; /* four batches: a slot holding more returns the surplus */
   /* Read by every allocation, written only by reclaims: a line of its own. */
-  _Alignas(SLOT_ALIGN) atomic_int reclaiming;
   bool membarrier;
   /* Each slot's owner, apart from the slots so that a lookup reads no other thread's
    * written line. Written once per slot. */
@@ -116,8 +121,8 @@ static bool membarrier_all(void) {
 #endif
 
 /* The owner's side: `inside` stored, `reclaiming` not yet loaded. */
-static inline void owner_fence(const limit_resource *self) {
-  if (GPUMEM_LIKELY(self->membarrier))
+static inline void owner_fence(const limit_slot *slot) {
+  if (GPUMEM_LIKELY(slot->membarrier))
     atomic_signal_fence(memory_order_seq_cst); /* the reclaimer's membarrier is the fence */
   else
     atomic_thread_fence(memory_order_seq_cst);
@@ -151,10 +156,10 @@ static inline void add(_Atomic int64_t *value, int64_t delta) {
 }
 
 /* Enters the owner's slot for plain use; false while a reclaim runs (nothing held then). */
-static inline bool enter(limit_resource *self, limit_slot *slot) {
+static inline bool enter(limit_slot *slot) {
   atomic_store_explicit(&slot->inside, 1, memory_order_relaxed);
-  owner_fence(self);
-  if (GPUMEM_LIKELY(!atomic_load_explicit(&self->reclaiming, memory_order_acquire)))
+  owner_fence(slot);
+  if (GPUMEM_LIKELY(!atomic_load_explicit(&slot->reclaiming, memory_order_acquire)))
     return true;
   atomic_store_explicit(&slot->inside, 0, memory_order_release);
   return false;
@@ -166,7 +171,9 @@ static inline void leave(limit_slot *slot) {
 
 /* Moves every slot's credit to the global budget. Called with the mutex held. */
 static void reclaim(limit_resource *self) {
-  atomic_store_explicit(&self->reclaiming, 1, memory_order_relaxed);
+  /* Every slot, claimed or not: a thread claiming one now finds the flag too. */
+  for (int i = 0; i < MAX_SLOTS; i++)
+    atomic_store_explicit(&self->slots[i].reclaiming, 1, memory_order_relaxed);
   reclaimer_fence(self);
   for (int i = 0; i < MAX_SLOTS; i++) {
     limit_slot *slot = &self->slots[i];
@@ -179,7 +186,8 @@ static void reclaim(limit_resource *self) {
     self->global += load(&slot->credit);
     atomic_store_explicit(&slot->credit, 0, memory_order_relaxed);
   }
-  atomic_store_explicit(&self->reclaiming, 0, memory_order_release);
+  for (int i = 0; i < MAX_SLOTS; i++)
+    atomic_store_explicit(&self->slots[i].reclaiming, 0, memory_order_release);
 }
 
 /* The credit a slot keeps around requests of `bytes`: the resource's batch, or room for two
@@ -219,7 +227,7 @@ static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, in
 /* Takes the budget of one allocation of `bytes` from the slot's credit alone; false when it
  * does not cover it (or a reclaim runs, or the thread has no slot): nothing taken then. */
 static inline bool take_from_slot(limit_resource *self, limit_slot *slot, int64_t bytes) {
-  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
+  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(slot))) {
     int64_t credit = load(&slot->credit);
     if (GPUMEM_LIKELY(credit >= bytes)) {
       atomic_store_explicit(&slot->credit, credit - bytes, memory_order_relaxed);
@@ -255,11 +263,11 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
 
 /* Gives back the budget of `bytes` freed; `allocations`: the change in live allocations. */
 static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, int64_t allocations) {
-  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(self, slot))) {
+  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(slot))) {
     int64_t credit = load(&slot->credit) + bytes;
     /* At most four batch_for(bytes), without its branch: 8 * bytes is the larger exactly
      * when requests are larger than half a batch. */
-    if (GPUMEM_LIKELY(credit <= self->credit_cap || credit <= 8 * bytes)) {
+    if (GPUMEM_LIKELY(credit <= slot->credit_cap || credit <= 8 * bytes)) {
       atomic_store_explicit(&slot->credit, credit, memory_order_relaxed);
       add(&slot->live_count, allocations);
       leave(slot);
@@ -328,7 +336,8 @@ static gpumem_status limit_allocate(gpumem_resource *mr, size_t bytes, size_t al
                                     gpumem_stream stream, void **ptr) {
   limit_resource *self = (limit_resource *)mr;
   limit_slot *slot = thread_slot(self);
-  if (GPUMEM_UNLIKELY(bytes > (uint64_t)self->limit) ||
+  /* No credit covers more than the limit: only a size past int64_t needs a test here. */
+  if (GPUMEM_UNLIKELY((int64_t)bytes < 0) ||
       GPUMEM_UNLIKELY(!take_from_slot(self, slot, (int64_t)bytes)))
     return allocate_slowly(self, slot, bytes, alignment, stream, ptr);
   gpumem_status status = mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, ptr);
@@ -428,6 +437,10 @@ gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_
   self->credit_cap = 4 * self->batch;
   self->global = self->limit;
   self->membarrier = membarrier_usable;
+  for (int i = 0; i < MAX_SLOTS; i++) {
+    self->slots[i].membarrier = membarrier_usable;
+    self->slots[i].credit_cap = self->credit_cap;
+  }
   pthread_mutex_init(&self->lock, NULL);
   *out = &self->header;
   return GPUMEM_OK;
