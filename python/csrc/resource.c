@@ -355,17 +355,6 @@ static PyObject *py_binning_add_bin(PyObject *module, PyObject *args) {
   return gpumem_py_none_or_raise(status);
 }
 
-/* pool_trim(self) -> bytes given back */
-static PyObject *py_pool_trim(PyObject *module, PyObject *object) {
-  gpumem_resource *mr = gpumem_py_resource_handle(object);
-  if (!mr)
-    return NULL;
-  size_t released = 0;
-  gpumem_status status;
-  GPUMEM_PY_CALL(status, gpumem_pool_trim(mr, &released));
-  return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
-}
-
 /* spec_define(name, mr or None) */
 static PyObject *py_spec_define(PyObject *module, PyObject *args) {
   const char *name;
@@ -412,7 +401,6 @@ PyMethodDef gpumem_py_resource_functions[] = {
     {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},
     {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},
     {"binning_add_bin", py_binning_add_bin, METH_VARARGS, "binning_add_bin(mr, size, bin)"},
-    {"pool_trim", py_pool_trim, METH_O, "pool_trim(pool) -> bytes given back"},
     {"limit_bytes", py_limit_bytes, METH_VARARGS,
      "limit_bytes(limit, which) -> allocated bytes (0) or the limit (1)"},
     {"resource_trim", py_resource_trim, METH_O, "resource_trim(mr) -> bytes given back"},

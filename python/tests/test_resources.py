@@ -298,9 +298,9 @@ def test_a_free_with_a_wrong_size_is_refused():
     binning.deallocate(ptr, 29624)
 
 
-def test_trim_is_for_pools_only():
-    with pytest.raises(gpumem.InvalidArgumentError, match="not a pool"):
-        gpumem._lib.pool_trim(cuda())
+def test_trim_is_for_suballocators_and_what_is_over_them():
+    with pytest.raises(gpumem.GpumemError, match="'cuda' resource keeps no free memory"):
+        gpumem._lib.resource_trim(cuda())
 
 
 def test_pool_over_vmm_needs_no_initial_size():
