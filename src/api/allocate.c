@@ -1,7 +1,8 @@
 /* allocate.c: the front end of allocation. It checks arguments once (NULL pointers, size 0,
  * alignment, overflow), so that every resource can rely on documented preconditions, and
  * tells the device backend about each block handed out (the simulated device checks it
- * for cross-stream hazards). */
+ * for cross-stream hazards). In a build with debug level 2, each call validates the
+ * resource's whole structure afterwards, failed or not (GPUMEM_DEBUG=2). */
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -26,6 +27,9 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
                         bytes, alignment);
   void *block;
   gpumem_status status = mr->ops->allocate(mr, bytes, alignment, stream, &block);
+#if GPUMEM__DEBUG_LEVEL >= 2
+  gpumem__debug_after(mr, "allocate");
+#endif
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
     return status;
   if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
@@ -54,7 +58,13 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
                         "gpumem_deallocate: alignment %zu is not a power of two", alignment);
   if (alignment < GPUMEM_DEFAULT_ALIGNMENT)
     alignment = GPUMEM_DEFAULT_ALIGNMENT;
+#if GPUMEM__DEBUG_LEVEL >= 2
+  gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+  gpumem__debug_after(mr, "deallocate");
+  return status;
+#else
   return mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+#endif
 }
 
 gpumem_status gpumem_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,

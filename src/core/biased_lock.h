@@ -95,6 +95,14 @@ static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
     gpumem__biased_lock_take_shared(lock);
 }
 
+/* Whether some thread holds the lock (for assertions: a lock that should be held and is
+ * not is found; which thread holds it is not checked). */
+static inline bool gpumem__biased_lock_held(gpumem__biased_lock *lock) {
+  return atomic_load_explicit(&lock->locked, memory_order_relaxed) != GPUMEM__UNLOCKED ||
+         (atomic_load_explicit(&lock->owner_inside, memory_order_relaxed) &&
+          atomic_load_explicit(&lock->owner, memory_order_relaxed) == gpumem__thread_token());
+}
+
 static inline void gpumem__biased_lock_release(gpumem__biased_lock *lock) {
   /* Only the owner ever sets owner_inside, so the flag is this thread's when the lock is
    * biased to it. */

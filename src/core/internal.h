@@ -70,9 +70,15 @@ typedef struct gpumem__resource_ops {
    * back (GPUMEM_ERR_UNSUPPORTED to the caller). Read only from a table of version 3 or
    * later. */
   gpumem_status (*trim)(gpumem_resource *self, size_t *released);
+
+  /* Version 4: validation (src/core/debug.c). Checks the resource's whole structure, and
+   * that of the resources inside it that are not its upstream (an arena's pools, a
+   * binning resource's bins), under their locks: GPUMEM_OK, or GPUMEM_ERR_INTERNAL with a
+   * message naming what is wrong. NULL: nothing of its own to check. */
+  gpumem_status (*validate)(const gpumem_resource *self);
 } gpumem__resource_ops;
 
-#define GPUMEM__RESOURCE_OPS_VERSION 3u
+#define GPUMEM__RESOURCE_OPS_VERSION 4u
 
 /* What a resource can do (the contract's data, public as gpumem_resource_capabilities).
  * A resource sets it at creation; a pass-through adaptor copies its upstream's. */
@@ -184,6 +190,61 @@ static inline bool gpumem__can_trim(const gpumem_resource *mr) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Debug levels (src/core/debug.c). GPUMEM__DEBUG_LEVEL, set by the build (CMake option
+ * GPUMEM_DEBUG_LEVEL), is the most checking compiled in: 0 none, 1 internal assertions,
+ * 2 also a validation of the whole structure after every allocate, deallocate and trim of
+ * the front end. GPUMEM_DEBUG chooses the level at run time, up to that. At 0 every check
+ * below is a constant false that the compiler removes: the release build carries nothing.
+ * ------------------------------------------------------------------------------------- */
+
+#ifndef GPUMEM__DEBUG_LEVEL
+#define GPUMEM__DEBUG_LEVEL 0
+#endif
+
+#if GPUMEM__DEBUG_LEVEL > 0
+/* The level in force: GPUMEM_DEBUG, at most the compiled level; unset, 1 (assertions cost
+ * little, validation is asked for). Read once. */
+int gpumem__debug_level_read(void);
+extern atomic_int gpumem__debug_level_value; /* -1 until read */
+static inline int gpumem__debug_level(void) {
+  int level = atomic_load_explicit(&gpumem__debug_level_value, memory_order_relaxed);
+  return GPUMEM_LIKELY(level >= 0) ? level : gpumem__debug_level_read();
+}
+#else
+static inline int gpumem__debug_level(void) {
+  return 0;
+}
+#endif
+
+/* A failed assertion: prints the message with its place and mr's spec (mr may be NULL) to
+ * stderr and aborts. It is a bug in gpumem, not a misuse by the program. */
+GPUMEM_COLD __attribute__((noreturn)) void gpumem__assert_fail(const gpumem_resource *mr,
+                                                               const char *file, int line,
+                                                               const char *condition,
+                                                               const char *message);
+
+/* Level 1: an internal assertion, cheap, about gpumem's own invariants. `mr` (may be NULL)
+ * is the resource whose spec the report names. Not evaluated at all below level 1. */
+#define GPUMEM__ASSERT(mr, cond, message)                                                          \
+  do {                                                                                             \
+    if (GPUMEM__DEBUG_LEVEL >= 1 && GPUMEM_UNLIKELY(!(cond)) && gpumem__debug_level() >= 1)        \
+      gpumem__assert_fail((mr), __FILE__, __LINE__, #cond, (message));                             \
+  } while (0)
+
+/* Validates mr and every resource under it (its upstreams, and what each holds inside):
+ * GPUMEM_OK, or GPUMEM_ERR_INTERNAL with the thread's message naming the resource and what
+ * is wrong. Resources without a validate operation (base resources, adaptors) are passed
+ * through. Takes each resource's lock in turn: callable at any time, from any thread. Built
+ * at every level; tests call it directly. */
+gpumem_status gpumem__validate(const gpumem_resource *mr);
+/* Validates mr alone, not its upstream (for a resource validating those inside it). */
+gpumem_status gpumem__validate_one(const gpumem_resource *mr);
+
+/* Level 2: validates mr after a front-end operation (`what`, for the report) and aborts
+ * with the validator's message when it fails. Only called where GPUMEM__DEBUG_LEVEL >= 2. */
+void gpumem__debug_after(const gpumem_resource *mr, const char *what);
+
+/* ---------------------------------------------------------------------------------------
  * Sizes
  * ------------------------------------------------------------------------------------- */
 
@@ -221,6 +282,8 @@ typedef enum gpumem__option {
   GPUMEM__OPT_SIM_PAGEABLE, /* GPUMEM_SIM_PAGEABLE */
   GPUMEM__OPT_SIM_VMM,      /* GPUMEM_SIM_VMM */
   GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort */
+  GPUMEM__OPT_DEBUG,        /* GPUMEM_DEBUG: 0 | 1 | 2, up to the compiled level */
+  GPUMEM__OPT_DEBUG_EVERY,  /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
   GPUMEM__OPT_COUNT
 } gpumem__option;
 

@@ -11,6 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define GPUMEM__STRINGIFY_(x) #x
+#define GPUMEM__STRINGIFY(x) GPUMEM__STRINGIFY_(x)
+#define GPUMEM__DEBUG_MAX_TEXT GPUMEM__STRINGIFY(GPUMEM__DEBUG_LEVEL)
+#if GPUMEM__DEBUG_LEVEL > 0
+#define GPUMEM__DEBUG_DEFAULT_TEXT "1"
+#else
+#define GPUMEM__DEBUG_DEFAULT_TEXT "0"
+#endif
+
 typedef struct option_entry {
   const char *env;
   const char *fallback; /* printed when unset */
@@ -29,6 +38,11 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
                              "simulated devices support virtual memory management"},
     [GPUMEM__OPT_SIM_HAZARD] = {"GPUMEM_SIM_HAZARD", "count",
                                 "on a cross-stream hazard: count | abort"},
+    [GPUMEM__OPT_DEBUG] = {"GPUMEM_DEBUG", GPUMEM__DEBUG_DEFAULT_TEXT,
+                           "checks: 0 none, 1 assertions, 2 validation after every call "
+                           "(at most " GPUMEM__DEBUG_MAX_TEXT ", the level built in)"},
+    [GPUMEM__OPT_DEBUG_EVERY] = {"GPUMEM_DEBUG_EVERY", "1",
+                                 "at level 2, validate after every N-th call of a thread"},
 };
 
 static pthread_once_t options_once = PTHREAD_ONCE_INIT;

@@ -255,6 +255,9 @@ gpumem_status gpumem_resource_trim(gpumem_resource *mr, size_t *released) {
                         mr->ops->kind);
   size_t total = 0;
   gpumem_status status = mr->ops->trim(mr, &total);
+#if GPUMEM__DEBUG_LEVEL >= 2
+  gpumem__debug_after(mr, "trim");
+#endif
   if (status == GPUMEM_OK && released)
     *released = total;
   return status;

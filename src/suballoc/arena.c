@@ -68,6 +68,8 @@ static bool register_superblock(arena_resource *arena, uintptr_t start, size_t s
 
 static void unregister_superblock(arena_resource *arena, uintptr_t start) {
   size_t at = gpumem__sorted_find(&arena->superblocks, start);
+  GPUMEM__ASSERT(&arena->header, at < arena->superblocks.count,
+                 "a superblock given back was registered");
   if (at < arena->superblocks.count)
     gpumem__sorted_remove_at(&arena->superblocks, at);
 }
@@ -460,6 +462,78 @@ static gpumem_status arena_destroy(gpumem_resource *mr) {
   return GPUMEM_OK;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Validation (debug level 2)
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct registry_check {
+  arena_resource *arena;
+  local_arena *local;
+  uintptr_t bad;
+} registry_check;
+
+/* A chunk of a stream's pool is a superblock registered to that stream. Called under the
+ * pool's lock; takes the arena's after it, in the order growth takes them. */
+static bool chunk_registered(uintptr_t addr, size_t size, void *user) {
+  registry_check *check = user;
+  arena_resource *arena = check->arena;
+  pthread_mutex_lock(&arena->lock);
+  size_t at = gpumem__sorted_find(&arena->superblocks, addr);
+  const superblock *sb =
+      at < arena->superblocks.count ? gpumem__sorted_at(&arena->superblocks, at) : NULL;
+  bool ok = sb && sb->end == addr + size && sb->owner == check->local;
+  pthread_mutex_unlock(&arena->lock);
+  if (!ok)
+    check->bad = addr;
+  return ok;
+}
+
+/* The registry: sorted, disjoint superblocks of the superblock size, each owned by a
+ * stream's pool of this arena. */
+static gpumem_status check_registry(arena_resource *arena) {
+  gpumem_status status = GPUMEM_OK;
+  pthread_mutex_lock(&arena->lock);
+  for (size_t i = 0; i < arena->superblocks.count && status == GPUMEM_OK; i++) {
+    const superblock *sb = gpumem__sorted_at(&arena->superblocks, i);
+    const superblock *next =
+        i + 1 < arena->superblocks.count ? gpumem__sorted_at(&arena->superblocks, i + 1) : NULL;
+    bool known = false;
+    for (size_t l = 0; l < arena->local_count && !known; l++)
+      known = arena->locals[l] == sb->owner;
+    if (sb->end - sb->start != arena->options.superblock_size || (next && next->start < sb->end) ||
+        !known)
+      status = gpumem__fail(GPUMEM_ERR_INTERNAL,
+                            "arena validation: superblock %zu at %#lx to %#lx is not of the "
+                            "superblock size, overlaps the next or has no known owner",
+                            i, (unsigned long)sb->start, (unsigned long)sb->end);
+  }
+  pthread_mutex_unlock(&arena->lock);
+  return status;
+}
+
+static gpumem_status arena_validate(const gpumem_resource *mr) {
+  arena_resource *arena = (arena_resource *)mr;
+  gpumem_status status = gpumem__validate_one(arena->global);
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "arena validation: the global pool");
+  size_t count;
+  local_arena **locals = snapshot_locals(arena, &count, NULL);
+  for (size_t i = 0; i < count && status == GPUMEM_OK; i++) {
+    registry_check check = {arena, locals[i], 0};
+    status = gpumem__validate_one(locals[i]->pool);
+    if (status != GPUMEM_OK)
+      status = gpumem__fail_context(status, "arena validation: the pool of stream %p",
+                                    (void *)locals[i]->stream);
+    else if (!gpumem__pool_each_chunk(locals[i]->pool, chunk_registered, &check))
+      status = gpumem__fail(GPUMEM_ERR_INTERNAL,
+                            "arena validation: the pool of stream %p holds a chunk at %#lx "
+                            "that is not a superblock registered to it",
+                            (void *)locals[i]->stream, (unsigned long)check.bad);
+  }
+  free(locals);
+  return status == GPUMEM_OK ? check_registry(arena) : status;
+}
+
 static const gpumem__resource_ops arena_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "arena",
@@ -469,6 +543,7 @@ static const gpumem__resource_ops arena_ops = {
     .describe = arena_describe,
     .destroy = arena_destroy,
     .trim = arena_trim,
+    .validate = arena_validate,
 };
 
 gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_options *opts,

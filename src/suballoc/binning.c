@@ -50,6 +50,10 @@ typedef struct binning_resource {
  * ------------------------------------------------------------------------------------- */
 
 static void add_direct_figures(binning_resource *self, int64_t bytes, int64_t count) {
+  GPUMEM__ASSERT(&self->header,
+                 count >= 0 || atomic_load_explicit(&self->direct_count, memory_order_relaxed) >=
+                                   (uint64_t)-count,
+                 "the count of direct requests never goes below zero");
   atomic_store_explicit(&self->direct_bytes,
                         atomic_load_explicit(&self->direct_bytes, memory_order_relaxed) + bytes,
                         memory_order_relaxed);
@@ -308,6 +312,60 @@ static gpumem_status binning_trim(gpumem_resource *mr, size_t *released) {
   return trim_bins((binning_resource *)mr, released);
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Validation (debug level 2)
+ * ------------------------------------------------------------------------------------- */
+
+static bool add_direct(gpumem__block *block, void *user) {
+  uint64_t *bytes = user;
+  *bytes += block->requested;
+  return true;
+}
+
+/* The record of direct requests: the map's structure, and the figures its sums. */
+static gpumem_status check_direct(binning_resource *self) {
+  char why[400];
+  uint64_t bytes = 0;
+  gpumem__biased_lock_take(&self->direct_lock);
+  bool ok = gpumem__block_map_check(&self->direct, add_direct, &bytes, why, sizeof why);
+  uint64_t count = self->direct.count;
+  uint64_t said_bytes = atomic_load_explicit(&self->direct_bytes, memory_order_relaxed);
+  uint64_t said_count = atomic_load_explicit(&self->direct_count, memory_order_relaxed);
+  gpumem__biased_lock_release(&self->direct_lock);
+  if (!ok)
+    return gpumem__fail(GPUMEM_ERR_INTERNAL, "binning validation: direct requests: %s", why);
+  if (bytes != said_bytes || count != said_count)
+    return gpumem__fail(GPUMEM_ERR_INTERNAL,
+                        "binning validation: direct requests counted as %llu bytes in %llu, "
+                        "recorded as %llu bytes in %llu",
+                        (unsigned long long)said_bytes, (unsigned long long)said_count,
+                        (unsigned long long)bytes, (unsigned long long)count);
+  return GPUMEM_OK;
+}
+
+/* Bins in increasing size, each one's resource valid (a program's bin with what is under
+ * it), and the record of direct requests. */
+static gpumem_status binning_validate(const gpumem_resource *mr) {
+  binning_resource *self = (binning_resource *)mr;
+  gpumem_status status = GPUMEM_OK;
+  pthread_mutex_lock(&self->lock);
+  for (size_t i = 0; i < self->bin_count && status == GPUMEM_OK; i++) {
+    const gpumem_resource *resource = atomic_load(&self->bins[i].resource);
+    if (i > 0 && self->bins[i - 1].size >= self->bins[i].size)
+      status = gpumem__fail(GPUMEM_ERR_INTERNAL,
+                            "binning validation: bin %zu (%zu bytes) is not larger than the one "
+                            "before (%zu bytes)",
+                            i, self->bins[i].size, self->bins[i - 1].size);
+    else if (resource)
+      status = self->bins[i].added ? gpumem__validate(resource) : gpumem__validate_one(resource);
+    if (status != GPUMEM_OK && resource)
+      status = gpumem__fail_context(status, "binning validation: the bin of %zu bytes",
+                                    self->bins[i].size);
+  }
+  pthread_mutex_unlock(&self->lock);
+  return status == GPUMEM_OK ? check_direct(self) : status;
+}
+
 static const gpumem__resource_ops binning_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "binning",
@@ -317,6 +375,7 @@ static const gpumem__resource_ops binning_ops = {
     .describe = binning_describe,
     .destroy = binning_destroy,
     .trim = binning_trim,
+    .validate = binning_validate,
 };
 
 /* Inserts a bin in size order, retaining `resource` only once it is stored. A bin of an

@@ -294,6 +294,8 @@ void gpumem__free_index_init(gpumem__free_index *index) {
 }
 
 void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) {
+  GPUMEM__ASSERT(NULL, block->size > 0 && block->size % GPUMEM__BLOCK_UNIT == 0,
+                 "a free block's size is a positive multiple of the unit");
   index->total_bytes += block->size;
   if (!index->flat && index->block_count < GPUMEM__FLAT_LOW && gpumem__flat_holds(block->size))
     classes_to_flat(index);
@@ -309,6 +311,8 @@ void gpumem__free_index_insert(gpumem__free_index *index, gpumem__block *block) 
 }
 
 void gpumem__free_index_remove(gpumem__free_index *index, gpumem__block *block) {
+  GPUMEM__ASSERT(NULL, index->block_count > 0 && index->total_bytes >= block->size,
+                 "a free index's count and bytes never go below zero");
   index->total_bytes -= block->size;
   if (!index->flat) {
     unlink_from_class(index, block);
@@ -415,5 +419,140 @@ bool gpumem__block_map_grow(gpumem__block_map *map) {
       bigger.slots[gpumem__block_map_slot_of(&bigger, map->slots[i].addr)] = map->slots[i];
   free(map->slots);
   *map = bigger;
+  return true;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Checks (debug level 2)
+ * ------------------------------------------------------------------------------------- */
+
+#include <stdarg.h>
+#include <stdio.h>
+
+__attribute__((format(printf, 3, 4))) static bool complain(char *why, size_t size,
+                                                           const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(why, size, format, args);
+  va_end(args);
+  return false;
+}
+
+static bool check_flat(const gpumem__free_index *index,
+                       bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
+                       size_t size, uint64_t *bytes) {
+  if (index->block_count > GPUMEM__FLAT_MAX)
+    return complain(why, size, "flat free index holds %zu blocks, more than its %d places",
+                    index->block_count, GPUMEM__FLAT_MAX);
+  if (index->fl_bitmap)
+    return complain(why, size, "flat free index has class bits set (0x%llx)",
+                    (unsigned long long)index->fl_bitmap);
+  for (size_t i = 0; i < GPUMEM__FLAT_MAX; i++) {
+    if (i >= index->block_count) {
+      if (index->flat_units[i])
+        return complain(why, size,
+                        "flat free index: place %zu past the count %zu reads %u "
+                        "units, not 0",
+                        i, index->block_count, index->flat_units[i]);
+      continue;
+    }
+    gpumem__block *b = index->flat_blocks[i];
+    if (!b)
+      return complain(why, size, "flat free index: place %zu has no block", i);
+    if (b->index_slot != i)
+      return complain(why, size, "flat free index: block at %#lx is in place %zu but says %u",
+                      (unsigned long)b->addr, i, b->index_slot);
+    if (index->flat_units[i] != (uint64_t)(b->size >> GPUMEM__BLOCK_UNIT_SHIFT))
+      return complain(why, size,
+                      "flat free index: block at %#lx of %zu bytes is listed with "
+                      "%u units",
+                      (unsigned long)b->addr, b->size, index->flat_units[i]);
+    *bytes += b->size;
+    if (fn && !fn(b, user))
+      return false;
+  }
+  return true;
+}
+
+static bool check_classes(const gpumem__free_index *index,
+                          bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
+                          size_t size, uint64_t *bytes) {
+  size_t count = 0;
+  for (int fl = 0; fl < GPUMEM__FL_COUNT; fl++) {
+    if (!!(index->fl_bitmap & ((uint64_t)1 << fl)) != !!index->sl_bitmap[fl])
+      return complain(why, size,
+                      "free index: first-level bit %d disagrees with its second "
+                      "level",
+                      fl);
+    for (int sl = 0; sl < GPUMEM__SL_COUNT; sl++) {
+      const gpumem__block *head = index->heads[fl][sl];
+      if (!!(index->sl_bitmap[fl] & (1u << sl)) != !!head)
+        return complain(why, size, "free index: class (%d, %d) is %s but its bit says %s", fl, sl,
+                        head ? "not empty" : "empty", head ? "empty" : "not empty");
+      const gpumem__block *prev = NULL;
+      for (gpumem__block *b = index->heads[fl][sl]; b; prev = b, b = b->next_free) {
+        if (++count > index->block_count)
+          return complain(why, size,
+                          "free index: more blocks in the classes than its count "
+                          "%zu (or a cycle)",
+                          index->block_count);
+        int want_fl, want_sl;
+        class_of(b->size, &want_fl, &want_sl);
+        if (b->prev_free != prev)
+          return complain(why, size,
+                          "free index: block at %#lx in class (%d, %d) has a wrong "
+                          "back link",
+                          (unsigned long)b->addr, fl, sl);
+        if (want_fl != fl || want_sl != sl || b->index_fl != fl || b->index_sl != sl)
+          return complain(why, size,
+                          "free index: block at %#lx of %zu bytes is in class "
+                          "(%d, %d), says (%d, %d), belongs in (%d, %d)",
+                          (unsigned long)b->addr, b->size, fl, sl, b->index_fl, b->index_sl,
+                          want_fl, want_sl);
+        *bytes += b->size;
+        if (fn && !fn(b, user))
+          return false;
+      }
+    }
+  }
+  if (count != index->block_count)
+    return complain(why, size, "free index: count %zu but %zu blocks in the classes",
+                    index->block_count, count);
+  return true;
+}
+
+bool gpumem__free_index_check(const gpumem__free_index *index,
+                              bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
+                              size_t why_size) {
+  uint64_t bytes = 0;
+  bool ok = index->flat ? check_flat(index, fn, user, why, why_size, &bytes)
+                        : check_classes(index, fn, user, why, why_size, &bytes);
+  if (ok && bytes != index->total_bytes)
+    return complain(why, why_size, "free index: %zu bytes counted, its blocks hold %llu",
+                    index->total_bytes, (unsigned long long)bytes);
+  return ok;
+}
+
+bool gpumem__block_map_check(const gpumem__block_map *map,
+                             bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
+                             size_t why_size) {
+  size_t count = 0;
+  for (size_t i = 0; i < map->capacity; i++) {
+    uintptr_t addr = map->slots[i].addr;
+    if (!addr)
+      continue;
+    count++;
+    gpumem__block *b = map->slots[i].block;
+    if (!b || b->addr != addr)
+      return complain(why, why_size, "address map: the slot of %#lx holds %s", (unsigned long)addr,
+                      b ? "a block at another address" : "no block");
+    if (gpumem__block_map_slot_of(map, addr) != i)
+      return complain(why, why_size, "address map: %#lx cannot be found from its home slot",
+                      (unsigned long)addr);
+    if (fn && !fn(b, user))
+      return false;
+  }
+  if (count != map->count)
+    return complain(why, why_size, "address map: count %zu but %zu entries", map->count, count);
   return true;
 }

@@ -175,6 +175,14 @@ size_t gpumem__free_index_largest(const gpumem__free_index *index);
 void gpumem__free_index_each(const gpumem__free_index *index,
                              void (*fn)(gpumem__block *block, void *user), void *user);
 
+/* Checks the index's own structure (level 2, src/core/debug.c): the flat arrays or the
+ * classes, bitmaps and links, each block filed under its size, the count and the bytes.
+ * Calls fn on each block (stopping at the first false). False, with what is wrong in
+ * `why`, when something is. */
+bool gpumem__free_index_check(const gpumem__free_index *index,
+                              bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
+                              size_t why_size);
+
 /* ---- map from address to allocated block (open addressing, linear probing) ---- */
 
 /* A slot keeps the address beside the block, so that probing never reads a block struct:
@@ -260,5 +268,12 @@ static inline gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uint
   map->count--;
   return found;
 }
+
+/* Checks the map: every slot's block at its address, reachable from its home slot without
+ * crossing an empty slot, and the count. Calls fn on each block (stopping at the first
+ * false). False, with what is wrong in `why`, when something is. */
+bool gpumem__block_map_check(const gpumem__block_map *map,
+                             bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
+                             size_t why_size);
 
 #endif /* GPUMEM_SUBALLOC_BLOCK_H */

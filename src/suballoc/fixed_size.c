@@ -76,6 +76,10 @@ static gpumem_status fixed_trim(gpumem_resource *mr, size_t *released) {
   return pool->ops->trim(pool, released);
 }
 
+static gpumem_status fixed_validate(const gpumem_resource *mr) {
+  return gpumem__validate_one(((const fixed_size_resource *)mr)->pool);
+}
+
 static const gpumem__resource_ops fixed_size_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "fixed_size",
@@ -85,6 +89,7 @@ static const gpumem__resource_ops fixed_size_ops = {
     .describe = fixed_describe,
     .destroy = fixed_destroy,
     .trim = fixed_trim,
+    .validate = fixed_validate,
 };
 
 gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,

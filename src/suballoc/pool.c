@@ -92,6 +92,10 @@ GPUMEM_COLD static gpumem__block *skip_to_alignment(pool_resource *pool, gpumem_
 static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
                                    size_t size, size_t alignment) {
   gpumem__free_index *index = index_of(set, block);
+  GPUMEM__ASSERT(&pool->header,
+                 block->owner == set && block->size >= size &&
+                     (block->state == GPUMEM__BLOCK_OPEN || block->state == GPUMEM__BLOCK_SEALED),
+                 "a block carved is free in the request's set and large enough");
   if (GPUMEM_UNLIKELY(block->addr & (alignment - 1)) &&
       !(block = skip_to_alignment(pool, index, block, alignment)))
     return NULL;
@@ -283,7 +287,7 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
     gpumem__block_map_insert(&pool->live, block);
     return status;
   }
-  gpumem__counters_freed(&pool->stats, bytes);
+  count_freed(pool, bytes);
   if (cacheable(pool, block)) {
     cache_push(pool, set, block);
     return GPUMEM_OK;
@@ -337,10 +341,12 @@ static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *pt
   gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
   if (GPUMEM_UNLIKELY(!block || block->requested != bytes))
     return refuse_free_then_unlock(pool, block, ptr, bytes, owned);
+  GPUMEM__ASSERT(&pool->header, block->state == GPUMEM__BLOCK_ALLOCATED,
+                 "a block in the live map is allocated");
   free_set *set = pool->last_set;
   if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
     return free_and_unlock(pool, block, bytes, stream, owned);
-  gpumem__counters_freed(&pool->stats, bytes);
+  count_freed(pool, bytes);
   cache_insert(set, block);
   gpumem__biased_lock_release(&pool->lock);
   if (owned)
@@ -450,6 +456,7 @@ static const gpumem__resource_ops pool_ops = {
     .describe = pool_describe,
     .destroy = pool_destroy,
     .trim = gpumem__pool_trim,
+    .validate = gpumem__pool_validate,
 };
 
 bool gpumem__is_pool(const gpumem_resource *mr) {

@@ -24,4 +24,13 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
 gpumem_status gpumem__pool_deallocate_if_owned(gpumem_resource *pool, void *ptr, size_t bytes,
                                                gpumem_stream stream, bool *owned);
 
+/* The pool's validate operation (pool_validate.c). */
+gpumem_status gpumem__pool_validate(const gpumem_resource *pool);
+
+/* Calls fn on each chunk of the pool in address order, under the pool's lock, until fn
+ * returns false; returns false then. For validators of resources built on pools (the arena
+ * checks its superblock registry against its streams' pools this way). */
+bool gpumem__pool_each_chunk(const gpumem_resource *pool,
+                             bool (*fn)(uintptr_t addr, size_t size, void *user), void *user);
+
 #endif /* GPUMEM_SUBALLOC_POOL_H */

@@ -114,6 +114,9 @@ static inline size_t region_for(const pool_resource *pool, size_t size) {
  * same state and set (and in no index). NULL when host memory is exhausted (nothing changed
  * then). */
 static inline gpumem__block *split(pool_resource *pool, gpumem__block *block, size_t offset) {
+  GPUMEM__ASSERT(&pool->header,
+                 offset > 0 && offset < block->size && offset % GPUMEM__BLOCK_UNIT == 0,
+                 "a split cuts a block inside it, at a multiple of the unit");
   gpumem__block *rest = gpumem__block_new(&pool->slab);
   if (!rest)
     return NULL;
@@ -136,6 +139,8 @@ static inline gpumem__block *split(pool_resource *pool, gpumem__block *block, si
 
 /* Joins `next` (the block right after `block`) into `block`. */
 static inline void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block *next) {
+  GPUMEM__ASSERT(&pool->header, block->next_addr == next && block->addr + block->size == next->addr,
+                 "a merged block is the next one in address order and touches it");
   block->size += next->size;
   block->next_addr = next->next_addr;
   if (next->next_addr)
@@ -217,6 +222,15 @@ static inline gpumem__block *find_in_set(const free_set *set, size_t r, size_t s
   return open;
 }
 
+/* Counts a free of a live block of `bytes` requested bytes. */
+static inline void count_freed(pool_resource *pool, size_t bytes) {
+  GPUMEM__ASSERT(&pool->header,
+                 atomic_load_explicit(&pool->stats.live_count, memory_order_relaxed) >= 1 &&
+                     atomic_load_explicit(&pool->stats.live_bytes, memory_order_relaxed) >= bytes,
+                 "the live counters never go below zero");
+  gpumem__counters_freed(&pool->stats, bytes);
+}
+
 /* ---------------------------------------------------------------------------------------
  * The cache of freed blocks (pool_cache.c has its slow paths)
  * ------------------------------------------------------------------------------------- */
@@ -248,6 +262,9 @@ static inline bool cache_has_room(const free_set *set) {
 
 /* Files a free block in the cache of `set`, which has room. */
 static inline void cache_insert(free_set *set, gpumem__block *block) {
+  GPUMEM__ASSERT(
+      NULL, block->size < GPUMEM__POOL_CACHE_LIMIT && set->cached_count < GPUMEM__POOL_CACHE_MAX,
+      "a cached block is under the cache's limit, and the cache has room");
   size_t c = cache_class(block->size);
   block->state = GPUMEM__BLOCK_CACHED;
   block->owner = set;

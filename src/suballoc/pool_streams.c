@@ -83,6 +83,8 @@ static void move_index(pool_resource *pool, gpumem__free_index *index, free_set 
 }
 
 gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set) {
+  GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
+                 "a seal runs under the pool's lock");
   const gpumem__device_ops *dev = pool->header.dev;
   gpumem_status status = GPUMEM_OK;
   if (!set->event)
@@ -119,6 +121,8 @@ static size_t open_blocks(const free_set *set) {
 
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  gpumem__block **out) {
+  GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
+                 "a steal runs under the pool's lock");
   *out = NULL;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];

@@ -137,6 +137,8 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
     if (b != c_end)
       gpumem__sorted_insert_at(&pool->chunks, at + 1, &(chunk){b, c_end - b});
   }
+  GPUMEM__ASSERT(&pool->header, gpumem__counters_reserved(&pool->stats) >= b - a,
+                 "the reserved counter never goes below zero");
   gpumem__counters_sub_reserved(&pool->stats, b - a);
   return GPUMEM_OK;
 }
@@ -146,6 +148,8 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
  * rest of the block stays free. */
 static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
   free_set *set = &pool->fresh;
+  GPUMEM__ASSERT(&pool->header, block->owner == set && block->state == GPUMEM__BLOCK_SEALED,
+                 "a trim gives back only free blocks of the fresh set");
   gpumem__free_index *index = index_of(set, block); /* every piece stays in its region */
   gpumem__free_index_remove(index, block);
   size_t at;

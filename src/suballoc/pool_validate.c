@@ -1,0 +1,319 @@
+/* pool_validate.c: the pool's validator (debug level 2; see core/debug.c). Under the pool's
+ * lock it gathers every block from where the pool keeps it (the live map, each free set's
+ * indexes and cache), checks each holder's own structure and that each block is in the
+ * state its holder says, and then, with the blocks in address order, that they tile the
+ * chunks without gap or overlap, that their address links are right, that free neighbours
+ * were merged, and that the counters are the sums of what the blocks and chunks hold.
+ * O(blocks log blocks): it runs after every call only where asked (GPUMEM_DEBUG=2). */
+#include "suballoc/pool_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct walk {
+  pool_resource *pool;
+  gpumem__block **blocks;
+  size_t count, capacity;
+  /* What the holder being walked says of its blocks. */
+  const char *where;
+  const free_set *set;
+  gpumem__block_state state;
+  size_t region;
+  uint64_t live_bytes;
+  char why[512];
+  bool failed;
+  bool no_memory; /* the host had no memory for the walk: nothing is known, nothing said */
+} walk;
+
+__attribute__((format(printf, 2, 3))) static bool complain(walk *w, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(w->why, sizeof w->why, format, args);
+  va_end(args);
+  w->failed = true;
+  return false;
+}
+
+static const char *state_name(gpumem__block_state state) {
+  switch (state) {
+  case GPUMEM__BLOCK_ALLOCATED:
+    return "allocated";
+  case GPUMEM__BLOCK_OPEN:
+    return "open";
+  case GPUMEM__BLOCK_SEALED:
+    return "sealed";
+  case GPUMEM__BLOCK_CACHED:
+    return "cached";
+  }
+  return "in no known state";
+}
+
+static bool push(walk *w, gpumem__block *block) {
+  if (w->count == w->capacity) {
+    size_t capacity = w->capacity ? w->capacity * 2 : 256;
+    gpumem__block **grown = realloc(w->blocks, capacity * sizeof *grown);
+    if (!grown) {
+      w->no_memory = true;
+      return complain(w, "out of host memory to validate");
+    }
+    w->blocks = grown;
+    w->capacity = capacity;
+  }
+  w->blocks[w->count++] = block;
+  if (block->size == 0 || block->size % GPUMEM__BLOCK_UNIT || block->addr % GPUMEM__BLOCK_UNIT)
+    return complain(w,
+                    "%s: block at %#lx has size %zu (not a positive multiple of %zu, or "
+                    "misaligned)",
+                    w->where, (unsigned long)block->addr, block->size, GPUMEM__BLOCK_UNIT);
+  if (block->region >= GPUMEM__POOL_REGION_COUNT ||
+      (!w->pool->split_regions && block->region != GPUMEM__POOL_REGION_LARGE))
+    return complain(w, "%s: block at %#lx is in region %u, which the pool does not use", w->where,
+                    (unsigned long)block->addr, block->region);
+  return true;
+}
+
+static bool visit_live(gpumem__block *block, void *user) {
+  walk *w = user;
+  if (block->state != GPUMEM__BLOCK_ALLOCATED)
+    return complain(w, "live map: block at %#lx is %s, not allocated", (unsigned long)block->addr,
+                    state_name(block->state));
+  if (block->requested == 0 || block->requested > block->size)
+    return complain(w, "live map: block at %#lx of %zu bytes was requested with %zu",
+                    (unsigned long)block->addr, block->size, block->requested);
+  if (w->pool->fixed_block && block->size != w->pool->fixed_block)
+    return complain(w, "live map: block at %#lx has %zu bytes, not the fixed block size %zu",
+                    (unsigned long)block->addr, block->size, w->pool->fixed_block);
+  w->live_bytes += block->requested;
+  return push(w, block);
+}
+
+static bool visit_free(gpumem__block *block, void *user) {
+  walk *w = user;
+  if (block->state != w->state || block->owner != w->set || block->region != w->region)
+    return complain(w, "%s: block at %#lx is %s, of %s set, in region %u", w->where,
+                    (unsigned long)block->addr, state_name(block->state),
+                    block->owner == w->set ? "this" : "another", block->region);
+  return push(w, block);
+}
+
+static bool gather_index(walk *w, const gpumem__free_index *index, const char *where) {
+  w->where = where;
+  char why[400];
+  if (!gpumem__free_index_check(index, visit_free, w, why, sizeof why))
+    return w->failed ? false : complain(w, "%s: %s", where, why);
+  return true;
+}
+
+static bool gather_cache(walk *w, const free_set *set, size_t s) {
+  size_t count = 0;
+  for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES; c++)
+    for (gpumem__block *b = set->cached[c]; b; b = b->next_free) {
+      if (++count > set->cached_count)
+        return complain(w, "set %zu: more cached blocks than its count %u (or a cycle)", s,
+                        set->cached_count);
+      if (b->state != GPUMEM__BLOCK_CACHED || b->owner != set)
+        return complain(w, "set %zu cache: block at %#lx is %s, of %s set", s,
+                        (unsigned long)b->addr, state_name(b->state),
+                        b->owner == set ? "this" : "another");
+      if (b->size >= GPUMEM__POOL_CACHE_LIMIT || cache_class(b->size) != c)
+        return complain(w, "set %zu cache: block at %#lx of %zu bytes is in class %zu", s,
+                        (unsigned long)b->addr, b->size, c);
+      w->where = "cache";
+      if (!push(w, b))
+        return false;
+    }
+  if (count != set->cached_count)
+    return complain(w, "set %zu: cache count %u but %zu cached blocks", s, set->cached_count,
+                    count);
+  if (count && w->pool->multi_stream)
+    return complain(w, "set %zu caches %zu blocks in a pool used by several streams", s, count);
+  return true;
+}
+
+/* Every block, from where the pool keeps it, each holder checked on the way. */
+static bool gather(walk *w) {
+  pool_resource *pool = w->pool;
+  char why[400];
+  if (!gpumem__block_map_check(&pool->live, visit_live, w, why, sizeof why))
+    return w->failed ? false : complain(w, "%s", why);
+  if (pool->set_count == 0 || pool->sets[0] != &pool->fresh)
+    return complain(w, "the fresh set is not the first of the %zu sets", pool->set_count);
+  bool last_found = pool->last_set == NULL;
+  for (size_t s = 0; s < pool->set_count; s++) {
+    const free_set *set = pool->sets[s];
+    last_found |= set == pool->last_set;
+    w->set = set;
+    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+      char where[64];
+      w->region = r;
+      w->state = GPUMEM__BLOCK_OPEN;
+      snprintf(where, sizeof where, "set %zu, open index of region %zu", s, r);
+      if (!gather_index(w, &set->open[r], where))
+        return false;
+      w->state = GPUMEM__BLOCK_SEALED;
+      snprintf(where, sizeof where, "set %zu, sealed index of region %zu", s, r);
+      if (!gather_index(w, &set->sealed[r], where))
+        return false;
+    }
+    if (!gather_cache(w, set, s))
+      return false;
+  }
+  if (!last_found)
+    return complain(w, "the last call's free set is not one of the pool's sets");
+  return true;
+}
+
+static int by_address(const void *a, const void *b) {
+  uintptr_t x = (*(gpumem__block *const *)a)->addr, y = (*(gpumem__block *const *)b)->addr;
+  return x < y ? -1 : x > y;
+}
+
+/* Whether two free blocks would have been merged when the later was filed. */
+static bool mergeable(const gpumem__block *a, const gpumem__block *b) {
+  return (a->state == GPUMEM__BLOCK_OPEN || a->state == GPUMEM__BLOCK_SEALED) &&
+         a->state == b->state && a->owner == b->owner;
+}
+
+/* The links of block i of the sorted blocks; `inside`: its end is inside a chunk (not at a
+ * chunk's start), where the pool never breaks the chain. */
+static bool check_links(walk *w, size_t i, bool inside) {
+  gpumem__block *b = w->blocks[i];
+  gpumem__block *next = i + 1 < w->count ? w->blocks[i + 1] : NULL;
+  gpumem__block *prev = i > 0 ? w->blocks[i - 1] : NULL;
+  bool touching = next && next->addr == b->addr + b->size;
+  if (b->next_addr &&
+      (b->next_addr != next || !touching || next->prev_addr != b || next->region != b->region))
+    return complain(w, "block at %#lx: its next address link is not the block right after it",
+                    (unsigned long)b->addr);
+  if (b->prev_addr && (b->prev_addr != prev || prev->next_addr != b))
+    return complain(w,
+                    "block at %#lx: its previous address link is not the block right "
+                    "before it",
+                    (unsigned long)b->addr);
+  if (inside && touching && b->next_addr != next)
+    return complain(w, "blocks at %#lx and %#lx inside one chunk are not linked",
+                    (unsigned long)b->addr, (unsigned long)next->addr);
+  if (b->next_addr && mergeable(b, next))
+    return complain(w, "free blocks at %#lx and %#lx (%s, one set) were not merged",
+                    (unsigned long)b->addr, (unsigned long)next->addr, state_name(b->state));
+  return true;
+}
+
+/* Whether `addr` lies strictly inside a chunk (not at its start or end). */
+static bool inside_chunk(const pool_resource *pool, uintptr_t addr) {
+  size_t f = gpumem__sorted_floor(&pool->chunks, addr);
+  return f < pool->chunks.count && chunk_at(pool, f)->addr < addr &&
+         addr < chunk_at(pool, f)->addr + chunk_at(pool, f)->size;
+}
+
+/* The blocks tile the chunks: each run of touching chunks is covered by blocks end to end,
+ * and no block lies outside them. */
+static bool check_tiling(walk *w) {
+  const pool_resource *pool = w->pool;
+  size_t j = 0;
+  uint64_t reserved = 0;
+  for (size_t k = 0; k < pool->chunks.count; k++) {
+    const chunk *c = chunk_at(pool, k);
+    reserved += c->size;
+    if (c->size == 0 ||
+        (k > 0 && chunk_at(pool, k - 1)->addr + chunk_at(pool, k - 1)->size > c->addr))
+      return complain(w, "chunk %zu at %#lx of %zu bytes is empty or overlaps the one before", k,
+                      (unsigned long)c->addr, c->size);
+  }
+  if (reserved != gpumem__counters_reserved(&pool->stats))
+    return complain(w, "the reserved counter says %llu bytes, the chunks hold %llu",
+                    (unsigned long long)gpumem__counters_reserved(&pool->stats),
+                    (unsigned long long)reserved);
+  for (size_t k = 0; k < pool->chunks.count; k++) {
+    const chunk *c = chunk_at(pool, k);
+    uintptr_t end = c->addr + c->size;
+    uintptr_t at = c->addr;
+    /* A block may start in an earlier chunk it was merged across (growth in place). */
+    if (j > 0 && w->blocks[j - 1]->addr + w->blocks[j - 1]->size > c->addr)
+      at = w->blocks[j - 1]->addr + w->blocks[j - 1]->size;
+    while (at < end) {
+      if (j == w->count || w->blocks[j]->addr != at)
+        return complain(w, "chunk at %#lx of %zu bytes: %s at %#lx", (unsigned long)c->addr,
+                        c->size,
+                        j < w->count && w->blocks[j]->addr < at ? "blocks overlap"
+                                                                : "no block covers the memory",
+                        (unsigned long)at);
+      const gpumem__block *b = w->blocks[j];
+      at = b->addr + b->size;
+      if (at > end && !(k + 1 < pool->chunks.count && chunk_at(pool, k + 1)->addr == end))
+        return complain(w, "block at %#lx of %zu bytes runs past the end of its chunk",
+                        (unsigned long)b->addr, b->size);
+      j++;
+    }
+  }
+  if (j != w->count)
+    return complain(w, "block at %#lx of %zu bytes (%s) lies in no chunk",
+                    (unsigned long)w->blocks[j]->addr, w->blocks[j]->size,
+                    state_name(w->blocks[j]->state));
+  /* Every block is where it should be: now their links. */
+  for (j = 0; j < w->count; j++)
+    if (!check_links(w, j, inside_chunk(pool, w->blocks[j]->addr + w->blocks[j]->size)))
+      return false;
+  return true;
+}
+
+static bool check_regions_and_counters(walk *w) {
+  pool_resource *pool = w->pool;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+    const gpumem__block *tail = pool->regions[r].tail;
+    if (!tail)
+      continue;
+    gpumem__block *const *found =
+        bsearch(&tail, w->blocks, w->count, sizeof *w->blocks, by_address);
+    if (!found || *found != tail || tail->region != r || tail->next_addr)
+      return complain(w, "region %zu: its growth point is not a last block of the region", r);
+  }
+  uint64_t live_count = atomic_load_explicit(&pool->stats.live_count, memory_order_relaxed);
+  uint64_t live_bytes = atomic_load_explicit(&pool->stats.live_bytes, memory_order_relaxed);
+  if (live_count != pool->live.count)
+    return complain(w, "the live count says %llu, the live map holds %zu blocks",
+                    (unsigned long long)live_count, pool->live.count);
+  if (live_bytes != w->live_bytes)
+    return complain(w,
+                    "the live bytes counter says %llu, the live blocks were requested with "
+                    "%llu",
+                    (unsigned long long)live_bytes, (unsigned long long)w->live_bytes);
+  if (atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed) < live_bytes ||
+      atomic_load_explicit(&pool->stats.peak_reserved, memory_order_relaxed) <
+          gpumem__counters_reserved(&pool->stats))
+    return complain(w, "a peak counter is below its current value");
+  return true;
+}
+
+static gpumem_status validate_locked(pool_resource *pool) {
+  walk w = {.pool = pool};
+  bool ok = gather(&w);
+  if (ok) {
+    qsort(w.blocks, w.count, sizeof *w.blocks, by_address);
+    ok = check_tiling(&w) && check_regions_and_counters(&w);
+  }
+  free(w.blocks);
+  if (!ok && !w.no_memory)
+    return gpumem__fail(GPUMEM_ERR_INTERNAL, "pool validation: %s", w.why);
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {
+  pool_resource *pool = (pool_resource *)mr;
+  gpumem__biased_lock_take(&pool->lock);
+  gpumem_status status = validate_locked(pool);
+  gpumem__biased_lock_release(&pool->lock);
+  return status;
+}
+
+bool gpumem__pool_each_chunk(const gpumem_resource *mr,
+                             bool (*fn)(uintptr_t addr, size_t size, void *user), void *user) {
+  pool_resource *pool = (pool_resource *)mr;
+  bool ok = true;
+  gpumem__biased_lock_take(&pool->lock);
+  for (size_t k = 0; k < pool->chunks.count && ok; k++)
+    ok = fn(chunk_at(pool, k)->addr, chunk_at(pool, k)->size, user);
+  gpumem__biased_lock_release(&pool->lock);
+  return ok;
+}

@@ -1,0 +1,213 @@
+/* validate.c: the validator of debug level 2 (gpumem__validate) finds a corrupted pool and
+ * says what is wrong, and passes every suballocator in a sound state.
+ *
+ * - Sound pools, arenas, binning and fixed_size resources, with live, free and cached
+ *   blocks on several streams, after trims, validate.
+ * - Each corruption a bug could make is found, with a message naming it: a free block's
+ *   size, a free index entry gone, a live block not marked allocated, a broken address
+ *   link, unmerged free neighbours, the live, reserved and cache counters. Undone, the pool
+ *   validates again.
+ * - Where assertions are compiled in (level 1 or more), a free that would take a counter
+ *   below zero aborts with the assertion's message and the pool's spec. */
+#include "check.h"
+#include "suballoc/pool_internal.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+
+static void check_valid(const gpumem_resource *mr) {
+  gpumem_status status = gpumem__validate(mr);
+  if (status != GPUMEM_OK)
+    CHECK_FAIL_("validation failed: %s", gpumem_last_error_message());
+}
+
+/* The validator fails on mr, with `needle` in its message. */
+static void check_invalid(const gpumem_resource *mr, const char *needle) {
+  CHECK_FAILS_WITH(gpumem__validate(mr), GPUMEM_ERR_INTERNAL, needle);
+  printf("  found: %s\n", gpumem_last_error_message());
+}
+
+/* A free block of the pool's indexes, and the index holding it. */
+static gpumem__block *some_free_block(pool_resource *pool, gpumem__free_index **holder) {
+  for (size_t s = 0; s < pool->set_count; s++)
+    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+      gpumem__free_index *indexes[2] = {&pool->sets[s]->open[r], &pool->sets[s]->sealed[r]};
+      for (int i = 0; i < 2; i++) {
+        gpumem__block *b = gpumem__free_index_find(indexes[i], GPUMEM__BLOCK_UNIT);
+        if (b) {
+          *holder = indexes[i];
+          return b;
+        }
+      }
+    }
+  CHECK_FAIL_("the pool has no free block");
+  return NULL;
+}
+
+static void test_sound(void) {
+  const char *specs[] = {"pool(cuda, initial=8MiB)",
+                         "pool(vmm)",
+                         "arena(vmm)",
+                         "binning(pool(vmm))",
+                         "fixed_size(cuda, block=4096, prealloc=16)",
+                         "binning(cuda, min=10, max=12)"};
+  for (size_t k = 0; k < sizeof specs / sizeof *specs; k++) {
+    gpumem_resource *mr = check_build(specs[k]);
+    gpumem_stream streams[2];
+    for (int s = 0; s < 2; s++)
+      CHECK_OK(gpumem_stream_create(GPUMEM_CURRENT_DEVICE, &streams[s]));
+    void *ptrs[64];
+    size_t sizes[64];
+    check_valid(mr);
+    for (int i = 0; i < 64; i++) {
+      sizes[i] = strstr(specs[k], "block=") ? 4000 : (size_t)(i % 7 + 1) * 3000 + (i % 3) * MiB;
+      CHECK_OK(gpumem_allocate(mr, sizes[i], streams[i % 2], &ptrs[i]));
+      if (i % 8 == 0)
+        check_valid(mr);
+    }
+    for (int i = 0; i < 64; i += 2)
+      CHECK_OK(gpumem_deallocate(mr, ptrs[i], sizes[i], streams[(i / 2) % 2]));
+    check_valid(mr);
+    CHECK_OK(gpumem_resource_trim(mr, NULL));
+    check_valid(mr);
+    for (int i = 1; i < 64; i += 2)
+      CHECK_OK(gpumem_deallocate(mr, ptrs[i], sizes[i], streams[0]));
+    check_valid(mr);
+    CHECK_OK(gpumem_resource_trim(mr, NULL));
+    check_valid(mr);
+    for (int s = 0; s < 2; s++)
+      CHECK_OK(gpumem_stream_destroy(streams[s]));
+    CHECK_OK(gpumem_resource_release(mr));
+    printf("sound %s validates\n", specs[k]);
+  }
+}
+
+static void test_corruptions(void) {
+  gpumem_resource *mr = check_build("pool(cuda, initial=8MiB)");
+  pool_resource *pool = (pool_resource *)mr;
+  void *ptrs[8];
+  for (int i = 0; i < 8; i++)
+    CHECK_OK(gpumem_allocate(mr, 100000, NULL, &ptrs[i]));
+  /* Freed 1, 3, 5: cached whole (a single-stream pool), between live blocks. */
+  for (int i = 1; i < 7; i += 2)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[i], 100000, NULL));
+  check_valid(mr);
+
+  gpumem__free_index *index;
+  gpumem__block *free_block = some_free_block(pool, &index);
+  free_block->size += GPUMEM__BLOCK_UNIT;
+  check_invalid(mr, "listed with");
+  free_block->size -= GPUMEM__BLOCK_UNIT;
+  check_valid(mr);
+
+  gpumem__free_index_remove(index, free_block);
+  check_invalid(mr, "no block covers the memory");
+  gpumem__free_index_insert(index, free_block);
+  check_valid(mr);
+
+  gpumem__block *live = gpumem__block_map_take(&pool->live, (uintptr_t)ptrs[0]);
+  gpumem__block_map_put(&pool->live, live);
+  live->state = GPUMEM__BLOCK_OPEN;
+  check_invalid(mr, "is open, not allocated");
+  live->state = GPUMEM__BLOCK_ALLOCATED;
+
+  gpumem__block *next = live->next_addr;
+  live->next_addr = NULL;
+  check_invalid(mr, "inside one chunk are not linked");
+  live->next_addr = next;
+  next->prev_addr = NULL;
+  check_invalid(mr, "address link");
+  next->prev_addr = live;
+  check_valid(mr);
+
+  atomic_fetch_add(&pool->stats.live_bytes, 1);
+  check_invalid(mr, "the live bytes counter says");
+  atomic_fetch_sub(&pool->stats.live_bytes, 1);
+  atomic_fetch_add(&pool->stats.live_count, 1);
+  check_invalid(mr, "the live count says");
+  atomic_fetch_sub(&pool->stats.live_count, 1);
+  atomic_fetch_add(&pool->stats.reserved, 4096);
+  check_invalid(mr, "the reserved counter says");
+  atomic_fetch_sub(&pool->stats.reserved, 4096);
+  check_valid(mr);
+
+  free_set *set = pool->last_set;
+  CHECK(set && set->cached_count == 3);
+  set->cached_count = 2;
+  check_invalid(mr, "more cached blocks than its count");
+  set->cached_count = 3;
+  check_valid(mr);
+
+  /* Two free neighbours of one set left apart: a merge that did not happen. Blocks 1 and 2
+   * both freed, 2 into the index right beside 1, which is then filed without merging. */
+  gpumem__pool_flush_cache(pool, set);
+  check_valid(mr);
+  gpumem__block *second = gpumem__block_map_take(&pool->live, (uintptr_t)ptrs[2]);
+  gpumem__counters_freed(&pool->stats, 100000);
+  gpumem__block *first = second->prev_addr;
+  CHECK(first && first->state == GPUMEM__BLOCK_OPEN);
+  second->state = GPUMEM__BLOCK_OPEN;
+  second->owner = first->owner;
+  gpumem__free_index_insert(index_of(set, second), second);
+  check_invalid(mr, "were not merged");
+  gpumem__free_index_remove(index_of(set, second), second);
+  second->state = GPUMEM__BLOCK_ALLOCATED;
+  gpumem__block_map_put(&pool->live, second);
+  gpumem__counters_allocated(&pool->stats, 100000);
+  check_valid(mr);
+
+  for (int i = 0; i < 8; i += 2)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[i], 100000, NULL));
+  CHECK_OK(gpumem_deallocate(mr, ptrs[7], 100000, NULL));
+  check_valid(mr);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("corruptions of a pool are found and named\n");
+}
+
+/* A free that would take the live count below zero: a child process makes it and must
+ * abort with the assertion's report. */
+static void test_assertion(void) {
+  if (GPUMEM__DEBUG_LEVEL < 1) {
+    printf("assertions not compiled in (GPUMEM_DEBUG_LEVEL=0): not checked\n");
+    return;
+  }
+  int pipe_fds[2];
+  CHECK(pipe(pipe_fds) == 0);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    dup2(pipe_fds[1], 2);
+    setenv("GPUMEM_DEBUG", "1", 1);
+    gpumem_resource *mr = check_build("pool(cuda, initial=4MiB)");
+    void *p;
+    CHECK_OK(gpumem_allocate(mr, 1000, NULL, &p));
+    atomic_store(&((pool_resource *)mr)->stats.live_count, 0);
+    gpumem_deallocate(mr, p, 1000, NULL);
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  char report[2048] = "";
+  size_t used = 0;
+  ssize_t got;
+  while ((got = read(pipe_fds[0], report + used, sizeof report - 1 - used)) > 0)
+    used += (size_t)got;
+  report[used] = '\0';
+  close(pipe_fds[0]);
+  int wstatus;
+  CHECK(waitpid(child, &wstatus, 0) == child);
+  CHECK(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGABRT);
+  CHECK_CONTAINS(report, "internal assertion failed");
+  CHECK_CONTAINS(report, "pool(cuda");
+  printf("a broken invariant aborts with: %s", report);
+}
+
+int main(void) {
+  check_init_backend();
+  test_sound();
+  test_corruptions();
+  test_assertion();
+  printf("validate passed\n");
+  return 0;
+}
