@@ -5,7 +5,9 @@ they are not in /usr/local/cuda.
 
 The package's version is the library's: include/gpumem.h's GPUMEM_VERSION_* lines, the
 one source of it. GPUMEM_WERROR=1 in the environment (test.sh sets it) makes compiler
-warnings errors, as CI wants; users' builds never set it."""
+warnings errors, as CI wants; users' builds never set it. GPUMEM_DEBUG_LEVEL=0|1|2 in the
+environment compiles the C library's debug checks in, as the CMake option of that name does
+(README "Debug levels"); unset, none are, and the extension carries no cost for them."""
 import glob
 import os
 import re
@@ -36,6 +38,14 @@ def header_version():
     return ".".join(parts)
 
 
+def debug_level():
+    """The debug checks compiled in: GPUMEM_DEBUG_LEVEL, 0 when unset."""
+    level = os.environ.get("GPUMEM_DEBUG_LEVEL", "0") or "0"
+    if level not in ("0", "1", "2"):
+        raise RuntimeError(f"GPUMEM_DEBUG_LEVEL is {level!r}: 0, 1 or 2")
+    return level
+
+
 def warning_flags():
     """The flags of the CMake build with GPUMEM_WERROR on, when GPUMEM_WERROR=1."""
     if os.environ.get("GPUMEM_WERROR") != "1":
@@ -57,7 +67,8 @@ extension = Extension(
     "gpumem._lib",
     sources=sources,
     include_dirs=["include", "src", "python/csrc", cuda_include_dir()],
-    define_macros=[("_GNU_SOURCE", None), ("GPUMEM_STATIC_DEFINE", None)],
+    define_macros=[("_GNU_SOURCE", None), ("GPUMEM_STATIC_DEFINE", None),
+                   ("GPUMEM__DEBUG_LEVEL", debug_level())],
     # The library's internal symbols stay hidden; the PyTorch hooks are exported by name.
     extra_compile_args=["-std=c11", "-fvisibility=hidden", "-O2"] + warning_flags(),
     libraries=["dl", "m", "pthread"],

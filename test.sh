@@ -53,11 +53,16 @@ gpu_python=()
 [ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
 (cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
 
+# The ASan+UBSan build also compiles in debug level 2 (README "Debug levels"): its tests run
+# with the internal assertions on, and the suballocators' tests once more validating every
+# structure after each call (the *_debug2 tests).
 for sanitizer in address,undefined thread; do
   dir="build-${sanitizer//,/-}"
-  echo "== simulated-device suite under -fsanitize=$sanitizer =="
+  debug_level=0
+  [ "$sanitizer" = address,undefined ] && debug_level=2
+  echo "== simulated-device suite under -fsanitize=$sanitizer, debug level $debug_level =="
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DGPUMEM_SANITIZE="$sanitizer" \
-    -DGPUMEM_WERROR=ON -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
+    -DGPUMEM_DEBUG_LEVEL="$debug_level" -DGPUMEM_WERROR=ON -DGPUMEM_BUILD_TOOLS=OFF >/dev/null
   cmake --build "$dir" -j "$jobs"
   # The consumer test installs and rebuilds the library; it proves packaging, not memory
   # safety, and runs in the main build above.
