@@ -265,7 +265,7 @@ static bool check_regions_and_counters(walk *w) {
     if (!tail)
       continue;
     gpumem__block *const *found =
-        bsearch(&tail, w->blocks, w->count, sizeof *w->blocks, by_address);
+        w->count ? bsearch(&tail, w->blocks, w->count, sizeof *w->blocks, by_address) : NULL;
     if (!found || *found != tail || tail->region != r || tail->next_addr)
       return complain(w, "region %zu: its growth point is not a last block of the region", r);
   }
@@ -290,7 +290,8 @@ static gpumem_status validate_locked(pool_resource *pool) {
   walk w = {.pool = pool};
   bool ok = gather(&w);
   if (ok) {
-    qsort(w.blocks, w.count, sizeof *w.blocks, by_address);
+    if (w.count) /* no array at all when the pool holds nothing */
+      qsort(w.blocks, w.count, sizeof *w.blocks, by_address);
     ok = check_tiling(&w) && check_regions_and_counters(&w);
   }
   free(w.blocks);
