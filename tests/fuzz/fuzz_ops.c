@@ -7,14 +7,16 @@
  * (on its stream, or on another after synchronizing its stream), misuse (a wrong size, a
  * double free, a pointer inside a block, a pointer of another resource or of the host:
  * each must return GPUMEM_ERR_MISUSE and change nothing), trim, synchronize or complete
- * streams, and calls made while the simulated device fails its Nth next call of a kind.
+ * streams, read back what a block's stream wrote into it, and calls made while the simulated
+ * device fails its Nth next call of a kind.
  *
  * After every operation: no two live blocks overlap, each is aligned as asked (and as the
  * resource promises), live bytes and count equal the model's, a failed allocation left the
- * out-pointer and the figures alone, a limit refused what passes its maximum. At the end
- * every block is freed, live bytes are 0, the resource is released, no cross-stream hazard
- * was seen (each block is written on its stream when allocated, so handing it to another
- * stream too early is caught) and the device holds no memory. */
+ * out-pointer and the figures alone, a limit refused what passes its maximum; a block read
+ * back holds what its stream wrote. At the end every block is freed, live bytes are 0, the
+ * resource is released, no cross-stream hazard was seen (each block is written on its
+ * stream when allocated, so handing it to another stream too early is caught) and the
+ * device holds no memory. */
 #include "fuzz.h"
 
 #include <stdbool.h>
@@ -77,6 +79,7 @@ typedef struct block {
   uintptr_t start;
   size_t bytes, alignment;
   int stream;
+  uint8_t value; /* what its stream wrote at its start and end */
 } block;
 
 /* The state of one input: the resource, its row, the model and the bytes still unread. */
@@ -88,6 +91,7 @@ typedef struct run {
   uint64_t live_bytes;
   uintptr_t freed[max_freed]; /* recently freed addresses, for double frees */
   int freed_next;
+  uint8_t next_value;
   bool device_fault; /* a device call is armed to fail during this operation */
   const uint8_t *data;
   size_t size, pos;
@@ -179,7 +183,8 @@ static void claim(run *r, void *ptr, size_t bytes, size_t alignment, int stream)
                "%s: %p+%zu overlaps live block %p+%zu", r->row->spec, ptr, bytes, (void *)b->start,
                b->bytes);
   }
-  r->live[r->live_count++] = (block){start, bytes, alignment, stream};
+  r->next_value = (uint8_t)(r->next_value % 255 + 1);
+  r->live[r->live_count++] = (block){start, bytes, alignment, stream, r->next_value};
   r->live_bytes += bytes;
 }
 
@@ -219,10 +224,10 @@ static size_t pick_alignment(run *r) {
 
 /* The block is used on its stream (a simulated kernel writes its first and last bytes), so
  * that the simulation sees a block handed to another stream before that work is done. */
-static void touch(const block *b, int value) {
+static void touch(const block *b) {
   size_t n = b->bytes < 256 ? b->bytes : 256;
-  FUZZ_OK(gpumem_sim_launch(streams[b->stream], (void *)b->start, n, value));
-  FUZZ_OK(gpumem_sim_launch(streams[b->stream], (void *)(b->start + b->bytes - n), n, value));
+  FUZZ_OK(gpumem_sim_launch(streams[b->stream], (void *)b->start, n, b->value));
+  FUZZ_OK(gpumem_sim_launch(streams[b->stream], (void *)(b->start + b->bytes - n), n, b->value));
 }
 
 static bool allowed_failure(const run *r, gpumem_status status) {
@@ -253,7 +258,7 @@ static void op_allocate(run *r) {
                "alignments), with %llu bytes live",
                r->row->spec, bytes, alignment, (unsigned long long)r->live_bytes);
     claim(r, ptr, bytes, alignment, stream);
-    touch(&r->live[r->live_count - 1], r->live_count);
+    touch(&r->live[r->live_count - 1]);
     return;
   }
   FUZZ_CHECK(ptr == (void *)(uintptr_t)0x5eed, "%s: a failed allocation wrote %p", r->row->spec,
@@ -413,6 +418,23 @@ static void op_streams(run *r) {
              gpumem_last_error_message());
 }
 
+/* A live block still holds what its stream wrote: no other block shares its memory (two
+ * addresses over one physical page, a piece unmapped under it). */
+static void op_verify(run *r) {
+  uint8_t which = next_byte(r);
+  if (r->live_count == 0 || r->device_fault)
+    return;
+  const block *b = &r->live[which % r->live_count];
+  uint8_t first = 0, last = 0;
+  gpumem_stream stream = streams[b->stream];
+  FUZZ_OK(gpumem_memcpy_async(&first, (void *)b->start, 1, stream));
+  FUZZ_OK(gpumem_memcpy_async(&last, (void *)(b->start + b->bytes - 1), 1, stream));
+  FUZZ_OK(gpumem_stream_synchronize(stream));
+  FUZZ_CHECK(first == b->value && last == b->value,
+             "%s: block %p+%zu holds %d at its start and %d at its end, not %d", r->row->spec,
+             (void *)b->start, b->bytes, first, last, b->value);
+}
+
 static void op_any(run *r, uint8_t opcode);
 
 /* An operation during which the Nth next device call of a kind fails. */
@@ -428,7 +450,7 @@ static void op_device_fault(run *r) {
 }
 
 static void op_any(run *r, uint8_t opcode) {
-  switch (opcode % 12) {
+  switch (opcode % 13) {
   case 0:
   case 1:
   case 2:
@@ -449,9 +471,13 @@ static void op_any(run *r, uint8_t opcode) {
   case 9:
     op_streams(r);
     break;
-  default:
+  case 10:
+  case 11:
     if (!r->device_fault)
       op_device_fault(r);
+    break;
+  default:
+    op_verify(r);
     break;
   }
   check_figures(r);
