@@ -5,10 +5,10 @@
  * composed); the rest is a sequence of operations, each an opcode byte and the bytes of its
  * arguments (missing bytes read as 0): allocate (size, alignment, stream), free a live block
  * (on its stream, or on another after synchronizing its stream), misuse (a wrong size, a
- * double free, a pointer inside a block, a pointer of another resource or of the host:
- * each must return GPUMEM_ERR_MISUSE and change nothing), trim, synchronize or complete
- * streams, read back what a block's stream wrote into it, and calls made while the simulated
- * device fails its Nth next call of a kind.
+ * double free, a pointer inside a block, a pointer of another resource or of the host, the
+ * last release while blocks are live: each must return GPUMEM_ERR_MISUSE and change
+ * nothing), trim, synchronize or complete streams, read back what a block's stream wrote
+ * into it, and calls made while the simulated device fails its Nth next call of a kind.
  *
  * After every operation: no two live blocks overlap, each is aligned as asked (and as the
  * resource promises), live bytes and count equal the model's, a failed allocation left the
@@ -341,7 +341,7 @@ static void op_misuse(run *r) {
   uint32_t delta = next_u16(r);
   int stream = next_byte(r) % stream_count;
   const block *b = r->live_count ? &r->live[which % r->live_count] : NULL;
-  switch (kind % 5) {
+  switch (kind % 6) {
   case 0: /* a live block with a wrong size */
     if (b) {
       size_t wrong = delta % 2 ? b->bytes + delta : b->bytes > delta ? b->bytes - delta : 1;
@@ -386,6 +386,18 @@ static void op_misuse(run *r) {
     FUZZ_OK(gpumem_resource_release(other));
     return;
   }
+  case 4: /* the last release while blocks are live: refused, the resource stays usable */
+    if (b) {
+      figures before = figures_of(r);
+      gpumem_status status = gpumem_resource_release(r->mr);
+      TRACE("release with %d live blocks: %s\n", r->live_count, gpumem_status_name(status));
+      FUZZ_CHECK(status == GPUMEM_ERR_MISUSE, "%s: release with %d live blocks: %s", r->row->spec,
+                 r->live_count, gpumem_status_name(status));
+      figures after = figures_of(r);
+      FUZZ_CHECK(memcmp(&before, &after, sizeof before) == 0,
+                 "%s: a refused release changed the figures", r->row->spec);
+    }
+    return;
   default: { /* host memory */
     size_t bytes = delta % 4096 + 1;
     void *host = aligned_alloc(GPUMEM_DEFAULT_ALIGNMENT, 4096);
