@@ -71,4 +71,11 @@ for sanitizer in address,undefined thread; do
   ASAN_OPTIONS="allocator_may_return_null=1" TSAN_OPTIONS="halt_on_error=1 allocator_may_return_null=1" ctest --test-dir "$dir" --output-on-failure -j "$jobs" \
     -L sim -E consumer
 done
+# The libFuzzer targets (tests/fuzz), briefly: 20 s each under ASan+UBSan, where clang links
+# libFuzzer (scripts/fuzz.sh 3600 runs them an hour each).
+if why=$(scripts/fuzz.sh --available); then
+  scripts/fuzz.sh 20
+else
+  echo "Fuzzing skipped: $why."
+fi
 echo "All tests passed."
