@@ -273,8 +273,33 @@ static void test_vmm_pieces(bool sim) {
     CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 0);
     CHECK_OK(gpumem_allocate(vmm, 5 * MiB, NULL, (void **)&ptr));
     CHECK_OK(gpumem_deallocate(vmm, ptr, 5 * MiB, NULL));
+    /* The undo's unmap fails too: the two pieces made stay mapped, counted and on file, of
+     * no allocation; their addresses are not handed out again, a free of them is refused,
+     * the first release fails while they cannot be unmapped and the next gives them back. */
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_CREATE, 3));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_UNMAP, 1));
+    CHECK_STATUS(gpumem_allocate(vmm, 5 * MiB, NULL, (void **)&ptr), GPUMEM_ERR_OUT_OF_MEMORY);
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 4 * MiB);
+    CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 4 * MiB);
+    CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_COUNT), 0);
+    char *after;
+    CHECK_OK(gpumem_allocate(vmm, 2 * MiB, NULL, (void **)&after));
+    uintptr_t stranded_start = (uintptr_t)after - 4 * MiB; /* the lowest free address after them */
+    CHECK_FAILS_WITH(gpumem_deallocate(vmm, (void *)stranded_start, 2 * MiB, NULL),
+                     GPUMEM_ERR_MISUSE, "allocated with 0 bytes");
+    CHECK_OK(gpumem_deallocate(vmm, after, 2 * MiB, NULL));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_UNMAP, 1));
+    CHECK_FAILS_WITH(gpumem_resource_release(vmm), GPUMEM_ERR_CUDA, "to destroy it");
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK(mapped > 0);
   }
   CHECK_OK(gpumem_resource_release(vmm));
+  if (sim) {
+    uint64_t mapped;
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 0);
+  }
 
   /* More than the whole reserved range fails at once, before room is made for the records
    * of its pieces (a petabyte in 2 MiB pieces would need gigabytes of them). */

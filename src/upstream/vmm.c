@@ -166,8 +166,12 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
 
 /* Maps physical memory at [addr, addr+size) piece by piece and files the pieces as one
  * allocation of `bytes`; undoes its own steps on failure. The caller made room for the
- * pieces' records. */
-static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size, size_t bytes) {
+ * pieces' records. If the undo's unmap fails too, the pieces mapped so far stay mapped and
+ * on file, each a piece of no allocation (nothing requested of it), so that their memory is
+ * counted as reserved, their addresses stay taken and destroy unmaps them later; *stranded
+ * gets their bytes, which start at addr (0 otherwise). */
+static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size, size_t bytes,
+                                size_t *stranded) {
   const gpumem__device_ops *dev = self->header.dev;
   int device = self->header.device;
   uintptr_t end = addr + size;
@@ -197,9 +201,16 @@ static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size,
   /* Access for the whole run at once: the driver's cost is per call more than per byte. */
   if (status == GPUMEM_OK)
     status = dev->vmm_set_access((void *)addr, size, device);
+  *stranded = 0;
   if (status != GPUMEM_OK) {
-    if (count > 0)
-      dev->vmm_unmap((void *)addr, filed[count - 1].addr + filed[count - 1].size - addr);
+    size_t mapped = count > 0 ? filed[count - 1].addr + filed[count - 1].size - addr : 0;
+    if (mapped > 0 && dev->vmm_unmap((void *)addr, mapped) != GPUMEM_OK) {
+      for (size_t i = 0; i < count; i++)
+        filed[i] = (mapping){filed[i].addr, filed[i].size, 0, filed[i].handle, true};
+      gpumem__sorted_remove_range(&self->mappings, at + count, pieces - count);
+      *stranded = mapped;
+      return status;
+    }
     for (size_t i = 0; i < count; i++)
       dev->vmm_destroy(filed[i].handle);
     gpumem__sorted_remove_range(&self->mappings, at, pieces);
@@ -234,9 +245,12 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
     return gpumem__fail_out_of_memory(
         mr, bytes, have_room ? "its reserved address range is full" : "the host is out of memory");
   }
-  gpumem_status status = map_pieces(self, addr, size, bytes);
+  size_t stranded;
+  gpumem_status status = map_pieces(self, addr, size, bytes, &stranded);
   if (status != GPUMEM_OK) {
-    give_range(self, addr, size);
+    if (stranded < size)
+      give_range(self, addr + stranded, size - stranded);
+    gpumem__counters_add_reserved(&self->stats, stranded);
     pthread_mutex_unlock(&self->lock);
     if (status == GPUMEM_ERR_OUT_OF_MEMORY)
       return gpumem__fail_out_of_memory(mr, bytes, "the device has no more physical memory");
@@ -349,8 +363,23 @@ static void release_everything(vmm_resource *self) {
   free(self);
 }
 
+/* Only pieces of no allocation are left when a vmm resource is destroyed (pieces stranded
+ * by a failed undo). Unmaps them from the last; one that cannot be unmapped stops the
+ * destroy, which leaves the resource valid with what is still mapped, to be tried again. */
 static gpumem_status vmm_destroy(gpumem_resource *mr) {
-  release_everything((vmm_resource *)mr);
+  vmm_resource *self = (vmm_resource *)mr;
+  const gpumem__device_ops *dev = mr->dev;
+  while (self->mappings.count > 0) {
+    const mapping *last = mapping_at(self, self->mappings.count - 1);
+    gpumem_status status = dev->vmm_unmap((void *)last->addr, last->size);
+    if (status != GPUMEM_OK)
+      return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p to destroy it",
+                                  last->size, (void *)last->addr);
+    dev->vmm_destroy(last->handle);
+    gpumem__counters_sub_reserved(&self->stats, last->size);
+    gpumem__sorted_remove_at(&self->mappings, self->mappings.count - 1);
+  }
+  release_everything(self);
   return GPUMEM_OK;
 }
 

@@ -471,11 +471,6 @@ static void op_device_fault(run *r) {
   gpumem_sim_call kind = faultable[next_byte(r) % FAULTABLE_COUNT];
   uint64_t nth = next_byte(r) % 4 + 1;
   uint8_t inner = next_byte(r);
-  /* A failed unmap while vmm undoes a failed mapping (map_pieces) leaks the pieces it had
-   * mapped, for the life of the process: not fixed yet, so unmaps fail only in frees and
-   * trims here (opcodes 4 to 8), whose unmaps change nothing when they fail. */
-  if (kind == GPUMEM_SIM_CALL_VMM_UNMAP && (inner % 13 < 4 || inner % 13 > 8))
-    inner = 8;
   FUZZ_OK(gpumem_sim_fail_call(kind, nth));
   TRACE("device call %d fails at the %llu-th next call during:\n", (int)kind,
         (unsigned long long)nth);
