@@ -39,32 +39,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__linux__)
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
-#if defined(__SANITIZE_THREAD__)
-#define LIMIT_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define LIMIT_UNDER_TSAN 1
-#endif
-#endif
-
 #define MAX_SLOTS GPUMEM__THREAD_SLOTS
 #define SLOT_ALIGN GPUMEM__SLOT_ALIGN
 
-/* A thread's share of the budget. Every field is written by the owner only (credit also by
- * a reclaimer, while the owner is out) and read by anyone: relaxed atomics, which compile
- * to plain moves. Live figures may go below zero in one slot (frees of blocks another
- * thread allocated); their sum over slots is the resource's. */
+/* A thread's share of the budget. The owner writes `inside`, `credit` and `live_count` (a
+ * reclaimer writes `credit` too, while the owner is out, and `reclaiming`); the rest is set
+ * at creation. Relaxed atomics, which compile to plain moves. A slot's live count may go
+ * below zero (frees of blocks another thread allocated); their sum is the resource's. */
 typedef struct limit_slot {
   atomic_int inside;
   atomic_int reclaiming; /* written by a reclaimer, under the mutex */
   bool membarrier;       /* the resource's, copied: read by the owner on every entry */
-  int64_t credit_cap;    /* the resource's, copied: read by every free */
+  int64_t credit_cap;    /* four batches: a slot holding more returns the surplus */
   _Atomic int64_t credit;
   _Atomic int64_t live_count;
 } __attribute__((aligned(SLOT_ALIGN))) limit_slot;
@@ -73,9 +59,7 @@ typedef struct limit_resource {
   gpumem_resource header;
   int64_t limit;
   int64_t batch;
-  int64_t credit_cap; /* four batches: a slot holding more returns the surplus */
-  /* Read by every allocation, written only by reclaims: a line of its own. */
-  bool membarrier;
+  bool membarrier; /* gpumem__thread_barrier is available: the reclaimer's fence */
   /* Each slot's owner, apart from the slots so that a lookup reads no other thread's
    * written line. Written once per slot. */
   gpumem__thread_slots owners;
@@ -89,37 +73,6 @@ typedef struct limit_resource {
  * The barrier between the owners' plain entry and a reclaim
  * ------------------------------------------------------------------------------------- */
 
-static pthread_once_t barrier_once = PTHREAD_ONCE_INIT;
-static bool membarrier_usable;
-
-#if defined(__linux__) && defined(__NR_membarrier) && !defined(LIMIT_UNDER_TSAN)
-static void detect_membarrier(void) {
-  long commands = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-  membarrier_usable =
-      commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-      syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-}
-
-/* A full barrier on every running thread of the process; false if the kernel refused. A
- * process that lost its registration (a child of fork, on some kernels) registers again. */
-static bool membarrier_all(void) {
-  for (int tries = 0; tries < 2; tries++) {
-    if (syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-      return true;
-    syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
-  }
-  return false;
-}
-#else
-static void detect_membarrier(void) {
-  membarrier_usable = false;
-}
-
-static bool membarrier_all(void) {
-  return false;
-}
-#endif
-
 /* The owner's side: `inside` stored, `reclaiming` not yet loaded. */
 static inline void owner_fence(const limit_slot *slot) {
   if (GPUMEM_LIKELY(slot->membarrier))
@@ -132,7 +85,7 @@ static inline void owner_fence(const limit_slot *slot) {
  * would leave no safe way on: the process stops rather than overrun the limit. */
 static void reclaimer_fence(const limit_resource *self) {
   atomic_thread_fence(memory_order_seq_cst);
-  if (self->membarrier && !membarrier_all())
+  if (self->membarrier && !gpumem__thread_barrier())
     __builtin_trap();
 }
 
@@ -223,7 +176,6 @@ static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, in
   return ok;
 }
 
-/* Takes the budget of one allocation of `bytes`; false: past the limit. */
 /* Takes the budget of one allocation of `bytes` from the slot's credit alone; false when it
  * does not cover it (or a reclaim runs, or the thread has no slot): nothing taken then. */
 static inline bool take_from_slot(limit_resource *self, limit_slot *slot, int64_t bytes) {
@@ -240,6 +192,7 @@ static inline bool take_from_slot(limit_resource *self, limit_slot *slot, int64_
   return false;
 }
 
+/* Takes the budget of one allocation of `bytes`; false: past the limit. */
 static inline bool take(limit_resource *self, limit_slot *slot, int64_t bytes) {
   return take_from_slot(self, slot, bytes) || take_slow(self, slot, bytes);
 }
@@ -430,16 +383,14 @@ gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_limit_create: out of host memory");
   memset(self, 0, sizeof *self);
-  pthread_once(&barrier_once, detect_membarrier);
   gpumem__resource_init_pass_through(&self->header, &limit_ops, upstream);
   self->limit = (int64_t)maximum;
   self->batch = self->limit / 512;
-  self->credit_cap = 4 * self->batch;
   self->global = self->limit;
-  self->membarrier = membarrier_usable;
+  self->membarrier = gpumem__thread_barrier_available();
   for (int i = 0; i < MAX_SLOTS; i++) {
-    self->slots[i].membarrier = membarrier_usable;
-    self->slots[i].credit_cap = self->credit_cap;
+    self->slots[i].membarrier = self->membarrier;
+    self->slots[i].credit_cap = 4 * self->batch;
   }
   pthread_mutex_init(&self->lock, NULL);
   *out = &self->header;

@@ -5,57 +5,12 @@
 
 #if defined(__linux__)
 #include <linux/futex.h>
-#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
-#if defined(__SANITIZE_THREAD__)
-#define GPUMEM__UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define GPUMEM__UNDER_TSAN 1
-#endif
-#endif
-
-static pthread_once_t bias_once = PTHREAD_ONCE_INIT;
-static bool bias_supported;
-
-#if defined(__linux__) && defined(__NR_membarrier) && !defined(GPUMEM__UNDER_TSAN)
-static long membarrier(int command) {
-  return syscall(__NR_membarrier, command, 0, 0);
-}
-
-/* Biasing needs the expedited private barrier, registered once per process. */
-static void detect_bias_support(void) {
-  long commands = membarrier(MEMBARRIER_CMD_QUERY);
-  bias_supported = commands > 0 && (commands & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                   membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
-}
-
-static bool barrier_on_every_thread(void) {
-  if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
-    return true;
-  /* Should a process ever lose its registration (a kernel that does not carry it across
-   * fork), register again; else the global barrier, slow but needing none. */
-  if (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&
-      membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
-    return true;
-  return membarrier(MEMBARRIER_CMD_GLOBAL) == 0;
-}
-#else
-static void detect_bias_support(void) {
-  bias_supported = false;
-}
-
-static bool barrier_on_every_thread(void) {
-  return false;
-}
-#endif
-
 bool gpumem__biased_lock_can_bias(void) {
-  pthread_once(&bias_once, detect_bias_support);
-  return bias_supported;
+  return gpumem__thread_barrier_available();
 }
 
 /* Sleeps while the shared lock reads GPUMEM__LOCKED_WAITERS (returns at once if it has
@@ -116,7 +71,7 @@ void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
   atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);
   /* If no barrier can be had at all there is no safe way on: the process stops rather than
    * corrupt a pool. */
-  if (!barrier_on_every_thread())
+  if (!gpumem__thread_barrier())
     __builtin_trap();
   for (unsigned spins = 0; atomic_load_explicit(&lock->owner_inside, memory_order_acquire);
        spins++) {

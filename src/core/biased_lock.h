@@ -33,6 +33,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/thread_barrier.h"
+
 /* States of the shared lock. */
 enum { GPUMEM__UNLOCKED = 0, GPUMEM__LOCKED = 1, GPUMEM__LOCKED_WAITERS = 2 };
 
@@ -49,22 +51,6 @@ bool gpumem__biased_lock_can_bias(void);
 void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock);
 /* Wakes one thread asleep on the shared lock, which was just released. */
 void gpumem__biased_lock_wake(gpumem__biased_lock *lock);
-
-#if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
-#if __has_builtin(__builtin_thread_pointer)
-#define GPUMEM__THREAD_POINTER() ((uintptr_t)__builtin_thread_pointer())
-#endif
-#endif
-
-/* A number no two live threads share: the thread pointer (one register read) where the
- * compiler offers it, else pthread_self. */
-static inline uintptr_t gpumem__thread_token(void) {
-#ifdef GPUMEM__THREAD_POINTER
-  return GPUMEM__THREAD_POINTER();
-#else
-  return (uintptr_t)pthread_self();
-#endif
-}
 
 static inline void gpumem__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

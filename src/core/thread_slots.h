@@ -11,6 +11,7 @@
 #define GPUMEM_CORE_THREAD_SLOTS_H
 
 #include "core/internal.h"
+#include "core/thread_barrier.h"
 
 #include <pthread.h>
 
@@ -21,17 +22,6 @@
 typedef struct gpumem__thread_slots {
   atomic_uintptr_t owners[GPUMEM__THREAD_SLOTS]; /* a thread token each; 0: free */
 } gpumem__thread_slots;
-
-/* The thread's token: the thread pointer (one register read) where the compiler offers it,
- * else pthread_self. No two live threads share one. */
-static inline uintptr_t gpumem__thread_token(void) {
-#if defined(__has_builtin) && (defined(__x86_64__) || defined(__aarch64__))
-#if __has_builtin(__builtin_thread_pointer)
-  return (uintptr_t)__builtin_thread_pointer();
-#endif
-#endif
-  return (uintptr_t)pthread_self();
-}
 
 static inline unsigned gpumem__thread_slot_hash(uintptr_t token) {
   return (unsigned)(((uint64_t)token * 0x9E3779B97F4A7C15ull) >> 58); /* 6 bits: 64 slots */
