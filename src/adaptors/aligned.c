@@ -75,8 +75,7 @@ gpumem_status gpumem_aligned_create(gpumem_resource *upstream, const gpumem_alig
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_aligned_create: out of host memory");
   gpumem__resource_init_pass_through(&self->header, &aligned_ops, upstream);
   if (self->header.caps.places_at_address && options.alignment > self->header.caps.granularity)
-    self->header.caps = (gpumem__capabilities){.memory = upstream->caps.memory,
-                                               .stream_ordered = upstream->caps.stream_ordered};
+    gpumem__drop_placement(&self->header);
   self->alignment = options.alignment;
   self->threshold = options.threshold;
   *out = &self->header;

@@ -14,11 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef struct prefetch_resource {
-  gpumem_resource header;
-  bool managed;
-} prefetch_resource;
-
 static GPUMEM_COLD gpumem_status give_back(gpumem_resource *mr, void *ptr, size_t bytes,
                                            size_t alignment, gpumem_stream stream,
                                            gpumem_status failure) {
@@ -37,7 +32,7 @@ static gpumem_status prefetch_allocate(gpumem_resource *mr, size_t bytes, size_t
       mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, &block);
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
     return gpumem__fail_through(mr, status);
-  if (((const prefetch_resource *)mr)->managed) {
+  if (mr->caps.memory == GPUMEM_MEMORY_MANAGED) {
     status = mr->dev->prefetch(block, bytes, mr->device, stream);
     if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
       return give_back(mr, block, bytes, alignment, stream, status);
@@ -67,11 +62,10 @@ gpumem_status gpumem_prefetch_create(gpumem_resource *upstream, gpumem_resource 
   gpumem_status status = gpumem__check_adaptor_args("gpumem_prefetch_create", upstream, out);
   if (status != GPUMEM_OK)
     return status;
-  prefetch_resource *self = calloc(1, sizeof *self);
+  gpumem_resource *self = calloc(1, sizeof *self);
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_prefetch_create: out of host memory");
-  gpumem__resource_init_pass_through(&self->header, &prefetch_ops, upstream);
-  self->managed = upstream->caps.memory == GPUMEM_MEMORY_MANAGED;
-  *out = &self->header;
+  gpumem__resource_init_pass_through(self, &prefetch_ops, upstream);
+  *out = self;
   return GPUMEM_OK;
 }

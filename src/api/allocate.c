@@ -58,13 +58,11 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
                         "gpumem_deallocate: alignment %zu is not a power of two", alignment);
   if (alignment < GPUMEM_DEFAULT_ALIGNMENT)
     alignment = GPUMEM_DEFAULT_ALIGNMENT;
-#if GPUMEM__DEBUG_LEVEL >= 2
   gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+#if GPUMEM__DEBUG_LEVEL >= 2
   gpumem__debug_after(mr, "deallocate");
-  return status;
-#else
-  return mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
 #endif
+  return status;
 }
 
 gpumem_status gpumem_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,

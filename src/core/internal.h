@@ -120,6 +120,13 @@ void gpumem__resource_init_pass_through(gpumem_resource *mr, const gpumem__resou
 void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resource_ops *ops,
                                         gpumem_resource *upstream);
 
+/* Takes placement out of mr's capabilities, keeping the kind of memory and stream order:
+ * for an adaptor that cannot keep placement's promise. */
+static inline void gpumem__drop_placement(gpumem_resource *mr) {
+  mr->caps =
+      (gpumem__capabilities){.memory = mr->caps.memory, .stream_ordered = mr->caps.stream_ordered};
+}
+
 /* True when mr can map memory at chosen addresses: its capabilities say so and its table is
  * recent enough to have the operations. */
 static inline bool gpumem__places_at_address(const gpumem_resource *mr) {

@@ -73,8 +73,7 @@ void gpumem__resource_init_pass_through(gpumem_resource *mr, const gpumem__resou
   gpumem__resource_init(mr, ops, upstream->device, upstream->dev, upstream);
   mr->caps = upstream->caps;
   if (!gpumem__places_at_address(mr))
-    mr->caps = (gpumem__capabilities){.memory = upstream->caps.memory,
-                                      .stream_ordered = upstream->caps.stream_ordered};
+    gpumem__drop_placement(mr);
 }
 
 void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resource_ops *ops,
