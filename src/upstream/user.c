@@ -18,8 +18,8 @@
 
 typedef struct user_resource {
   gpumem_resource header;
-  /* A table of its own, whose kind is the user's name, so that gpumem_resource_name and
-   * every message name the resource as its author does. */
+  /* A table of its own, whose kind is the user's name, so that gpumem_resource_name, its
+   * description and every message name the resource as its author does. */
   gpumem__resource_ops ops;
   gpumem_user_resource_ops user; /* the user's table, as this library's version of it */
   void *state;
@@ -124,10 +124,6 @@ static gpumem_status user_query(const gpumem_resource *mr, gpumem_query what, ui
   return status == GPUMEM_OK ? GPUMEM_OK : GPUMEM_ERR_UNSUPPORTED;
 }
 
-static void user_describe(const gpumem_resource *mr, char *buf, size_t size) {
-  snprintf(buf, size, "%s", ((const user_resource *)mr)->name);
-}
-
 static gpumem_status user_destroy(gpumem_resource *mr) {
   user_resource *self = (user_resource *)mr;
   if (self->user.destroy)
@@ -194,7 +190,6 @@ gpumem_status gpumem_user_resource_create(int device, const gpumem_user_resource
       .allocate = user_allocate,
       .deallocate = user_deallocate,
       .query = user_query,
-      .describe = user_describe,
       .destroy = user_destroy,
   };
   gpumem__ptrmap_init(&self->live);
