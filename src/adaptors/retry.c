@@ -120,7 +120,7 @@ static gpumem_status create(gpumem_resource *upstream, const gpumem_failure_call
                                   : "out");
   if (!builtin && !opts->callback)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: opts->callback is NULL", who);
-  retry_resource *self = gpumem__adaptor_new(sizeof *self);
+  retry_resource *self = calloc(1, sizeof *self);
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s: out of host memory", who);
   gpumem__resource_init_pass_through(&self->header, &retry_ops, upstream);
