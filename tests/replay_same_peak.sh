@@ -27,6 +27,6 @@ printf '%s\n' "$out" | awk '
           printf "%s: %s peaks at %s bytes reserved, as pool(vmm)\n", t, r, plain[t]
       }
     }
-    if (traces == 0) { print "no replay lines"; exit 1 }
+    if (traces == 0 || length(names) == 0) { print "no replay lines"; exit 1 }
     exit bad
   }'

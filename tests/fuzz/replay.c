@@ -55,17 +55,23 @@ static int replay_folder(const char *path) {
     if (entry->d_name[0] == '.')
       continue;
     char **grown = realloc(names, (count + 1) * sizeof *names);
-    if (!grown)
-      break;
-    names = grown;
     size_t length = strlen(path) + strlen(entry->d_name) + 2;
-    names[count] = malloc(length);
-    if (!names[count])
+    if (grown)
+      names = grown;
+    if (!grown || !(names[count] = malloc(length))) {
+      fprintf(stderr, "%s: out of host memory listing the corpus\n", path);
+      failures++;
       break;
+    }
     snprintf(names[count++], length, "%s/%s", path, entry->d_name);
   }
   closedir(dir);
-  qsort(names, count, sizeof *names, compare_names);
+  if (count == 0) {
+    fprintf(stderr, "%s: an empty corpus replays nothing\n", path);
+    failures++;
+  }
+  if (count > 0)
+    qsort(names, count, sizeof *names, compare_names);
   for (size_t i = 0; i < count; i++) {
     failures += replay_file(names[i]);
     free(names[i]);
