@@ -62,8 +62,6 @@ static const char *const default_specs[] = {
     "prefetch(cuda)",
 };
 
-/* ---- a user resource that forwards to a gpumem resource, written with the public API ---- */
-
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the
  * start and at the end: the block is real memory of the size asked. */
 static void check_usable(void *ptr, size_t bytes, int value, gpumem_stream stream) {

@@ -67,8 +67,9 @@ static gpumem_status make_user(const char *spec, gpumem_resource **out) {
   return status;
 }
 
-/* A resource from a spec, or from one of the names above; "retry(NAME)" wraps one in the
- * spec's retry adaptor (built over it by hand, as the spec cannot name it). */
+/* A resource from a spec, or from one of the names above; "retry(pool:NAME)" wraps the pool
+ * in a failure callback adaptor whose callback counts and says no (built by hand: the
+ * spec's retry has a callback of its own). */
 static gpumem_status make_resource(const char *spec, gpumem_resource **out) {
   if (strncmp(spec, "user:", 5) == 0)
     return make_user(spec + 5, out);

@@ -22,12 +22,6 @@
 #define MiB ((size_t)1 << 20)
 #define DEVICE_MEMORY (64 * MiB)
 
-static gpumem_resource *from_spec(const char *spec) {
-  gpumem_resource *mr;
-  CHECK_OK(gpumem_resource_from_spec(spec, &mr));
-  return mr;
-}
-
 /* Live and reserved bytes, to show that a refused call changed nothing. */
 typedef struct figures {
   uint64_t live_bytes, live_count, reserved;
@@ -62,7 +56,7 @@ static void check_wrong_sizes(gpumem_resource *mr, void *ptr, const size_t *size
 }
 
 static void test_arena_wrong_size(void) {
-  gpumem_resource *mr = from_spec("arena(vmm)");
+  gpumem_resource *mr = check_build("arena(vmm)");
   void *p, *q, *large, *exact;
   CHECK_OK(gpumem_allocate(mr, 100, NULL, &p)); /* the first block of a superblock */
   figures before = figures_of(mr);
@@ -107,7 +101,7 @@ static void test_arena_wrong_size(void) {
 }
 
 static void test_binning_wrong_size(const char *spec) {
-  gpumem_resource *mr = from_spec(spec);
+  gpumem_resource *mr = check_build(spec);
   void *p, *q, *direct;
   CHECK_OK(gpumem_allocate(mr, 29624, NULL, &p)); /* the first block of the 32 KiB bin */
   figures before = figures_of(mr);
@@ -168,7 +162,7 @@ static void free_all(gpumem_resource *mr, void **ptrs, size_t *lens, size_t coun
 }
 
 static void test_arena_large_after_small(void) {
-  gpumem_resource *mr = from_spec("arena(vmm)");
+  gpumem_resource *mr = check_build("arena(vmm)");
   void *big;
   CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, &big));
   CHECK_OK(gpumem_deallocate(mr, big, 8 * MiB, NULL));
@@ -197,7 +191,7 @@ static void test_arena_large_after_small(void) {
 }
 
 static void test_binning_gives_bins_back(void) {
-  gpumem_resource *mr = from_spec("binning(pool(vmm))");
+  gpumem_resource *mr = check_build("binning(pool(vmm))");
   for (int round = 0; round < 3; round++) {
     void **ptrs;
     size_t *lens;
@@ -219,7 +213,7 @@ static void test_binning_gives_bins_back(void) {
 }
 
 static void test_trim(void) {
-  gpumem_resource *cuda = from_spec("cuda");
+  gpumem_resource *cuda = check_build("cuda");
   size_t released = 7;
   CHECK_FAILS_WITH(gpumem_resource_trim(cuda, &released), GPUMEM_ERR_UNSUPPORTED,
                    "keeps no free memory");
@@ -229,7 +223,7 @@ static void test_trim(void) {
   CHECK_OK(gpumem_resource_release(cuda));
 
   /* Arena: the superblocks go back to the global pool, then to vmm. */
-  gpumem_resource *arena = from_spec("arena(vmm)");
+  gpumem_resource *arena = check_build("arena(vmm)");
   void *small, *large;
   CHECK_OK(gpumem_allocate(arena, 1000, NULL, &small));
   CHECK_OK(gpumem_allocate(arena, 6 * MiB, NULL, &large));
@@ -247,7 +241,7 @@ static void test_trim(void) {
   CHECK_OK(gpumem_resource_release(arena));
 
   /* Binning: its bins' chunks go back to the upstream pool, which keeps them until trimmed. */
-  gpumem_resource *pool = from_spec("pool(vmm)");
+  gpumem_resource *pool = check_build("pool(vmm)");
   gpumem_resource *binning;
   CHECK_OK(gpumem_binning_create(pool, NULL, &binning));
   void *blocks[3];
@@ -322,7 +316,7 @@ static void test_describe_whole(void) {
   /* 12 faults around cuda, then the deepest chain a spec may have (16), of several kinds. */
   char spec[4096] = "";
   nest(spec, "faulty(", "cuda", ", fail_every=1000)", 12);
-  gpumem_resource *mr = from_spec(spec);
+  gpumem_resource *mr = check_build(spec);
   check_describes_whole(mr, 513);
   CHECK_OK(gpumem_resource_release(mr));
 
@@ -330,7 +324,7 @@ static void test_describe_whole(void) {
   nest(spec, "faulty(", "pool(vmm(reserve=256MiB, piece=2MiB), max=48MiB)",
        ", fail_at=18446744073709551615)", 12);
   strcat(spec, ", size=4MiB, max=32MiB, superblock=1MiB), min=10, max=18)");
-  mr = from_spec(spec);
+  mr = check_build(spec);
   check_describes_whole(mr, 900);
   void *ptr;
   CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
@@ -353,7 +347,7 @@ static void test_counts_in_range(void) {
   check_bad_count("binning(cuda, min=8, max=4294967316)", "expected a count from 8 to 40", 25);
   check_bad_count("binning(cuda, max=41)", "bad value for 'max' of 'binning'", 18);
   check_bad_count("binning(cuda, min=7)", "bad value for 'min'", 18);
-  gpumem_resource *mr = from_spec("binning(cuda, min=8, max=40)");
+  gpumem_resource *mr = check_build("binning(cuda, min=8, max=40)");
   CHECK_OK(gpumem_resource_release(mr));
   printf("spec: counts out of range refused\n");
 }

@@ -17,10 +17,6 @@
 /* A value no successful call could leave in an out-parameter. */
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
 
-static gpumem_resource *build(const char *spec) {
-  return check_build(spec);
-}
-
 static const char *describe(const gpumem_resource *mr) {
   static char buf[1024];
   CHECK_OK(gpumem_resource_describe(mr, buf, sizeof buf));
@@ -29,7 +25,7 @@ static const char *describe(const gpumem_resource *mr) {
 
 /* The spec builds a resource whose description contains `needle`. */
 static void check_describe(const char *spec, const char *needle) {
-  gpumem_resource *mr = build(spec);
+  gpumem_resource *mr = check_build(spec);
   CHECK_CONTAINS(describe(mr), needle);
   CHECK_OK(gpumem_resource_release(mr));
 }
@@ -37,10 +33,10 @@ static void check_describe(const char *spec, const char *needle) {
 /* Two specs build resources with the same description. */
 static void check_same(const char *a, const char *b) {
   char first[1024];
-  gpumem_resource *mr = build(a);
+  gpumem_resource *mr = check_build(a);
   snprintf(first, sizeof first, "%s", describe(mr));
   CHECK_OK(gpumem_resource_release(mr));
-  mr = build(b);
+  mr = check_build(b);
   if (strcmp(first, describe(mr)) != 0)
     CHECK_FAIL_("\"%s\" describes as \"%s\" but \"%s\" as \"%s\"", a, first, b, describe(mr));
   CHECK_OK(gpumem_resource_release(mr));
@@ -63,7 +59,7 @@ static void test_base_specs(void) {
       {"prefetch(managed)", "prefetch"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-    gpumem_resource *mr = build(rows[i].spec);
+    gpumem_resource *mr = check_build(rows[i].spec);
     CHECK(strcmp(gpumem_resource_name(mr), rows[i].name) == 0);
     void *ptr = NULL;
     CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
@@ -109,7 +105,7 @@ static void test_parameters(void) {
   }
 
   /* The faulty options act: the second allocation fails with the chosen status. */
-  mr = build("faulty(cuda, fail_at=2, status=cuda)");
+  mr = check_build("faulty(cuda, fail_at=2, status=cuda)");
   void *ptr = NULL, *second = untouched;
   CHECK_OK(gpumem_allocate(mr, 256, NULL, &ptr));
   CHECK_STATUS(gpumem_allocate(mr, 256, NULL, &second), GPUMEM_ERR_CUDA);
@@ -128,7 +124,7 @@ static void test_parameters(void) {
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     char text[1024];
-    mr = build(specs[i]);
+    mr = check_build(specs[i]);
     snprintf(text, sizeof text, "%s", describe(mr));
     CHECK_OK(gpumem_resource_release(mr));
     check_same(specs[i], text);
@@ -175,7 +171,7 @@ static void test_sizes(void) {
 }
 
 static void test_devices(void) {
-  gpumem_resource *mr = build("cuda");
+  gpumem_resource *mr = check_build("cuda");
   CHECK_EQ(gpumem_resource_device(mr), 0);
   CHECK_OK(gpumem_resource_release(mr));
   mr = NULL;
@@ -292,7 +288,7 @@ static void test_errors(void) {
   strcat(spec, "cuda");
   for (int i = 0; i < 15; i++)
     strcat(spec, ")");
-  CHECK_OK(gpumem_resource_release(build(spec)));
+  CHECK_OK(gpumem_resource_release(check_build(spec)));
   spec[0] = '\0';
   for (int i = 0; i < 16; i++)
     strcat(spec, "faulty(");
@@ -388,7 +384,7 @@ static void test_nested_failure(void) {
   CHECK_U64_EQ(after, before);
 
   /* The same spec builds once the device lets it, and gives all back on release. */
-  mr = build("faulty(async(initial=1MiB))");
+  mr = check_build("faulty(async(initial=1MiB))");
   CHECK_OK(gpumem_resource_release(mr));
   CHECK_OK(gpumem_sim_device_used(0, &after));
   CHECK_U64_EQ(after, before);

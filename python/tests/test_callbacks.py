@@ -22,7 +22,7 @@ class Boom(Exception):
 
 class Recorder:
     """allocate_func and deallocate_func over a gpumem cuda resource, recording each call;
-    `fail_with` makes the next calls raise it."""
+    `fail_allocate` and `fail_deallocate` make the next calls raise them."""
 
     def __init__(self):
         self.base = gpumem.mr.CudaMemoryResource()
