@@ -60,6 +60,8 @@ static const char *const default_specs[] = {
     "prefetch(managed)",
     "prefetch(pool(managed))",
     "prefetch(cuda)",
+    "pool(conformance_cuda, initial=1)",
+    "limit(conformance_cuda, max=3GiB)",
 };
 
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the
@@ -317,6 +319,11 @@ static void check_spec(const char *spec) {
 
 int main(int argc, char **argv) {
   check_init_backend();
+  /* A resource the program names for specs composes as any other (default_specs). */
+  gpumem_resource *named;
+  CHECK_OK(gpumem_cuda_create(0, &named));
+  CHECK_OK(gpumem_spec_define("conformance_cuda", named));
+  CHECK_OK(gpumem_resource_release(named));
   if (argc > 1) {
     for (int i = 1; i < argc; i++)
       check_spec(argv[i]);

@@ -6,6 +6,7 @@
  * freeing stream and waited on by the allocating one) must not; and the real resources
  * must stay clean under the same producer/consumer pattern. Simulated device only. */
 #include "check.h"
+#include "forwarding.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -229,11 +230,14 @@ int main(void) {
                                       "limit(arena(vmm), max=1GiB)",
                                       "pool(aligned(vmm, alignment=4MiB))",
                                       "aligned(pool(vmm), alignment=64KiB)",
-                                      "prefetch(pool(managed))"};
+                                      "prefetch(pool(managed))",
+                                      "retry(pool(vmm))",
+                                      "pool(retry(vmm))",
+                                      "pool:user:cuda"};
   for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
     for (unsigned seed = 1; seed <= 3; seed++) {
       gpumem_resource *mr;
-      CHECK_OK(gpumem_resource_from_spec(pools[i], &mr));
+      CHECK_OK(make_resource(pools[i], &mr)); /* a spec, or a name of forwarding.h */
       uint64_t waits = 0;
       CHECK_EQ(multi_stream_workload(mr, seed, &waits), 0);
       CHECK(waits > 0);
