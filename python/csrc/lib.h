@@ -36,6 +36,15 @@ int gpumem_py_restore_callback_error(void);
  * through sys.unraisablehook, leaving any exception being raised as it was. */
 void gpumem_py_report_unraisable(gpumem_status status, PyObject *object);
 
+/* Runs `call` as `status = call` without the GIL, keeping a Python callback's exception for
+ * gpumem_py_raise: for calls that wait for the device, and for GPUMEM_PY_CALL below. */
+#define GPUMEM_PY_CALL_WITHOUT_GIL(status, call)                                                   \
+  do {                                                                                             \
+    gpumem_py_call_enter();                                                                        \
+    Py_BEGIN_ALLOW_THREADS(status) = (call);                                                       \
+    Py_END_ALLOW_THREADS gpumem_py_call_leave(status);                                             \
+  } while (0)
+
 /* Runs `call`, a gpumem call on a resource, as `status = call`. While resources with Python
  * callbacks exist it releases the GIL for the call (a callback run inside it, under a
  * pool's lock, takes the GIL back: holding the GIL while waiting for that lock would
@@ -46,9 +55,7 @@ void gpumem_py_report_unraisable(gpumem_status status, PyObject *object);
     if (atomic_load_explicit(&gpumem_py_callbacks_alive, memory_order_relaxed) == 0) {             \
       (status) = (call);                                                                           \
     } else {                                                                                       \
-      gpumem_py_call_enter();                                                                      \
-      Py_BEGIN_ALLOW_THREADS(status) = (call);                                                     \
-      Py_END_ALLOW_THREADS gpumem_py_call_leave(status);                                           \
+      GPUMEM_PY_CALL_WITHOUT_GIL(status, call);                                                    \
     }                                                                                              \
   } while (0)
 

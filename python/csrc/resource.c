@@ -387,11 +387,7 @@ static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
     return NULL;
   size_t released = 0;
   gpumem_status status;
-  /* It waits for the device: without the GIL, and with a Python callback's exception
-   * kept for this caller where a user resource gives memory back. */
-  gpumem_py_call_enter();
-  Py_BEGIN_ALLOW_THREADS status = gpumem_resource_trim(mr, &released);
-  Py_END_ALLOW_THREADS gpumem_py_call_leave(status);
+  GPUMEM_PY_CALL_WITHOUT_GIL(status, gpumem_resource_trim(mr, &released)); /* it waits */
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 
