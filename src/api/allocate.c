@@ -2,7 +2,9 @@
  * alignment, overflow), so that every resource can rely on documented preconditions, and
  * tells the device backend about each block handed out (the simulated device checks it
  * for cross-stream hazards). In a build with debug level 2, each call validates the
- * resource's whole structure afterwards, failed or not (GPUMEM_DEBUG=2). */
+ * resource's whole structure afterwards, failed or not (GPUMEM_DEBUG=2). Under a CUDA tool
+ * that reads NVTX memory annotations, each block handed out is annotated (core/annotate.h). */
+#include "core/annotate.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -34,12 +36,29 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
     return status;
   if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
     mr->dev->note_handout(block, bytes, stream);
+  if (GPUMEM_UNLIKELY(gpumem__annotating()))
+    gpumem__annotate_block_add(block, bytes);
   *ptr = block;
   return GPUMEM_OK;
 }
 
 gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream, void **ptr) {
   return gpumem_allocate_aligned(mr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+}
+
+/* A free while a tool watches: the block's annotation goes first (the resource may hand the
+ * memory out again at once) and comes back if the free fails. */
+GPUMEM_COLD static gpumem_status deallocate_annotated(gpumem_resource *mr, void *ptr, size_t bytes,
+                                                      size_t alignment, gpumem_stream stream) {
+  size_t registered;
+  gpumem__annotate_block_remove(mr, ptr, stream, &registered);
+  gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+  if (status != GPUMEM_OK)
+    gpumem__annotate_block_restore(ptr, registered);
+#if GPUMEM__DEBUG_LEVEL >= 2
+  gpumem__debug_after(mr, "deallocate");
+#endif
+  return status;
 }
 
 gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t bytes,
@@ -58,6 +77,8 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
                         "gpumem_deallocate: alignment %zu is not a power of two", alignment);
   if (alignment < GPUMEM_DEFAULT_ALIGNMENT)
     alignment = GPUMEM_DEFAULT_ALIGNMENT;
+  if (GPUMEM_UNLIKELY(gpumem__annotating()))
+    return deallocate_annotated(mr, ptr, bytes, alignment, stream);
   gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
 #if GPUMEM__DEBUG_LEVEL >= 2
   gpumem__debug_after(mr, "deallocate");

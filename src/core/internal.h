@@ -85,6 +85,10 @@ typedef struct gpumem__resource_ops {
 typedef struct gpumem__capabilities {
   gpumem_memory_kind memory;
   bool stream_ordered;
+  /* Each allocation is one that CUDA's tools know as an allocation of its own (cuMemAlloc,
+   * cuMemAllocManaged, cuMemHostAlloc), so a suballocator may annotate it as a heap of
+   * blocks (core/annotate.h). */
+  bool annotatable;
   /* allocate_at and unmap_pieces work, with the geometry below */
   bool places_at_address;
   size_t granularity; /* addresses and sizes of placement are multiples of it */
@@ -120,11 +124,12 @@ void gpumem__resource_init_pass_through(gpumem_resource *mr, const gpumem__resou
 void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resource_ops *ops,
                                         gpumem_resource *upstream);
 
-/* Takes placement out of mr's capabilities, keeping the kind of memory and stream order:
+/* Takes placement out of mr's capabilities, keeping the rest:
  * for an adaptor that cannot keep placement's promise. */
 static inline void gpumem__drop_placement(gpumem_resource *mr) {
-  mr->caps =
-      (gpumem__capabilities){.memory = mr->caps.memory, .stream_ordered = mr->caps.stream_ordered};
+  mr->caps = (gpumem__capabilities){.memory = mr->caps.memory,
+                                    .stream_ordered = mr->caps.stream_ordered,
+                                    .annotatable = mr->caps.annotatable};
 }
 
 /* True when mr can map memory at chosen addresses: its capabilities say so and its table is

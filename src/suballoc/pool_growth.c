@@ -6,6 +6,8 @@
  * speak to the upstream's placement capability. */
 #include "suballoc/pool_internal.h"
 
+#include "core/annotate.h"
+
 /* Growth steps round up to this where the upstream does not place memory, and the default
  * initial size down to it. */
 #define GROWTH_ROUNDING ((size_t)2 << 20)
@@ -85,6 +87,7 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
     gpumem__block_delete(&pool->slab, block);
     return status;
   }
+  gpumem__annotate_heap_add(pool->header.upstream, memory, step);
   block->addr = (uintptr_t)memory;
   block->size = step;
   block->region = (uint8_t)ri;

@@ -7,6 +7,8 @@
  * upstream's placement capability. */
 #include "suballoc/pool_internal.h"
 
+#include "core/annotate.h"
+
 #include <stdlib.h>
 
 typedef struct block_list {
@@ -122,10 +124,14 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
   gpumem_status status;
   /* The device was synchronized before the trim: no work uses the memory any more, and the
    * default stream, unlike a freeing stream, cannot have been destroyed. */
-  if (a == c->addr && b == c_end)
+  if (a == c->addr && b == c_end) {
+    bool annotated = gpumem__annotate_heap_remove((void *)a);
     status = up->ops->deallocate(up, (void *)a, b - a, GPUMEM_DEFAULT_ALIGNMENT, NULL);
-  else
+    if (status != GPUMEM_OK && annotated)
+      gpumem__annotate_heap_add(up, (void *)a, b - a);
+  } else {
     status = up->ops->unmap_pieces(up, a, b - a, &(int){0});
+  }
   if (status != GPUMEM_OK)
     return status;
   if (a == c->addr && b == c_end) {

@@ -39,7 +39,9 @@ gpumem_status gpumem_cuda_create(int device, gpumem_resource **out) {
   gpumem__base_resource *self;
   status = gpumem__base_new("gpumem_cuda_create", sizeof *self, &cuda_ops, &cuda_impl, device, dev,
                             &self);
-  if (status == GPUMEM_OK)
-    *out = &self->header;
-  return status;
+  if (status != GPUMEM_OK)
+    return status;
+  self->header.caps.annotatable = true; /* cuMemAlloc allocations */
+  *out = &self->header;
+  return GPUMEM_OK;
 }

@@ -96,6 +96,7 @@ gpumem_status gpumem_managed_create(int device, const gpumem_managed_options *op
     return status;
   self->options = options;
   self->base.header.caps.memory = GPUMEM_MEMORY_MANAGED;
+  self->base.header.caps.annotatable = true; /* cuMemAllocManaged allocations */
   *out = &self->base.header;
   return GPUMEM_OK;
 }

@@ -67,6 +67,7 @@ gpumem_status gpumem_pinned_host_create(int device, const gpumem_pinned_host_opt
     return status;
   self->options = options;
   self->base.header.caps.memory = GPUMEM_MEMORY_PINNED_HOST;
+  self->base.header.caps.annotatable = true; /* cuMemHostAlloc allocations */
   *out = &self->base.header;
   return GPUMEM_OK;
 }
