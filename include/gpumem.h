@@ -167,8 +167,9 @@ GPUMEM_API const char *gpumem_settings(void);
 /* Allocates `bytes` bytes aligned to GPUMEM_DEFAULT_ALIGNMENT, usable at once by work
  * enqueued on `stream` after this call. `bytes` == 0 succeeds with *ptr = NULL.
  * Returns GPUMEM_ERR_INVALID_ARGUMENT (NULL mr or ptr, size overflow),
- * GPUMEM_ERR_OUT_OF_MEMORY (message: request, resource, what it holds),
- * GPUMEM_ERR_INVALID_STREAM, or an upstream failure. *ptr is untouched on failure. */
+ * GPUMEM_ERR_OUT_OF_MEMORY (message: request, resource, what it holds, then the report of
+ * gpumem_resource_report ending with its verdict line), GPUMEM_ERR_INVALID_STREAM, or an
+ * upstream failure. *ptr is untouched on failure. */
 GPUMEM_API gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream,
                                          void **ptr);
 
@@ -225,13 +226,40 @@ typedef enum gpumem_query {
   GPUMEM_QUERY_PEAK_RESERVED_BYTES = 5,
   GPUMEM_QUERY_LARGEST_FREE_BLOCK = 6, /* suballocators */
   GPUMEM_QUERY_FREE_BLOCKS = 7,        /* suballocators */
-  GPUMEM_QUERY_FREE_BYTES = 8          /* suballocators: reserved bytes not in live blocks */
+  GPUMEM_QUERY_FREE_BYTES = 8,         /* suballocators: reserved bytes not in live blocks */
+  GPUMEM_QUERY_LIMIT_BYTES = 9,        /* most bytes allocated through it (limit adaptor) */
+  GPUMEM_QUERY_MAX_RESERVED_BYTES = 10 /* most bytes held from upstream (pool's maximum) */
 } gpumem_query;
 
 /* Reads a numeric fact. Returns GPUMEM_ERR_UNSUPPORTED when the resource does not know it
  * (*out untouched). Cheap: never walks the free lists unless the fact is about them. */
 GPUMEM_API gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem_query what,
                                                uint64_t *out);
+
+/* Where memory goes (docs/reports.md). The report of mr for a request of `bytes` at
+ * `alignment` (0: 256), as text: a line per resource of mr's tree (its upstreams, and what
+ * it holds inside: a binning resource's bins, an arena's pools), indented by depth, with the
+ * figures it knows (live, reserved and peak bytes, free bytes and blocks, the largest free
+ * block, a limit or maximum); a line on the device (free and total memory, and how much of
+ * it gpumem's resources in this process hold); and a last line
+ * "verdict: WORD: why", WORD one of fragmentation (enough free bytes, no block large
+ * enough), limit_reached, device_full, host_failure, too_large, injected, unexplained, or
+ * none (nothing in the figures stops the request; also with `bytes` 0). The message of an
+ * out-of-memory failure of gpumem_allocate ends with this report (its verdict starting from
+ * what the refusing resource said). The report is written whole into `buf`, NUL-terminated,
+ * and *needed (may be NULL) gets the size it took with its NUL. A buffer too small (buf NULL
+ * with size 0 asks for the size): GPUMEM_ERR_INVALID_ARGUMENT, `buf` untouched, and the
+ * size needed in *needed and in the message; figures move while other threads allocate, so
+ * leave room when calling again. Reads each resource under the locks its queries take. */
+GPUMEM_API gpumem_status gpumem_resource_report(const gpumem_resource *mr, size_t bytes,
+                                                size_t alignment, char *buf, size_t size,
+                                                size_t *needed);
+
+/* The same walk as JSON (a "gpumem.stats" document, version 1; docs/reports.md names every
+ * key): every node of mr's tree with all its figures (null where unknown), and the device's.
+ * Buffer, *needed and errors as gpumem_resource_report. */
+GPUMEM_API gpumem_status gpumem_resource_stats_json(const gpumem_resource *mr, char *buf,
+                                                    size_t size, size_t *needed);
 
 /* Gives free memory the resource holds back to its upstream, as gpumem_pool_trim does for a
  * pool: a pool's whole free chunks (and over vmm its whole free pieces); an arena's free

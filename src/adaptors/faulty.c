@@ -38,8 +38,10 @@ static gpumem_status faulty_allocate(gpumem_resource *mr, size_t bytes, size_t a
   uint64_t call = atomic_fetch_add_explicit(&self->calls, 1, memory_order_relaxed) + 1;
   gpumem_status injected;
   if (should_fail(self, call, &injected)) {
-    if (injected == GPUMEM_ERR_OUT_OF_MEMORY)
+    if (injected == GPUMEM_ERR_OUT_OF_MEMORY) {
+      gpumem__note_oom(GPUMEM__OOM_INJECTED, mr, bytes);
       return gpumem__fail_out_of_memory(mr, bytes, "failure injected by the faulty adaptor");
+    }
     return gpumem__fail(injected, "faulty: injected failure of allocation #%llu (%zu bytes)",
                         (unsigned long long)call, bytes);
   }

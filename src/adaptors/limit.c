@@ -262,6 +262,7 @@ static GPUMEM_COLD gpumem_status refuse(limit_resource *self, size_t bytes) {
   gpumem__format_bytes((uint64_t)self->limit, limit, sizeof limit);
   gpumem__format_bytes(allocated_bytes(self), allocated, sizeof allocated);
   snprintf(why, sizeof why, "past its limit of %s, with %s allocated through it", limit, allocated);
+  gpumem__note_oom(GPUMEM__OOM_LIMIT, &self->header, bytes);
   return gpumem__fail_out_of_memory(&self->header, bytes, why);
 }
 
@@ -338,6 +339,10 @@ static gpumem_status limit_query(const gpumem_resource *mr, gpumem_query what, u
   }
   if (what == GPUMEM_QUERY_LIVE_COUNT) {
     *out = live_count(self);
+    return GPUMEM_OK;
+  }
+  if (what == GPUMEM_QUERY_LIMIT_BYTES) {
+    *out = (uint64_t)self->limit;
     return GPUMEM_OK;
   }
   return gpumem__forward_query(mr, what, out);

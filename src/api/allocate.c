@@ -3,7 +3,9 @@
  * tells the device backend about each block handed out (the simulated device checks it
  * for cross-stream hazards). In a build with debug level 2, each call validates the
  * resource's whole structure afterwards, failed or not (GPUMEM_DEBUG=2). Under a CUDA tool
- * that reads NVTX memory annotations, each block handed out is annotated (core/annotate.h). */
+ * that reads NVTX memory annotations, each block handed out is annotated (core/annotate.h).
+ * An allocation that fails for lack of memory gets the resource's report and verdict after
+ * its message (src/core/report.c), on that rare path only. */
 #include "core/annotate.h"
 #include "core/internal.h"
 #include "device/device.h"
@@ -33,7 +35,8 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
   gpumem__debug_after(mr, "allocate");
 #endif
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
-    return status;
+    return status == GPUMEM_ERR_OUT_OF_MEMORY ? gpumem__report_out_of_memory(mr, bytes, alignment)
+                                              : status;
   if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
     mr->dev->note_handout(block, bytes, stream);
   if (GPUMEM_UNLIKELY(gpumem__annotating()))

@@ -2,12 +2,17 @@
  *
  * Each thread keeps the message of its last failed gpumem call and the raw CUresult of
  * its last failed driver call, so that a status code can be followed by the detail
- * (request size, resource, what it holds) without any allocation on the failure path. */
+ * (request size, resource, what it holds) without any allocation on the failure path. Only
+ * an out-of-memory report, which can be longer than the fixed buffer, goes to a buffer on
+ * the heap, kept per thread and freed when the thread ends. The thread also keeps the
+ * cause of its last refusal for lack of memory, which the report's verdict reads. */
 #include "core/internal.h"
 #include "device/device.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define GPUMEM__MESSAGE_SIZE 1024
@@ -17,6 +22,12 @@ static _Thread_local int last_cuda_error;
 /* Counts the messages set on this thread, so that a caller can tell whether code it called
  * (a user resource's function) set one. */
 static _Thread_local uint64_t message_serial;
+/* A message too long for last_message (an out-of-memory report), when long_in_use. */
+static _Thread_local char *long_message;
+static _Thread_local size_t long_capacity;
+static _Thread_local bool long_in_use;
+static _Thread_local gpumem__oom_note last_oom;
+static _Thread_local uint64_t oom_serial;
 
 const char *gpumem_status_name(gpumem_status status) {
   switch (status) {
@@ -41,7 +52,7 @@ const char *gpumem_status_string(gpumem_status status) {
 }
 
 const char *gpumem_last_error_message(void) {
-  return last_message;
+  return long_in_use ? long_message : last_message;
 }
 
 int gpumem_last_cuda_error(void) {
@@ -58,11 +69,13 @@ uint64_t gpumem__error_serial(void) {
 
 void gpumem_set_error_message(const char *message) {
   snprintf(last_message, sizeof last_message, "%s", message ? message : "");
+  long_in_use = false;
   message_serial++;
 }
 
 gpumem_status gpumem__fail(gpumem_status status, const char *format, ...) {
   message_serial++;
+  long_in_use = false;
   va_list args;
   va_start(args, format);
   vsnprintf(last_message, sizeof last_message, format, args);
@@ -72,6 +85,56 @@ gpumem_status gpumem__fail(gpumem_status status, const char *format, ...) {
 
 void gpumem__clear_error(void) {
   last_message[0] = '\0';
+  long_in_use = false;
+}
+
+/* The long buffer goes with its thread: a key's destructor, which runs on the ending
+ * thread, frees it (and forgets it, should a later destructor fail a gpumem call). */
+static pthread_key_t long_key;
+static pthread_once_t long_key_once = PTHREAD_ONCE_INIT;
+static bool long_key_made;
+
+static void free_long_message(void *memory) {
+  free(memory);
+  long_message = NULL;
+  long_capacity = 0;
+  long_in_use = false;
+}
+
+static void make_long_key(void) {
+  long_key_made = pthread_key_create(&long_key, free_long_message) == 0;
+}
+
+bool gpumem__set_long_message(const char *text, size_t length) {
+  if (length < sizeof last_message) {
+    memcpy(last_message, text, length);
+    last_message[length] = '\0';
+    long_in_use = false;
+    message_serial++;
+    return true;
+  }
+  if (length + 1 > long_capacity) {
+    pthread_once(&long_key_once, make_long_key);
+    char *grown = long_key_made ? realloc(long_message, length + 1) : NULL;
+    if (!grown)
+      return false;
+    long_message = grown;
+    long_capacity = length + 1;
+    pthread_setspecific(long_key, grown);
+  }
+  memcpy(long_message, text, length);
+  long_message[length] = '\0';
+  long_in_use = true;
+  message_serial++;
+  return true;
+}
+
+void gpumem__note_oom(gpumem__oom_cause cause, const gpumem_resource *mr, uint64_t bytes) {
+  last_oom = (gpumem__oom_note){cause, mr, bytes, ++oom_serial};
+}
+
+gpumem__oom_note gpumem__last_oom(void) {
+  return last_oom;
 }
 
 gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...) {
@@ -81,7 +144,8 @@ gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...
   vsnprintf(context, sizeof context, format, args);
   va_end(args);
   char old[GPUMEM__MESSAGE_SIZE];
-  memcpy(old, last_message, sizeof old);
+  snprintf(old, sizeof old, "%s", gpumem_last_error_message());
+  long_in_use = false;
   message_serial++;
   snprintf(last_message, sizeof last_message, "%s: %s", context, old);
   return status;

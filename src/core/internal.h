@@ -30,6 +30,14 @@
  * Resources
  * ------------------------------------------------------------------------------------- */
 
+/* One resource inside another (see the parts operation): how it hangs there (`role`:
+ * "bin", with its size as `key`; "global"; "stream", with the stream's handle as `key`). */
+typedef struct gpumem__part {
+  const gpumem_resource *resource;
+  const char *role; /* static */
+  uint64_t key;
+} gpumem__part;
+
 typedef struct gpumem__resource_ops {
   uint32_t version; /* GPUMEM__RESOURCE_OPS_VERSION of the table's author */
   const char *kind; /* "cuda", "pool", ... : the resource's name and spec keyword */
@@ -76,9 +84,20 @@ typedef struct gpumem__resource_ops {
    * binning resource's bins), under their locks: GPUMEM_OK, or GPUMEM_ERR_INTERNAL with a
    * message naming what is wrong. NULL: nothing of its own to check. */
   gpumem_status (*validate)(const gpumem_resource *self);
+
+  /* Version 5: reports (src/core/report.c). The resources inside this one that are not its
+   * upstream (a binning resource's bins, an arena's pools), for the walk of a report: fills
+   * up to `capacity` entries of `parts` and returns how many there are (more than
+   * `capacity`: call again with room for all). Borrowed: valid while self is and its parts
+   * are not replaced. Takes only the locks that guard the list. NULL: none. */
+  size_t (*parts)(const gpumem_resource *self, gpumem__part *parts, size_t capacity);
 } gpumem__resource_ops;
 
-#define GPUMEM__RESOURCE_OPS_VERSION 4u
+#define GPUMEM__RESOURCE_OPS_VERSION 5u
+
+/* mr's parts into a new array (free() it), *count of them; NULL with *count 0 when it has
+ * none or the host is out of memory (then *complete is false). */
+gpumem__part *gpumem__parts_of(const gpumem_resource *mr, size_t *count, bool *complete);
 
 /* What a resource can do (the contract's data, public as gpumem_resource_capabilities).
  * A resource sets it at creation; a pass-through adaptor copies its upstream's. */
@@ -181,6 +200,53 @@ void gpumem__set_cuda_error(int cuda_error);
 /* An out-of-memory failure with the standard detail: the request, the resource, its
  * reserved and live bytes and largest free block where the resource knows them. */
 gpumem_status gpumem__fail_out_of_memory(const gpumem_resource *mr, size_t bytes, const char *why);
+
+/* Why an allocation ran out of memory, as the resource that refused it first knows: the
+ * cause that an out-of-memory report's verdict starts from (src/core/report.c). */
+typedef enum gpumem__oom_cause {
+  GPUMEM__OOM_NONE = 0,
+  GPUMEM__OOM_LIMIT,     /* a limit: a limit adaptor's, a pool's maximum, vmm's address range */
+  GPUMEM__OOM_DEVICE,    /* the device (or the driver's pool) had no memory to give */
+  GPUMEM__OOM_HOST,      /* host memory: bookkeeping, or pinned or pageable host memory */
+  GPUMEM__OOM_TOO_LARGE, /* larger than the resource can ever serve */
+  GPUMEM__OOM_INJECTED,  /* a test's injected failure */
+  GPUMEM__OOM_OTHER      /* a resource gpumem cannot see into said so (a user resource) */
+} gpumem__oom_cause;
+
+typedef struct gpumem__oom_note {
+  gpumem__oom_cause cause;
+  const gpumem_resource *mr; /* not retained: compared only, with a walk's resources */
+  uint64_t bytes;            /* asked of mr */
+  uint64_t serial;           /* counts the notes of the thread */
+} gpumem__oom_note;
+
+/* Notes, for this thread, that `mr` refused `bytes` for `cause`. Called where a refusal
+ * starts (the resource that knows why), not where it is passed on. */
+void gpumem__note_oom(gpumem__oom_cause cause, const gpumem_resource *mr, uint64_t bytes);
+/* The thread's last note (cause GPUMEM__OOM_NONE and serial 0 when there was none). */
+gpumem__oom_note gpumem__last_oom(void);
+
+/* Replaces the thread's message with `text`, which may be longer than the fixed buffer
+ * (an out-of-memory report): false, with the message unchanged, when host memory for it
+ * is exhausted. */
+bool gpumem__set_long_message(const char *text, size_t length);
+
+/* The front end's out-of-memory path (src/core/report.c): appends the report of mr for the
+ * request (each resource's figures, the device's, and the verdict) to the thread's
+ * message. Returns GPUMEM_ERR_OUT_OF_MEMORY. */
+gpumem_status gpumem__report_out_of_memory(const gpumem_resource *mr, size_t bytes,
+                                           size_t alignment);
+
+/* The resources that hold device memory from the driver (the base resources and vmm),
+ * listed so that a report can say how much of a device gpumem holds in this process. Each
+ * embeds a holder; add at creation, remove before anything of it is freed (and add again
+ * when its destroy then fails). */
+typedef struct gpumem__holder {
+  struct gpumem__holder *prev, *next;
+  const gpumem_resource *mr;
+} gpumem__holder;
+void gpumem__holder_add(gpumem__holder *holder, const gpumem_resource *mr);
+void gpumem__holder_remove(gpumem__holder *holder);
 
 /* Formats a byte count for messages: "512 B", "1.5 MiB". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size);

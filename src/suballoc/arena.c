@@ -102,6 +102,7 @@ static gpumem_status source_allocate(gpumem_resource *mr, size_t bytes, size_t a
   pthread_mutex_unlock(&arena->lock);
   if (!registered) {
     global->ops->deallocate(global, block, bytes, alignment, stream);
+    gpumem__note_oom(GPUMEM__OOM_HOST, &arena->header, bytes);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory for superblocks");
   }
   *ptr = block;
@@ -172,19 +173,24 @@ static void cache_local(const arena_resource *arena, local_arena *local) {
   *entry = (cache_entry){arena->id, local->stream, local};
 }
 
+static gpumem_status out_of_host_memory(arena_resource *arena) {
+  gpumem__note_oom(GPUMEM__OOM_HOST, &arena->header, 0);
+  return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
+}
+
 /* Creates the local pool of `stream`; called with the arena's lock held. */
 static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, local_arena **out) {
   if (arena->local_count == arena->local_capacity) {
     size_t capacity = arena->local_capacity ? arena->local_capacity * 2 : 16;
     local_arena **grown = realloc(arena->locals, capacity * sizeof *grown);
     if (!grown)
-      return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
+      return out_of_host_memory(arena);
     arena->locals = grown;
     arena->local_capacity = capacity;
   }
   local_arena *local = calloc(1, sizeof *local);
   if (!local)
-    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "arena: out of host memory");
+    return out_of_host_memory(arena);
   gpumem__resource_init(&local->source, &source_ops, arena->header.device, arena->header.dev, NULL);
   local->source.caps.memory = arena->header.caps.memory;
   local->arena = arena;
@@ -198,6 +204,8 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
       &local->source, &options, arena->options.superblock_size, 0, &local->pool);
   if (status != GPUMEM_OK) {
     free(local);
+    if (status == GPUMEM_ERR_OUT_OF_MEMORY) /* only host memory: the pool takes nothing yet */
+      gpumem__note_oom(GPUMEM__OOM_HOST, &arena->header, 0);
     return status;
   }
   arena->locals[arena->local_count++] = local;
@@ -392,6 +400,7 @@ static gpumem_status arena_query(const gpumem_resource *mr, gpumem_query what, u
   switch (what) {
   case GPUMEM_QUERY_RESERVED_BYTES:
   case GPUMEM_QUERY_PEAK_RESERVED_BYTES:
+  case GPUMEM_QUERY_MAX_RESERVED_BYTES:
     return global->ops->query(global, what, out);
   case GPUMEM_QUERY_LIVE_BYTES:
   case GPUMEM_QUERY_LIVE_COUNT:
@@ -534,6 +543,20 @@ static gpumem_status arena_validate(const gpumem_resource *mr) {
   return status == GPUMEM_OK ? check_registry(arena) : status;
 }
 
+/* The global pool and each stream's pool, for reports. */
+static size_t arena_parts(const gpumem_resource *mr, gpumem__part *parts, size_t capacity) {
+  arena_resource *arena = (arena_resource *)mr;
+  if (capacity > 0)
+    parts[0] = (gpumem__part){arena->global, "global", 0};
+  pthread_mutex_lock(&arena->lock);
+  size_t count = 1 + arena->local_count;
+  for (size_t i = 0; i + 1 < capacity && i < arena->local_count; i++)
+    parts[i + 1] = (gpumem__part){arena->locals[i]->pool, "stream",
+                                  (uint64_t)(uintptr_t)arena->locals[i]->stream};
+  pthread_mutex_unlock(&arena->lock);
+  return count;
+}
+
 static const gpumem__resource_ops arena_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "arena",
@@ -544,6 +567,7 @@ static const gpumem__resource_ops arena_ops = {
     .destroy = arena_destroy,
     .trim = arena_trim,
     .validate = arena_validate,
+    .parts = arena_parts,
 };
 
 gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_options *opts,

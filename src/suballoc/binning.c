@@ -164,6 +164,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_direct(binning_resource *self, siz
     return gpumem__fail_through(&self->header, status);
   if (!record_direct(self, memory, bytes)) {
     up->ops->deallocate(up, memory, bytes, alignment, stream);
+    gpumem__note_oom(GPUMEM__OOM_HOST, &self->header, bytes);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                         "binning: out of host memory to record an allocation");
   }
@@ -366,6 +367,21 @@ static gpumem_status binning_validate(const gpumem_resource *mr) {
   return status == GPUMEM_OK ? check_direct(self) : status;
 }
 
+/* The bins that exist (made when first used, or added), for reports. */
+static size_t binning_parts(const gpumem_resource *mr, gpumem__part *parts, size_t capacity) {
+  binning_resource *self = (binning_resource *)mr;
+  size_t count = 0;
+  pthread_mutex_lock(&self->lock);
+  for (size_t i = 0; i < self->bin_count; i++) {
+    const gpumem_resource *resource = atomic_load(&self->bins[i].resource);
+    if (resource && count < capacity)
+      parts[count] = (gpumem__part){resource, "bin", self->bins[i].size};
+    count += resource != NULL;
+  }
+  pthread_mutex_unlock(&self->lock);
+  return count;
+}
+
 static const gpumem__resource_ops binning_ops = {
     .version = GPUMEM__RESOURCE_OPS_VERSION,
     .kind = "binning",
@@ -376,6 +392,7 @@ static const gpumem__resource_ops binning_ops = {
     .destroy = binning_destroy,
     .trim = binning_trim,
     .validate = binning_validate,
+    .parts = binning_parts,
 };
 
 /* Inserts a bin in size order, retaining `resource` only once it is stored. A bin of an

@@ -23,6 +23,7 @@ static gpumem_status refuse(const fixed_size_resource *self, size_t bytes, size_
     return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
                         "fixed_size(block=%zu) does not align blocks beyond 256 bytes (asked: %zu)",
                         self->options.block_size, alignment);
+  gpumem__note_oom(GPUMEM__OOM_TOO_LARGE, &self->header, bytes);
   return gpumem__fail_out_of_memory(&self->header, bytes,
                                     "the request is larger than the resource's block size");
 }

@@ -203,6 +203,8 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow_then_unlock(pool_resource *po
     return GPUMEM_OK;
   }
   gpumem__biased_lock_release(&pool->lock);
+  if (status == GPUMEM_OK) /* a block was found, but no host memory to split or file it */
+    gpumem__note_oom(GPUMEM__OOM_HOST, &pool->header, bytes);
   if (status == GPUMEM_OK || status == GPUMEM_ERR_OUT_OF_MEMORY)
     return gpumem__fail_out_of_memory(&pool->header, bytes, why);
   return status;
@@ -395,6 +397,12 @@ static void add_free_fact(gpumem_query what, const gpumem__free_index *index, ui
 
 static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {
   pool_resource *pool = (pool_resource *)mr;
+  if (what == GPUMEM_QUERY_MAX_RESERVED_BYTES) {
+    if (!pool->options.maximum_size)
+      return GPUMEM_ERR_UNSUPPORTED; /* no maximum */
+    *out = pool->options.maximum_size;
+    return GPUMEM_OK;
+  }
   if (what != GPUMEM_QUERY_LARGEST_FREE_BLOCK && what != GPUMEM_QUERY_FREE_BLOCKS &&
       what != GPUMEM_QUERY_FREE_BYTES)
     return gpumem__counters_query(&pool->stats, what, out);

@@ -12,12 +12,16 @@
  * initial size down to it. */
 #define GROWTH_ROUNDING ((size_t)2 << 20)
 
+static const char too_large[] = "the request is larger than any pool can hold";
+static const char at_maximum[] = "the pool has reached its maximum size";
+static const char no_host_memory[] = "the host is out of memory for the pool's bookkeeping";
+
 /* How much to ask of the upstream for `size` bytes: rounded up to the growth rounding (by
  * division: it need not be a power of two) within the maximum. NULL and *step, or why not. */
 static const char *growth_step(const pool_resource *pool, size_t size, size_t *step) {
   size_t rounding = pool->growth_rounding;
   if (size > SIZE_MAX - rounding)
-    return "the request is larger than any pool can hold";
+    return too_large;
   size_t rounded = (size + rounding - 1) / rounding * rounding;
   /* The least step: growing in place, whole granules, which is what gets mapped whatever
    * is asked (no overflow: the rounding is a multiple of the granularity). */
@@ -27,7 +31,7 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   if (max) {
     uint64_t reserved = gpumem__counters_reserved(&pool->stats);
     if (reserved >= max || max - reserved < least)
-      return "the pool has reached its maximum size";
+      return at_maximum;
     if (rounded > max - reserved)
       rounded = least;
   }
@@ -58,8 +62,11 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
       return GPUMEM_OK;
     }
   }
-  if ((*why = full_why))
+  if ((*why = full_why)) {
+    gpumem__note_oom(full_why == too_large ? GPUMEM__OOM_TOO_LARGE : GPUMEM__OOM_LIMIT,
+                     &pool->header, size);
     return GPUMEM_ERR_OUT_OF_MEMORY;
+  }
   *taken = full;
   *why = "its upstream could not give more memory";
   return up->ops->allocate(up, full, GPUMEM_DEFAULT_ALIGNMENT, set->stream, memory);
@@ -69,7 +76,8 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
                                 const char **why, gpumem__block **grown_block) {
   gpumem__block *block = gpumem__block_new(&pool->slab);
   if (!block) {
-    *why = "the host is out of memory for the pool's bookkeeping";
+    *why = no_host_memory;
+    gpumem__note_oom(GPUMEM__OOM_HOST, &pool->header, size);
     return GPUMEM_ERR_OUT_OF_MEMORY;
   }
   region *r = &pool->regions[ri];
@@ -80,7 +88,8 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
   if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
     gpumem_resource *up = pool->header.upstream;
     up->ops->deallocate(up, memory, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
-    *why = "the host is out of memory for the pool's bookkeeping";
+    *why = no_host_memory;
+    gpumem__note_oom(GPUMEM__OOM_HOST, &pool->header, size);
     status = GPUMEM_ERR_OUT_OF_MEMORY;
   }
   if (status != GPUMEM_OK) {

@@ -43,6 +43,7 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
   set = calloc(1, sizeof *set);
   if (!set || !gpumem__pool_add_set(pool, set)) {
     free(set);
+    gpumem__note_oom(GPUMEM__OOM_HOST, &pool->header, 0);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool: out of host memory for stream state");
   }
   set->stream = stream;

@@ -50,9 +50,13 @@ static void async_describe(const gpumem_resource *mr, char *buf, size_t size) {
 
 static gpumem_status async_destroy(gpumem_resource *mr) {
   async_resource *self = (async_resource *)mr;
+  /* Off the list of holders first: a report reads the driver pool's figures. */
+  gpumem__holder_remove(&self->base.holder);
   gpumem_status status = mr->dev->pool_destroy(mr->device, self->pool);
-  if (status != GPUMEM_OK)
+  if (status != GPUMEM_OK) {
+    gpumem__holder_add(&self->base.holder, mr);
     return status;
+  }
   gpumem__base_fini(&self->base);
   free(self);
   return GPUMEM_OK;
@@ -129,6 +133,7 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
    * (measured with 2025.3), so a pool over async is seen only as the driver pool's blocks. */
   self->options = options;
   self->pool = pool;
+  gpumem__holder_add(&self->base.holder, &self->base.header);
   *out = &self->base.header;
   return GPUMEM_OK;
 }

@@ -12,9 +12,11 @@ void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *
   gpumem__ptrmap_init(&self->live);
   atomic_init(&self->reserved_bytes, 0);
   atomic_init(&self->peak_reserved_bytes, 0);
+  self->holder = (gpumem__holder){&self->holder, &self->holder, &self->header};
 }
 
 void gpumem__base_fini(gpumem__base_resource *self) {
+  gpumem__holder_remove(&self->holder);
   gpumem__ptrmap_destroy(&self->live);
 }
 
@@ -60,6 +62,9 @@ gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t al
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     char why[512];
     snprintf(why, sizeof why, "%s", gpumem_last_error_message());
+    bool device =
+        mr->caps.memory == GPUMEM_MEMORY_DEVICE || mr->caps.memory == GPUMEM_MEMORY_MANAGED;
+    gpumem__note_oom(device ? GPUMEM__OOM_DEVICE : GPUMEM__OOM_HOST, mr, raw_bytes);
     return gpumem__fail_out_of_memory(mr, bytes, why);
   }
   if (status != GPUMEM_OK)
@@ -69,6 +74,7 @@ gpumem_status gpumem__base_allocate(gpumem_resource *mr, size_t bytes, size_t al
   status = gpumem__ptrmap_insert(&self->live, aligned, bytes, base, raw_bytes);
   if (status != GPUMEM_OK) {
     self->impl->raw_free(self, base, raw_bytes, stream);
+    gpumem__note_oom(GPUMEM__OOM_HOST, mr, bytes);
     return status;
   }
   if (!self->impl->reserved) /* else the device's own figure is the one queries answer */

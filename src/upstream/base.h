@@ -31,9 +31,13 @@ struct gpumem__base_resource {
   const gpumem__base_impl *impl;
   gpumem__ptrmap live;
   atomic_uint_fast64_t reserved_bytes, peak_reserved_bytes;
+  gpumem__holder holder; /* listed as holding device memory, for reports */
 };
 
-/* Initializes the shared part; the resource's own fields are the caller's. */
+/* Initializes the shared part; the resource's own fields are the caller's. A resource of
+ * device memory lists itself among the holders (gpumem__holder_add on `holder`) once it is
+ * whole; gpumem__base_fini takes it off (a no-op for one never listed), before anything a
+ * query reads is freed. */
 void gpumem__base_init(gpumem__base_resource *self, const gpumem__resource_ops *ops,
                        const gpumem__base_impl *impl, int device, const gpumem__device_ops *dev);
 void gpumem__base_fini(gpumem__base_resource *self);

@@ -42,6 +42,7 @@ gpumem_status gpumem_cuda_create(int device, gpumem_resource **out) {
   if (status != GPUMEM_OK)
     return status;
   self->header.caps.annotatable = true; /* cuMemAlloc allocations */
+  gpumem__holder_add(&self->holder, &self->header);
   *out = &self->header;
   return GPUMEM_OK;
 }

@@ -27,18 +27,26 @@ typedef struct user_resource {
   gpumem__ptrmap live;
 } user_resource;
 
-/* The failure of the user's allocate, told as this resource's: the user's message after the
- * resource's name, or where the user's code set none, one that says what happened. */
+/* The failure of the user's allocate, told as this resource's: the user's message (its
+ * first line: a gpumem call of the user's code that ran out of memory added a report, and
+ * this resource's own report follows) after the resource's name, or where the user's code
+ * set none, one that says what happened. An out-of-memory failure keeps the cause a gpumem
+ * resource the user's code called noted (`noted`), as this resource's; else its cause is
+ * the user's word alone. */
 static gpumem_status allocate_failed(user_resource *self, size_t bytes, gpumem_status status,
-                                     bool message_set) {
+                                     bool message_set, bool noted) {
   char why[640];
   if (message_set)
-    snprintf(why, sizeof why, "%s", gpumem_last_error_message());
+    snprintf(why, sizeof why, "%.*s", (int)strcspn(gpumem_last_error_message(), "\n"),
+             gpumem_last_error_message());
   else
     snprintf(why, sizeof why, "its allocate returned %s and set no message",
              gpumem_status_name(status));
-  if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
+    gpumem__oom_note note = gpumem__last_oom();
+    gpumem__note_oom(noted ? note.cause : GPUMEM__OOM_OTHER, &self->header, bytes);
     return gpumem__fail_out_of_memory(&self->header, bytes, why);
+  }
   return gpumem__fail(status, "user resource '%s': allocating %zu bytes: %s", self->name, bytes,
                       why);
 }
@@ -51,9 +59,11 @@ static gpumem_status user_allocate(gpumem_resource *mr, size_t bytes, size_t ali
     return status;
   void *block = NULL;
   uint64_t serial = gpumem__error_serial();
+  uint64_t oom_serial = gpumem__last_oom().serial;
   status = self->user.allocate(self->state, bytes, alignment, stream, &block);
   if (status != GPUMEM_OK)
-    return allocate_failed(self, bytes, status, gpumem__error_serial() != serial);
+    return allocate_failed(self, bytes, status, gpumem__error_serial() != serial,
+                           gpumem__last_oom().serial != oom_serial);
   if (!block)
     return gpumem__fail(GPUMEM_ERR_MISUSE,
                         "user resource '%s': its allocate of %zu bytes returned success with a "
@@ -75,6 +85,7 @@ static gpumem_status user_allocate(gpumem_resource *mr, size_t bytes, size_t ali
                         self->name, bytes, block);
   if (status != GPUMEM_OK) {
     self->user.deallocate(self->state, block, bytes, alignment, stream);
+    gpumem__note_oom(GPUMEM__OOM_HOST, mr, bytes);
     return gpumem__fail(status,
                         "user resource '%s': out of host memory for the table of live "
                         "allocations",

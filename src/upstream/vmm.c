@@ -47,6 +47,7 @@ typedef struct vmm_resource {
   gpumem__sorted free_ranges; /* of va_range, by address, never adjacent */
   gpumem__sorted mappings;    /* of mapping, by address */
   gpumem__memory_counters stats;
+  gpumem__holder holder; /* listed as holding device memory, for reports */
 } vmm_resource;
 
 static va_range *range_at(const vmm_resource *self, size_t at) {
@@ -224,13 +225,18 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
                                  bool quiet, void **ptr) {
   gpumem_resource *mr = &self->header;
   size_t size = gpumem__align_up(bytes, self->granularity);
-  if (size < bytes)
+  if (size < bytes) {
+    gpumem__note_oom(GPUMEM__OOM_TOO_LARGE, mr, bytes);
     return gpumem__fail_out_of_memory(mr, bytes, "the size overflows");
+  }
   size_t va_alignment = alignment > self->granularity ? alignment : self->granularity;
   /* More than the whole range can never fit: say so before making room for its pieces. */
-  if (size > self->options.reserve_size)
-    return quiet ? GPUMEM_ERR_OUT_OF_MEMORY
-                 : gpumem__fail_out_of_memory(mr, bytes, "its reserved address range is full");
+  if (size > self->options.reserve_size) {
+    if (quiet)
+      return GPUMEM_ERR_OUT_OF_MEMORY;
+    gpumem__note_oom(GPUMEM__OOM_TOO_LARGE, mr, bytes);
+    return gpumem__fail_out_of_memory(mr, bytes, "its reserved address range is full");
+  }
   pthread_mutex_lock(&self->lock);
   uintptr_t addr;
   /* Room for the pieces and for the free ranges they can ever split off (never more than
@@ -242,6 +248,7 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
     pthread_mutex_unlock(&self->lock);
     if (quiet && have_room)
       return GPUMEM_ERR_OUT_OF_MEMORY;
+    gpumem__note_oom(have_room ? GPUMEM__OOM_LIMIT : GPUMEM__OOM_HOST, mr, bytes);
     return gpumem__fail_out_of_memory(
         mr, bytes, have_room ? "its reserved address range is full" : "the host is out of memory");
   }
@@ -252,8 +259,10 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
       give_range(self, addr + stranded, size - stranded);
     gpumem__counters_add_reserved(&self->stats, stranded);
     pthread_mutex_unlock(&self->lock);
-    if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+    if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
+      gpumem__note_oom(GPUMEM__OOM_DEVICE, mr, size);
       return gpumem__fail_out_of_memory(mr, bytes, "the device has no more physical memory");
+    }
     return gpumem__fail_context(status, "vmm: mapping %zu bytes", size);
   }
   gpumem__counters_add_reserved(&self->stats, size);
@@ -369,12 +378,15 @@ static void release_everything(vmm_resource *self) {
 static gpumem_status vmm_destroy(gpumem_resource *mr) {
   vmm_resource *self = (vmm_resource *)mr;
   const gpumem__device_ops *dev = mr->dev;
+  gpumem__holder_remove(&self->holder);
   while (self->mappings.count > 0) {
     const mapping *last = mapping_at(self, self->mappings.count - 1);
     gpumem_status status = dev->vmm_unmap((void *)last->addr, last->size);
-    if (status != GPUMEM_OK)
+    if (status != GPUMEM_OK) {
+      gpumem__holder_add(&self->holder, mr); /* it lives on, holding what is left */
       return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p to destroy it",
                                   last->size, (void *)last->addr);
+    }
     dev->vmm_destroy(last->handle);
     gpumem__counters_sub_reserved(&self->stats, last->size);
     gpumem__sorted_remove_at(&self->mappings, self->mappings.count - 1);
@@ -449,6 +461,7 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_vmm_create: out of host memory");
   gpumem__resource_init(&self->header, &vmm_ops, device, dev, NULL);
+  self->holder = (gpumem__holder){&self->holder, &self->holder, &self->header};
   pthread_mutex_init(&self->lock, NULL);
   self->options = options;
   self->granularity = granularity;
@@ -475,6 +488,7 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
     return gpumem__fail_context(status, "gpumem_vmm_create: reserving %zu bytes of address space",
                                 options.reserve_size);
   }
+  gpumem__holder_add(&self->holder, &self->header);
   *out = &self->header;
   return GPUMEM_OK;
 }
