@@ -438,6 +438,33 @@ gpumem_status gpumem_resource_report(const gpumem_resource *mr, size_t bytes, si
   return status;
 }
 
+/* No host memory for the report: the verdict alone, from the note when it is of a resource
+ * of mr's chain of upstreams (no walk needed to tell), after as much of the message as the
+ * fixed buffer holds with it. */
+static void write_verdict_alone(const gpumem_resource *mr, const gpumem__oom_note *note) {
+  static const char *const words[] = {
+      [GPUMEM__OOM_NONE] = "unexplained",    [GPUMEM__OOM_LIMIT] = "limit_reached",
+      [GPUMEM__OOM_DEVICE] = "device_full",  [GPUMEM__OOM_HOST] = "host_failure",
+      [GPUMEM__OOM_TOO_LARGE] = "too_large", [GPUMEM__OOM_INJECTED] = "injected",
+      [GPUMEM__OOM_OTHER] = "unexplained",
+  };
+  const gpumem_resource *at = mr;
+  while (at && at != note->mr)
+    at = at->upstream;
+  const char *word = at ? words[note->cause] : "unexplained";
+  char verdict[200], line[1000];
+  int length = at ? snprintf(verdict, sizeof verdict,
+                             "\nverdict: %s: as %s said when it refused (the host had no memory "
+                             "left for the report's figures)",
+                             word, at->ops->kind)
+                  : snprintf(verdict, sizeof verdict,
+                             "\nverdict: unexplained: no cause known (the host had no memory "
+                             "left for the report's figures)");
+  snprintf(line, sizeof line, "%.*s%s", (int)(sizeof line - 1 - (size_t)length),
+           gpumem_last_error_message(), verdict);
+  gpumem__set_long_message(line, strlen(line));
+}
+
 gpumem_status gpumem__report_out_of_memory(const gpumem_resource *mr, size_t bytes,
                                            size_t alignment) {
   gpumem__oom_note note = gpumem__last_oom();
@@ -446,17 +473,8 @@ gpumem_status gpumem__report_out_of_memory(const gpumem_resource *mr, size_t byt
   gpumem__text_printf(&text, "%s\n", gpumem_last_error_message());
   write_report(&text, mr, bytes, alignment, &note);
   /* The report's last newline is a file's; a message ends with its verdict. */
-  if (text.failed || !gpumem__set_long_message(text.data, text.length - 1)) {
-    /* No host memory for the report: the verdict alone, after as much of the message as
-     * the fixed buffer holds with it. */
-    char verdict[128], line[1000];
-    int length = snprintf(verdict, sizeof verdict, "\nverdict: %s: the host ran out of memory%s",
-                          note.cause == GPUMEM__OOM_HOST ? "host_failure" : "unexplained",
-                          note.cause == GPUMEM__OOM_HOST ? "" : ", also for this report");
-    snprintf(line, sizeof line, "%.*s%s", (int)(sizeof line - 1 - (size_t)length),
-             gpumem_last_error_message(), verdict);
-    gpumem__set_long_message(line, strlen(line));
-  }
+  if (text.failed || !gpumem__set_long_message(text.data, text.length - 1))
+    write_verdict_alone(mr, &note);
   gpumem__text_free(&text);
   return GPUMEM_ERR_OUT_OF_MEMORY;
 }
