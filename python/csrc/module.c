@@ -8,6 +8,28 @@
 
 PyObject *gpumem_py_error, *gpumem_py_oom_error, *gpumem_py_invalid_error;
 
+/* An out-of-memory message that ends with a report (the library's lines after the first,
+ * ending "verdict: WORD: ..."): the exception being raised gets it as .report and WORD as
+ * .verdict (the class's None otherwise). */
+static void attach_report(const char *message) {
+  const char *report = strchr(message, '\n');
+  const char *last = strrchr(message, '\n');
+  if (!report || strncmp(last + 1, "verdict: ", 9) != 0)
+    return;
+  const char *word = last + 10;
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  PyObject *text = PyUnicode_DecodeUTF8(report + 1, (Py_ssize_t)strlen(report + 1), "replace");
+  PyObject *verdict = PyUnicode_FromStringAndSize(word, (Py_ssize_t)strcspn(word, ":"));
+  if (!text || !verdict || PyObject_SetAttrString(value, "report", text) < 0 ||
+      PyObject_SetAttrString(value, "verdict", verdict) < 0)
+    PyErr_Clear(); /* the exception stands without them */
+  Py_XDECREF(text);
+  Py_XDECREF(verdict);
+  PyErr_Restore(type, value, traceback);
+}
+
 PyObject *gpumem_py_raise(gpumem_status status) {
   if (gpumem_py_restore_callback_error())
     return NULL;
@@ -20,6 +42,8 @@ PyObject *gpumem_py_raise(gpumem_status status) {
   const char *message = gpumem_last_error_message();
   PyErr_Format(type, "%s: %s", gpumem_status_name(status),
                *message ? message : gpumem_status_string(status));
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+    attach_report(message);
   return NULL;
 }
 
@@ -330,8 +354,17 @@ static int add_exceptions(PyObject *module) {
   PyObject *invalid_bases = Py_BuildValue("(OO)", gpumem_py_error, PyExc_ValueError);
   if (!gpumem_py_error || !oom_bases || !invalid_bases)
     return -1;
+  /* .report and .verdict: None unless the failure came with a report (attach_report). */
+  PyObject *oom_attributes = Py_BuildValue("{sOsO}", "report", Py_None, "verdict", Py_None);
+  if (!oom_attributes)
+    return -1;
   gpumem_py_oom_error = PyErr_NewExceptionWithDoc(
-      "gpumem.OutOfMemoryError", "A resource had no memory for a request.", oom_bases, NULL);
+      "gpumem.OutOfMemoryError",
+      "A resource had no memory for a request. .report: the resources' figures and the verdict "
+      "(the message's lines after the first), .verdict: its word ('fragmentation', "
+      "'limit_reached', 'device_full', 'host_failure', ...); None without a report.",
+      oom_bases, oom_attributes);
+  Py_DECREF(oom_attributes);
   gpumem_py_invalid_error = PyErr_NewExceptionWithDoc(
       "gpumem.InvalidArgumentError", "A bad argument, device or stream.", invalid_bases, NULL);
   Py_DECREF(oom_bases);

@@ -140,6 +140,56 @@ static PyObject *resource_fact(gpumem_py_resource *self, void *closure) {
   return PyLong_FromUnsignedLongLong(value);
 }
 
+/* A report or JSON document of the library, in a buffer of the size it says it needs (with
+ * room to spare: figures move while other threads allocate). `which`: 0 the report of a
+ * request of `bytes` at `alignment`, 1 the JSON dump. */
+static PyObject *read_text(gpumem_py_resource *self, int which, size_t bytes, size_t alignment) {
+  size_t needed = 0;
+  for (int tries = 0; tries < 8; tries++) {
+    size_t size = needed ? needed + 1024 : 0;
+    char *buf = size ? PyMem_Malloc(size) : NULL;
+    if (size && !buf)
+      return PyErr_NoMemory();
+    gpumem_status status;
+    GPUMEM_PY_CALL(status,
+                   which ? gpumem_resource_stats_json(self->mr, buf, size, &needed)
+                         : gpumem_resource_report(self->mr, bytes, alignment, buf, size, &needed));
+    PyObject *result = NULL;
+    if (status == GPUMEM_OK)
+      result = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+    else if (status != GPUMEM_ERR_INVALID_ARGUMENT || needed <= size)
+      gpumem_py_raise(status); /* not a buffer too small */
+    PyMem_Free(buf);
+    if (result || PyErr_Occurred())
+      return result;
+  }
+  return PyErr_Format(gpumem_py_error, "the report kept growing faster than its buffer");
+}
+
+static PyObject *resource_report(gpumem_py_resource *self, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"nbytes", "alignment", NULL};
+  Py_ssize_t nbytes = 0, alignment = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|nn", keywords, &nbytes, &alignment) ||
+      !gpumem_py_resource_handle((PyObject *)self))
+    return NULL;
+  if (nbytes < 0 || alignment < 0)
+    return PyErr_Format(gpumem_py_invalid_error, "nbytes and alignment must not be negative");
+  return read_text(self, 0, (size_t)nbytes, (size_t)alignment);
+}
+
+static PyObject *resource_stats_json(gpumem_py_resource *self, PyObject *unused) {
+  return gpumem_py_resource_handle((PyObject *)self) ? read_text(self, 1, 0, 0) : NULL;
+}
+
+static PyObject *resource_stats(gpumem_py_resource *self, PyObject *unused) {
+  PyObject *text = resource_stats_json(self, NULL);
+  PyObject *json = text ? PyImport_ImportModule("json") : NULL;
+  PyObject *result = json ? PyObject_CallMethod(json, "loads", "O", text) : NULL;
+  Py_XDECREF(json);
+  Py_XDECREF(text);
+  return result;
+}
+
 static PyObject *resource_repr(gpumem_py_resource *self) {
   if (!self->mr)
     return PyUnicode_FromFormat("<%s (not initialized)>", Py_TYPE(self)->tp_name);
@@ -154,6 +204,14 @@ static PyMethodDef resource_methods[] = {
      "allocate(nbytes, stream=None) -> int: device pointer, usable at once on stream"},
     {"deallocate", (PyCFunction)(void (*)(void))resource_deallocate, METH_VARARGS | METH_KEYWORDS,
      "deallocate(ptr, nbytes, stream=None): free once the stream's work is done"},
+    {"report", (PyCFunction)(void (*)(void))resource_report, METH_VARARGS | METH_KEYWORDS,
+     "report(nbytes=0, alignment=0) -> str: each resource's figures, the device's, and the "
+     "verdict on a request of nbytes (what would stop it; 'none' when nothing would), as an "
+     "OutOfMemoryError's .report"},
+    {"stats", (PyCFunction)resource_stats, METH_NOARGS,
+     "stats() -> dict: the resource's tree with every node's figures (stats_json, parsed)"},
+    {"stats_json", (PyCFunction)resource_stats_json, METH_NOARGS,
+     "stats_json() -> str: the JSON document of gpumem_resource_stats_json"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,6 +124,9 @@ struct gpumem_resource {
   /* The device backend, cached so that the hot path needs no lookup. */
   const struct gpumem__device_ops *dev;
   gpumem__capabilities caps;
+  /* A pass-through adaptor (gpumem__resource_init_pass_through): the free-memory figures it
+   * answers are its upstream's, so a report judges them there. */
+  bool passes_through;
 };
 
 /* Fills the header of a new resource: refcount 1, upstream retained (may be NULL). The

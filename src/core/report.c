@@ -12,8 +12,8 @@
  * alone: down the upstream chain, a limit the request would pass, a suballocator with a
  * block that fits (nothing stops it) or without one (fragmented if it has the bytes; then
  * whether it may grow past its maximum), and at the bottom the device's free memory. A
- * figure an adaptor only passes on from its upstream (the same value as its upstream's) is
- * judged at the upstream, which owns it. */
+ * figure an adaptor only passes on from its upstream (a pass-through adaptor's free memory,
+ * a limit with the same value as its upstream's) is judged at the upstream, which owns it. */
 #include "core/report.h"
 
 #include <stdio.h>
@@ -160,20 +160,20 @@ typedef struct judgement {
   int fragmented; /* a suballocator with enough free bytes and no block large enough; or -1 */
 } judgement;
 
-/* Node i only passes fact f on: its upstream answers the same. */
+/* Node i only passes fact f on: its upstream answers the same (for the limits, which never
+ * move: a limit adaptor's own limit differs from what its upstream answers). */
 static bool forwarded(const gpumem__report_walk *walk, int i, int f) {
   int up = walk->nodes[i].upstream;
   return up >= 0 && has(walk, up, f) && fact(walk, up, f) == fact(walk, i, f);
 }
 
 /* Node i keeps free blocks of its own that any request it serves may use: it knows its free
- * bytes and largest free block (not only passing them on), and does not route requests to
- * bins by size (whose free blocks serve only their own sizes). */
+ * bytes and largest free block, is no pass-through adaptor (which only passes its
+ * upstream's on, read a moment apart), and does not route requests to bins by size (whose
+ * free blocks serve only their own sizes). */
 static bool suballocator(const gpumem__report_walk *walk, int i) {
   return has(walk, i, GPUMEM__FACT_FREE_BYTES) && has(walk, i, GPUMEM__FACT_LARGEST_FREE_BLOCK) &&
-         !walk->nodes[i].has_bins &&
-         !(forwarded(walk, i, GPUMEM__FACT_FREE_BYTES) &&
-           forwarded(walk, i, GPUMEM__FACT_LARGEST_FREE_BLOCK));
+         !walk->nodes[i].has_bins && !walk->nodes[i].mr->passes_through;
 }
 
 /* The request's way down, top first: from the root to `to`, or (to < 0) along upstreams. */

@@ -65,6 +65,7 @@ void gpumem__resource_init(gpumem_resource *mr, const gpumem__resource_ops *ops,
   mr->device = device;
   mr->dev = dev;
   mr->caps = (gpumem__capabilities){.memory = GPUMEM_MEMORY_DEVICE};
+  mr->passes_through = false;
   atomic_init(&mr->refcount, 1);
 }
 
@@ -72,6 +73,7 @@ void gpumem__resource_init_pass_through(gpumem_resource *mr, const gpumem__resou
                                         gpumem_resource *upstream) {
   gpumem__resource_init(mr, ops, upstream->device, upstream->dev, upstream);
   mr->caps = upstream->caps;
+  mr->passes_through = true;
   if (!gpumem__places_at_address(mr))
     gpumem__drop_placement(mr);
 }
