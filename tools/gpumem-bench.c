@@ -21,6 +21,8 @@
  *                    one (default 1). The figure is their median, beside the fastest and
  *                    slowest: one pass lasts milliseconds, and a host that other work
  *                    shares can slow any one of them.
+ *   --stats          replay: after each resource's replay, a line with its stats as JSON
+ *                    ({"bench":"replay_stats",...,"stats":{...}}; docs/reports.md).
  *
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
@@ -70,6 +72,8 @@ static const char usage_text[] =
     "  --repeat N       random: N timed passes; threads: N runs of all threads; replay: N\n"
     "                   warm passes (default 1); the figure is their median, with the\n"
     "                   fastest and slowest beside it\n"
+    "  --stats          replay: after each resource's replay, its stats as a JSON line\n"
+    "                   (bench replay_stats: the resource's tree with every figure)\n"
     "  -h, --help       print this help\n"
     "\n"
     "Output: one JSON object per line on stdout (bench, resource, device, gpu, and the\n"
@@ -84,7 +88,7 @@ typedef struct bench_args {
   const char *command;
   const char *resources[64];
   size_t resource_count;
-  bool compare, table;
+  bool compare, table, stats;
   int device;
   int repeat;
   const char *workloads;     /* random */
@@ -150,6 +154,8 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
     args->compare = true;
   else if (strcmp(argv[*i], "--table") == 0)
     args->table = true;
+  else if (strcmp(args->command, "replay") == 0 && strcmp(argv[*i], "--stats") == 0)
+    args->stats = true;
   else
     return false;
   return true;
@@ -234,6 +240,7 @@ int main(int argc, char **argv) {
   parse_args(&args, argc, argv);
   ctx.device = args.device;
   ctx.repeat = args.repeat > 0 ? args.repeat : 1;
+  ctx.stats = args.stats;
   choose_labels(&args, &ctx);
   start_device(&ctx);
   if (strcmp(args.command, "random") == 0)

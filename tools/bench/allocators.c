@@ -81,7 +81,8 @@ static gpumem_status open_resource(const char *spec, int device, bench_allocator
                                  .deallocate = resource_deallocate,
                                  .reserved = resource_reserved,
                                  .peak_reserved = resource_peak_reserved,
-                                 .close = resource_close};
+                                 .close = resource_close,
+                                 .resource = mr};
   self->mr = mr;
   *out = &self->base;
   return GPUMEM_OK;

@@ -41,6 +41,8 @@ struct bench_allocator {
   gpumem_status (*peak_reserved)(bench_allocator *self, uint64_t *bytes);
   /* Destroys the allocator; everything it gave must have been freed and synchronized. */
   gpumem_status (*close)(bench_allocator *self);
+  /* The gpumem resource measured; NULL for the references. */
+  gpumem_resource *resource;
 };
 
 /* A fresh allocator for `label` on `device`: a gpumem resource built from the spec, or a
@@ -84,7 +86,7 @@ typedef struct bench_failure {
   size_t bytes;
   bool is_free;
   gpumem_status status;
-  char message[1024]; /* gpumem_last_error_message() of the failing thread */
+  char message[8192]; /* gpumem_last_error_message() of the failing thread, with its report */
 } bench_failure;
 
 /* Runs `count` ops in order with `slots` as the pointer table. Returns GPUMEM_OK, or the
@@ -154,6 +156,7 @@ typedef struct bench_context {
   const char *gpu;     /* the device's name on a GPU, NULL on the simulated device */
   int repeat;          /* timed passes (random), timed runs of all threads (threads) or warm passes
                         * (replay): the median counts */
+  bool stats;          /* replay: print each resource's JSON stats after its replay */
 } bench_context;
 
 typedef enum bench_kind { BENCH_RANDOM, BENCH_THREADS, BENCH_REPLAY } bench_kind;
@@ -185,6 +188,14 @@ typedef struct bench_result {
 /* Prints the result as one JSON line on stdout (with its speedups over references already
  * reported in the same group) and keeps it for bench_print_table. */
 void bench_report(const bench_context *ctx, const bench_result *result);
+
+/* The stats of the allocator's resource as JSON (gpumem_resource_stats_json; free() it), or
+ * NULL for a reference. Exits the program on failure. */
+char *bench_stats_json(const bench_allocator *alloc);
+
+/* Prints the stats of the resource `label` that replayed `trace` as one JSON line on stdout:
+ * {"bench":"replay_stats","resource":...,"trace":...,"stats":{...}}. */
+void bench_report_stats(const char *label, const char *trace, const char *json);
 
 /* Prints every reported result as a human-readable table on stdout. */
 void bench_print_table(void);

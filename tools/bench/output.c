@@ -61,6 +61,32 @@ static void put_json_string(const char *text) {
   putchar('"');
 }
 
+char *bench_stats_json(const bench_allocator *alloc) {
+  if (!alloc->resource)
+    return NULL;
+  size_t needed = 0;
+  char *json = NULL;
+  gpumem_status status = gpumem_resource_stats_json(alloc->resource, NULL, 0, &needed);
+  while (status == GPUMEM_ERR_INVALID_ARGUMENT && needed > 0) {
+    free(json);
+    size_t size = needed + 1024;
+    if (!(json = malloc(size)))
+      bench_die(GPUMEM_ERR_OUT_OF_MEMORY, "reading a resource's stats");
+    status = gpumem_resource_stats_json(alloc->resource, json, size, &needed);
+  }
+  if (status != GPUMEM_OK)
+    bench_die(status, "reading a resource's stats");
+  return json;
+}
+
+void bench_report_stats(const char *label, const char *trace, const char *json) {
+  printf("{\"bench\":\"replay_stats\",\"resource\":");
+  put_json_string(label);
+  printf(",\"trace\":");
+  put_json_string(trace);
+  printf(",\"stats\":%s}\n", json);
+}
+
 static void put_common_fields(const bench_context *ctx, const bench_result *r) {
   printf("{\"bench\":\"%s\",\"resource\":", kind_name(r->kind));
   put_json_string(r->resource);

@@ -253,6 +253,8 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
   bool alloc_has_reserved = alloc->reserved != NULL;
   if (bench_run_passes(alloc, stream, seq, slots, "warm pass", ctx->repeat, &warm, &failure))
     bench_die_failure("replay", label, trace, &failure);
+  /* After the last pass, which freed what the trace left live: peaks and held memory. */
+  char *stats = ctx->stats ? bench_stats_json(alloc) : NULL;
   bench_close_or_die(alloc);
   /* An allocator with no reserved figure holds exactly what is live: its peak is the
    * trace's own, with no pass to count it. */
@@ -276,6 +278,9 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .peak_reserved_bytes = peak_reserved,
                          .peak_reserved_from = peak_known ? "query" : "replay"};
   bench_report(ctx, &result);
+  if (stats)
+    bench_report_stats(label, trace, stats);
+  free(stats);
 }
 
 static const char *base_name(const char *path) {
