@@ -12,11 +12,12 @@
  *
  * After every operation: no two live blocks overlap, each is aligned as asked (and as the
  * resource promises), live bytes and count equal the model's, a failed allocation left the
- * out-pointer and the figures alone, a limit refused what passes its maximum; a block read
- * back holds what its stream wrote. At the end every block is freed, live bytes are 0, the
- * resource is released, no cross-stream hazard was seen (each block is written on its
- * stream when allocated, so handing it to another stream too early is caught) and the
- * device holds no memory. */
+ * out-pointer and the figures alone (one out of memory ends its message with a verdict line),
+ * a limit refused what passes its maximum; a block read back holds what its stream wrote; a
+ * trim is followed by the resource's report and JSON stats, read whole. At the end every block is
+ * freed, live bytes are 0, the resource is released, no cross-stream hazard was seen (each block is
+ * written on its stream when allocated, so handing it to another stream too early is caught) and
+ * the device holds no memory. */
 #include "fuzz.h"
 
 #include <stdbool.h>
@@ -239,6 +240,38 @@ static void touch(const block *b) {
   FUZZ_OK(gpumem_sim_launch(streams[b->stream], (void *)(b->start + b->bytes - n), n, b->value));
 }
 
+/* The text ends with one line "verdict: WORD: ..." (the report's last newline aside). */
+static bool ends_with_verdict(const char *text) {
+  size_t length = strlen(text);
+  while (length > 0 && text[length - 1] == '\n')
+    length--;
+  size_t start = length;
+  while (start > 0 && text[start - 1] != '\n')
+    start--;
+  return strncmp(text + start, "verdict: ", 9) == 0;
+}
+
+/* The report (for a request of `bytes`) and the JSON stats, each read into a buffer of the
+ * size it asks for. */
+static void read_reports(const run *r, size_t bytes) {
+  for (int which = 0; which < 2; which++) {
+    size_t needed = 0;
+    gpumem_status status = which ? gpumem_resource_stats_json(r->mr, NULL, 0, &needed)
+                                 : gpumem_resource_report(r->mr, bytes, 0, NULL, 0, &needed);
+    FUZZ_CHECK(status == GPUMEM_ERR_INVALID_ARGUMENT && needed > 1, "%s: size of a report: %s",
+               r->row->spec, gpumem_status_name(status));
+    char *text = malloc(needed + 4096);
+    FUZZ_CHECK(text != NULL, "out of host memory");
+    status = which ? gpumem_resource_stats_json(r->mr, text, needed + 4096, NULL)
+                   : gpumem_resource_report(r->mr, bytes, 0, text, needed + 4096, NULL);
+    FUZZ_CHECK(status == GPUMEM_OK, "%s: report: %s: %s", r->row->spec, gpumem_status_name(status),
+               gpumem_last_error_message());
+    FUZZ_CHECK(which ? text[0] == '{' && text[strlen(text) - 1] == '}' : ends_with_verdict(text),
+               "%s: a report or stats document is not whole: %s", r->row->spec, text);
+    free(text);
+  }
+}
+
 static bool allowed_failure(const run *r, gpumem_status status) {
   return status == GPUMEM_ERR_OUT_OF_MEMORY ||
          (status == GPUMEM_ERR_INJECTED_FAULT && strstr(r->row->spec, "faulty")) ||
@@ -279,6 +312,8 @@ static void op_allocate(run *r) {
   bool expected = allowed_failure(r, status) || (misaligned && status == GPUMEM_ERR_UNSUPPORTED);
   FUZZ_CHECK(expected, "%s: %zu bytes aligned to %zu on stream %d: %s: %s", r->row->spec, bytes,
              alignment, stream, gpumem_status_name(status), gpumem_last_error_message());
+  FUZZ_CHECK(status != GPUMEM_ERR_OUT_OF_MEMORY || ends_with_verdict(gpumem_last_error_message()),
+             "%s: out of memory without a verdict: %s", r->row->spec, gpumem_last_error_message());
   figures after = figures_of(r);
   FUZZ_CHECK(before.live_bytes == after.live_bytes && before.live_count == after.live_count,
              "%s: a failed allocation changed the live figures", r->row->spec);
@@ -424,6 +459,7 @@ static void op_trim(run *r) {
   FUZZ_CHECK(status != GPUMEM_OK || after.reserved <= before.reserved,
              "%s: trim released %zu bytes and reserved grew from %llu to %llu", r->row->spec,
              released, (unsigned long long)before.reserved, (unsigned long long)after.reserved);
+  read_reports(r, released + 1);
 }
 
 /* Synchronizes a stream, or lets the simulation run one stream's work or everyone's. */
