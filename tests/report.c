@@ -612,15 +612,17 @@ static void test_trees(void) {
   report = report_of(arena, KiB);
   CHECK_CONTAINS(report, "\n    global: pool: live 4 MiB in 1, reserved 16 MiB");
   char line[64];
-  snprintf(line, sizeof line, "\n    stream %#llx: pool: live 1 KiB in 1, ",
+  snprintf(line, sizeof line, "\n    stream 0x%llx: pool: live 1 KiB in 1, ",
            (unsigned long long)(uintptr_t)stream);
   CHECK_CONTAINS(report, line);
+  CHECK(strstr(report, "arena_superblocks") == NULL); /* a line with nothing to say */
   free(report);
   json = stats_of(arena);
   CHECK_CONTAINS(json, "{\"role\":\"global\",\"resource\":{");
-  snprintf(line, sizeof line, "{\"role\":\"stream\",\"stream\":\"%#llx\",\"resource\":{",
+  snprintf(line, sizeof line, "{\"role\":\"stream\",\"stream\":\"0x%llx\",\"resource\":{",
            (unsigned long long)(uintptr_t)stream);
   CHECK_CONTAINS(json, line);
+  CHECK_CONTAINS(json, "\"kind\":\"arena_superblocks\"");
   free(json);
   CHECK_OK(gpumem_deallocate(arena, small, KiB, stream));
   CHECK_OK(gpumem_stream_synchronize(stream));

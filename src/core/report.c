@@ -88,8 +88,9 @@ static void write_figures(gpumem__text *text, const gpumem__report_walk *walk, i
     separate(text, &first);
     gpumem__text_printf(text, "free %s", B(fact(walk, i, GPUMEM__FACT_FREE_BYTES)));
     if (has(walk, i, GPUMEM__FACT_FREE_BLOCKS))
-      gpumem__text_printf(text, " in %llu blocks",
-                          (unsigned long long)fact(walk, i, GPUMEM__FACT_FREE_BLOCKS));
+      gpumem__text_printf(text, " in %llu block%s",
+                          (unsigned long long)fact(walk, i, GPUMEM__FACT_FREE_BLOCKS),
+                          fact(walk, i, GPUMEM__FACT_FREE_BLOCKS) == 1 ? "" : "s");
   }
   static const struct {
     int fact;
@@ -110,11 +111,14 @@ static void write_figures(gpumem__text *text, const gpumem__report_walk *walk, i
 
 static void write_node(gpumem__text *text, const gpumem__report_walk *walk, int i) {
   const gpumem__report_node *node = &walk->nodes[i];
+  bool has_children = (size_t)i + 1 < walk->count && walk->nodes[i + 1].parent == i;
+  if (node->same_as < 0 && node->known == 0 && !has_children)
+    return; /* nothing to say (an arena's inner source of superblocks); the JSON has it */
   gpumem__text_printf(text, "%*s", 2 + 2 * node->depth, "");
   if (strcmp(node->role, "bin") == 0)
     gpumem__text_printf(text, "bin %s: ", B(node->key));
   else if (strcmp(node->role, "stream") == 0)
-    gpumem__text_printf(text, "stream %#llx: ", (unsigned long long)node->key);
+    gpumem__text_printf(text, "stream 0x%llx: ", (unsigned long long)node->key);
   else if (strcmp(node->role, "upstream") != 0 && strcmp(node->role, "resource") != 0)
     gpumem__text_printf(text, "%s: ", node->role);
   if (node->same_as >= 0) {
@@ -374,8 +378,9 @@ static void write_verdict(gpumem__text *text, const gpumem__report_walk *walk, u
     gpumem__text_printf(text, "verdict: fragmentation: %s holds %s free", kind_of(walk, f),
                         B(fact(walk, f, GPUMEM__FACT_FREE_BYTES)));
     if (has(walk, f, GPUMEM__FACT_FREE_BLOCKS))
-      gpumem__text_printf(text, " in %llu blocks",
-                          (unsigned long long)fact(walk, f, GPUMEM__FACT_FREE_BLOCKS));
+      gpumem__text_printf(text, " in %llu block%s",
+                          (unsigned long long)fact(walk, f, GPUMEM__FACT_FREE_BLOCKS),
+                          fact(walk, f, GPUMEM__FACT_FREE_BLOCKS) == 1 ? "" : "s");
     gpumem__text_printf(text,
                         ", but its largest free block is %s, less than the %s needed; it "
                         "could not grow: ",

@@ -112,7 +112,7 @@ static void write_part(const json_writer *w, int i) {
   if (strcmp(node->role, "bin") == 0)
     gpumem__text_printf(w->text, ",\"size\":%llu", (unsigned long long)node->key);
   else if (strcmp(node->role, "stream") == 0)
-    gpumem__text_printf(w->text, ",\"stream\":\"%#llx\"", (unsigned long long)node->key);
+    gpumem__text_printf(w->text, ",\"stream\":\"0x%llx\"", (unsigned long long)node->key);
   gpumem__text_printf(w->text, ",\"resource\":");
   write_child(w, i);
   gpumem__text_printf(w->text, "}");
