@@ -486,6 +486,19 @@ static void test_report_without_host_memory(void) {
   for (size_t i = 0; i < sizeof buf; i++)
     CHECK_EQ(buf[i], 'x');
   CHECK_OK(gpumem_resource_release(limit));
+
+  /* A cause noted inside (an arena's global pool at its maximum), which only a walk finds. */
+  gpumem_resource *arena = check_build("arena(cuda, size=4MiB, max=4MiB)");
+  expect_out_of_memory(arena, 8 * MiB);
+  check_verdict(gpumem_last_error_message(), "limit_reached",
+                "pool may hold at most 4 MiB from its upstream and holds 4 MiB");
+  atomic_store(&host_allocations_fail_from, atomic_load(&host_allocations) + 1);
+  status = gpumem_allocate(arena, 8 * MiB, NULL, &ptr);
+  snprintf(message, sizeof message, "%s", gpumem_last_error_message());
+  atomic_store(&host_allocations_fail_from, 0);
+  CHECK_STATUS(status, GPUMEM_ERR_OUT_OF_MEMORY);
+  check_verdict(message, "unexplained", "no cause known (the host had no memory left");
+  CHECK_OK(gpumem_resource_release(arena));
   printf("report without host memory passed\n");
 }
 
@@ -629,6 +642,36 @@ static void test_trees(void) {
   CHECK_OK(gpumem_stream_destroy(stream));
   CHECK_OK(gpumem_resource_release(arena));
 
+  /* More parts than a first guess holds (20 bins), all one resource: written once. */
+  gpumem_binning_options no_bins = {.no_exponent_bins = 1};
+  gpumem_resource *cuda = check_build("cuda"), *bins;
+  CHECK_OK(gpumem_binning_create(cuda, &no_bins, &bins));
+  for (int i = 0; i < 20; i++)
+    CHECK_OK(gpumem_binning_add_bin(bins, (size_t)(i + 1) * KiB, cuda));
+  json = stats_of(bins);
+  CHECK_EQ(count_of(json, "{\"role\":\"bin\","), 20);
+  CHECK_EQ(count_of(json, "{\"ref\":1,\"kind\":\"cuda\"}"), 20);
+  free(json);
+  CHECK_OK(gpumem_resource_release(bins));
+  /* A chain deeper than a report holds: cut, and said so. */
+  gpumem_resource *top = cuda;
+  for (int i = 0; i < 70; i++) {
+    gpumem_limit_options options = {.maximum_size = GPUMEM_DEFAULT_ALIGNMENT * 1024};
+    gpumem_resource *next;
+    CHECK_OK(gpumem_limit_create(top, &options, &next));
+    CHECK_OK(gpumem_resource_release(top)); /* the chain keeps it */
+    top = next;
+  }
+  json = stats_of(top);
+  CHECK_CONTAINS(json, "\"complete\":false,");
+  free(json);
+  report = report_of(top, KiB);
+  CHECK_CONTAINS(report, "(more resources not shown: the tree is larger or deeper than a report "
+                         "holds)\n");
+  check_verdict(report, "none", NULL);
+  free(report);
+  CHECK_OK(gpumem_resource_release(top));
+
   /* Every kind of resource writes valid JSON. */
   static const char *const specs[] = {
       "cuda",
@@ -695,6 +738,8 @@ static void test_buffers(void) {
                    GPUMEM_ERR_INVALID_ARGUMENT, "overflows");
   CHECK_FAILS_WITH(gpumem_resource_stats_json(NULL, room, sizeof room, NULL),
                    GPUMEM_ERR_INVALID_ARGUMENT, "the resource is NULL");
+  CHECK_FAILS_WITH(gpumem_resource_stats_json(limit, NULL, 10, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "buf is NULL with a size");
   /* An alignment counts in what the request needs. */
   CHECK_OK(gpumem_resource_report(limit, 512 * KiB, 1 * MiB, room, sizeof room, NULL));
   check_verdict(room, "limit_reached", "the request needs 1.5 MiB more");
@@ -780,6 +825,9 @@ int main(void) {
   test_host_failure("pool(cuda, initial=2MiB)", 3 * MiB);
   test_host_failure("binning(pool(cuda, initial=2MiB))", 3 * MiB);
   test_host_failure("arena(cuda, size=8MiB)", KiB);
+  test_host_failure("fixed_size(cuda, block=64KiB, prealloc=4)", KiB);
+  test_host_failure("binning(pool(cuda, initial=2MiB))", KiB);
+  test_host_failure("pool(vmm(piece=2MiB))", 3 * MiB);
   test_report_without_host_memory();
   test_user_resources();
   test_trees();

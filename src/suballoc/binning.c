@@ -130,6 +130,8 @@ static gpumem_status resource_of_bin(binning_resource *self, bin *b, gpumem_reso
     status = gpumem_fixed_size_create(self->header.upstream, &options, &resource);
     if (status == GPUMEM_OK)
       atomic_store_explicit(&b->resource, resource, memory_order_release);
+    else if (status == GPUMEM_ERR_OUT_OF_MEMORY) /* host memory: the bin takes nothing yet */
+      gpumem__note_oom(GPUMEM__OOM_HOST, &self->header, b->size);
   }
   pthread_mutex_unlock(&self->lock);
   if (status == GPUMEM_OK)

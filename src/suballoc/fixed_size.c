@@ -35,8 +35,13 @@ static gpumem_status fixed_allocate(gpumem_resource *mr, size_t bytes, size_t al
     return refuse(self, bytes, alignment);
   gpumem_resource *pool = self->pool;
   gpumem_status status = pool->ops->allocate(pool, bytes, alignment, stream, ptr);
-  if (status != GPUMEM_OK)
+  if (status != GPUMEM_OK) {
+    /* The pool inside is this resource to a report: its refusal is told as this one's. */
+    gpumem__oom_note note = gpumem__last_oom();
+    if (status == GPUMEM_ERR_OUT_OF_MEMORY && note.mr == pool)
+      gpumem__note_oom(note.cause, mr, note.bytes);
     return gpumem__fail_context(status, "fixed_size(block=%zu)", self->options.block_size);
+  }
   return GPUMEM_OK;
 }
 
