@@ -5,7 +5,8 @@ Every resource allocates and frees stream-ordered device memory:
     mr.allocate(nbytes, stream=None) -> int     mr.deallocate(ptr, nbytes, stream=None)
 
 and tells what it holds (live_bytes, reserved_bytes, peak_reserved_bytes, ...; None where
-it does not know). A resource built over another keeps that upstream alive. Streams may be
+it does not know); report(nbytes) and stats() say where memory goes, as an OutOfMemoryError's
+.report and .verdict do (docs/reports.md). A resource built over another keeps that upstream alive. Streams may be
 None (the default stream), an int, or a CuPy, Numba or PyTorch stream object. Sizes may be
 ints or strings such as "1GiB" or "50%" (of the device's memory).
 """
