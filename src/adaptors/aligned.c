@@ -78,6 +78,15 @@ gpumem_status gpumem_aligned_create(gpumem_resource *upstream, const gpumem_alig
     gpumem__drop_placement(&self->header);
   self->alignment = options.alignment;
   self->threshold = options.threshold;
+  /* The promise, for debug level 3's guards; over another promise, one that covers both. */
+  gpumem__capabilities *caps = &self->header.caps;
+  if (options.alignment > GPUMEM_DEFAULT_ALIGNMENT) {
+    caps->align_threshold = caps->align_promise && caps->align_threshold < options.threshold
+                                ? caps->align_threshold
+                                : options.threshold;
+    if (caps->align_promise < options.alignment)
+      caps->align_promise = options.alignment;
+  }
   *out = &self->header;
   return GPUMEM_OK;
 }

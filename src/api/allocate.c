@@ -2,7 +2,8 @@
  * alignment, overflow), so that every resource can rely on documented preconditions, and
  * tells the device backend about each block handed out (the simulated device checks it
  * for cross-stream hazards). In a build with debug level 2, each call validates the
- * resource's whole structure afterwards, failed or not (GPUMEM_DEBUG=2). Under a CUDA tool
+ * resource's whole structure afterwards, failed or not (GPUMEM_DEBUG=2); at level 3 the
+ * blocks get guards, poison and a quarantine (guards.c, GPUMEM_DEBUG=3). Under a CUDA tool
  * that reads NVTX memory annotations, each block handed out is annotated (core/annotate.h).
  * An allocation that fails for lack of memory gets the resource's report and verdict after
  * its message (src/core/report.c), on that rare path only. */
@@ -29,6 +30,10 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
                         "gpumem_allocate: %zu bytes with alignment %zu overflows the address "
                         "space",
                         bytes, alignment);
+#if GPUMEM__DEBUG_LEVEL >= 3
+  if (gpumem__debug_level() >= 3)
+    return gpumem__guarded_allocate(mr, bytes, alignment, stream, ptr);
+#endif
   void *block;
   gpumem_status status = mr->ops->allocate(mr, bytes, alignment, stream, &block);
 #if GPUMEM__DEBUG_LEVEL >= 2
@@ -80,6 +85,10 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
                         "gpumem_deallocate: alignment %zu is not a power of two", alignment);
   if (alignment < GPUMEM_DEFAULT_ALIGNMENT)
     alignment = GPUMEM_DEFAULT_ALIGNMENT;
+#if GPUMEM__DEBUG_LEVEL >= 3
+  if (gpumem__debug_level() >= 3)
+    return gpumem__guarded_deallocate(mr, ptr, bytes, alignment, stream);
+#endif
   if (GPUMEM_UNLIKELY(gpumem__annotating()))
     return deallocate_annotated(mr, ptr, bytes, alignment, stream);
   gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);

@@ -114,6 +114,10 @@ typedef struct gpumem__capabilities {
   size_t piece_size;  /* physical memory is cut at every multiple of it from range_base */
   uintptr_t range_base;
   size_t range_size;
+  /* Blocks of requests of at least align_threshold bytes are aligned to align_promise
+   * (0: as asked only). The aligned adaptor sets it; debug level 3's guards read it, so
+   * that the pointer they hand out past a guard keeps that alignment. */
+  size_t align_promise, align_threshold;
 } gpumem__capabilities;
 
 struct gpumem_resource {
@@ -151,7 +155,9 @@ void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resou
 static inline void gpumem__drop_placement(gpumem_resource *mr) {
   mr->caps = (gpumem__capabilities){.memory = mr->caps.memory,
                                     .stream_ordered = mr->caps.stream_ordered,
-                                    .annotatable = mr->caps.annotatable};
+                                    .annotatable = mr->caps.annotatable,
+                                    .align_promise = mr->caps.align_promise,
+                                    .align_threshold = mr->caps.align_threshold};
 }
 
 /* True when mr can map memory at chosen addresses: its capabilities say so and its table is
@@ -274,8 +280,10 @@ static inline bool gpumem__can_trim(const gpumem_resource *mr) {
  * Debug levels (src/core/debug.c). GPUMEM__DEBUG_LEVEL, set by the build (CMake option
  * GPUMEM_DEBUG_LEVEL), is the most checking compiled in: 0 none, 1 internal assertions,
  * 2 also a validation of the whole structure after every allocate, deallocate and trim of
- * the front end. GPUMEM_DEBUG chooses the level at run time, up to that. At 0 every check
- * below is a constant false that the compiler removes: the release build carries nothing.
+ * the front end, 3 also guards, poison and a quarantine around every block the front end
+ * hands out (src/api/guards.c). GPUMEM_DEBUG chooses the level at run time, up to that. At
+ * 0 every check below is a constant false that the compiler removes: the release build
+ * carries nothing.
  * ------------------------------------------------------------------------------------- */
 
 #ifndef GPUMEM__DEBUG_LEVEL
@@ -325,6 +333,50 @@ gpumem_status gpumem__validate_one(const gpumem_resource *mr);
  * with the validator's message when it fails. Only called where GPUMEM__DEBUG_LEVEL >= 2. */
 void gpumem__debug_after(const gpumem_resource *mr, const char *what);
 
+#if GPUMEM__DEBUG_LEVEL >= 3
+#include <stdio.h>
+
+/* Level 3 (src/api/guards.c): the front end's allocate and deallocate at level 3, called
+ * after the argument checks (bytes > 0, alignment a power of two of at least 256). Each
+ * block is asked of mr with a guard zone on each side, filled with a pattern on the stream;
+ * the allocation's call stack is kept. A free checks the guards after the work on its
+ * stream, poisons the block and keeps it in a bounded quarantine; a double free, a wrong
+ * size or a damaged guard is GPUMEM_ERR_MISUSE with the stacks in the message (and on
+ * stderr). */
+gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                       gpumem_stream stream, void **ptr);
+gpumem_status gpumem__guarded_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                         size_t alignment, gpumem_stream stream);
+/* Before mr's trim: checks the guards of mr's live blocks (and those of resources over it)
+ * once the device is idle, and frees their quarantined blocks, checking each one's poison.
+ * Reports go to stderr. */
+void gpumem__guards_before_trim(gpumem_resource *mr);
+/* When mr's last reference goes, before its live allocations are counted: frees mr's
+ * quarantined blocks (checking their poison) and waits for those other threads are
+ * freeing. */
+void gpumem__guards_before_release(gpumem_resource *mr);
+/* After mr is destroyed: forgets whatever is still recorded for it. */
+void gpumem__guards_forget(const gpumem_resource *mr);
+/* A live figure of mr (LIVE_BYTES, LIVE_COUNT) without the guards and the quarantined
+ * blocks of the allocations made through mr, as the program counts them. */
+uint64_t gpumem__guards_adjust(const gpumem_resource *mr, gpumem_query what, uint64_t value);
+
+/* Call stacks, for level 3's reports (src/core/backtrace.c). */
+#define GPUMEM__STACK_DEPTH 16
+typedef struct gpumem__stack {
+  void *frames[GPUMEM__STACK_DEPTH];
+  int depth;
+} gpumem__stack;
+/* The caller's stack, leaving out the `skip` innermost frames (its own frame is one). */
+void gpumem__stack_capture(gpumem__stack *stack, int skip);
+/* One line, at most `frames` frames: "name+0x1c < name+0x55 < module+0x2f10" (a frame
+ * whose function the dynamic linker does not name shows as its module and offset, which
+ * addr2line reads). Returns buf. */
+const char *gpumem__stack_line(const gpumem__stack *stack, int frames, char *buf, size_t size);
+/* Writes the stack to `out`, a frame a line, each line starting with `indent`. */
+void gpumem__stack_print(const gpumem__stack *stack, FILE *out, const char *indent);
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Sizes
  * ------------------------------------------------------------------------------------- */
@@ -355,16 +407,18 @@ bool gpumem__parse_size(const char *text, uint64_t percent_of, uint64_t *out, si
  * ------------------------------------------------------------------------------------- */
 
 typedef enum gpumem__option {
-  GPUMEM__OPT_DEVICE,       /* GPUMEM_DEVICE: cuda | sim */
-  GPUMEM__OPT_RESOURCE,     /* GPUMEM_RESOURCE: spec of every device's default resource */
-  GPUMEM__OPT_VERBOSE,      /* GPUMEM_VERBOSE: print settings at initialization */
-  GPUMEM__OPT_SIM_DEVICES,  /* GPUMEM_SIM_DEVICES */
-  GPUMEM__OPT_SIM_MEMORY,   /* GPUMEM_SIM_MEMORY */
-  GPUMEM__OPT_SIM_PAGEABLE, /* GPUMEM_SIM_PAGEABLE */
-  GPUMEM__OPT_SIM_VMM,      /* GPUMEM_SIM_VMM */
-  GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort */
-  GPUMEM__OPT_DEBUG,        /* GPUMEM_DEBUG: 0 | 1 | 2, up to the compiled level */
-  GPUMEM__OPT_DEBUG_EVERY,  /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
+  GPUMEM__OPT_DEVICE,           /* GPUMEM_DEVICE: cuda | sim */
+  GPUMEM__OPT_RESOURCE,         /* GPUMEM_RESOURCE: spec of every device's default resource */
+  GPUMEM__OPT_VERBOSE,          /* GPUMEM_VERBOSE: print settings at initialization */
+  GPUMEM__OPT_SIM_DEVICES,      /* GPUMEM_SIM_DEVICES */
+  GPUMEM__OPT_SIM_MEMORY,       /* GPUMEM_SIM_MEMORY */
+  GPUMEM__OPT_SIM_PAGEABLE,     /* GPUMEM_SIM_PAGEABLE */
+  GPUMEM__OPT_SIM_VMM,          /* GPUMEM_SIM_VMM */
+  GPUMEM__OPT_SIM_HAZARD,       /* GPUMEM_SIM_HAZARD: count | abort */
+  GPUMEM__OPT_DEBUG,            /* GPUMEM_DEBUG: 0 | 1 | 2 | 3, up to the compiled level */
+  GPUMEM__OPT_DEBUG_EVERY,      /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
+  GPUMEM__OPT_DEBUG_QUARANTINE, /* GPUMEM_DEBUG_QUARANTINE: level 3's, in bytes */
+  GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS, /* GPUMEM_DEBUG_QUARANTINE_BLOCKS: in blocks */
   GPUMEM__OPT_COUNT
 } gpumem__option;
 

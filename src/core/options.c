@@ -39,10 +39,15 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
     [GPUMEM__OPT_SIM_HAZARD] = {"GPUMEM_SIM_HAZARD", "count",
                                 "on a cross-stream hazard: count | abort"},
     [GPUMEM__OPT_DEBUG] = {"GPUMEM_DEBUG", GPUMEM__DEBUG_DEFAULT_TEXT,
-                           "checks: 0 none, 1 assertions, 2 validation after every call "
-                           "(at most " GPUMEM__DEBUG_MAX_TEXT ", the level built in)"},
+                           "checks: 0 none, 1 assertions, 2 validation after every call, "
+                           "3 guards and quarantine (at most " GPUMEM__DEBUG_MAX_TEXT
+                           ", the level built in)"},
     [GPUMEM__OPT_DEBUG_EVERY] = {"GPUMEM_DEBUG_EVERY", "1",
                                  "at level 2, validate after every N-th call of a thread"},
+    [GPUMEM__OPT_DEBUG_QUARANTINE] = {"GPUMEM_DEBUG_QUARANTINE", "256MiB",
+                                      "at level 3, bytes of freed blocks held poisoned"},
+    [GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS] = {"GPUMEM_DEBUG_QUARANTINE_BLOCKS", "1024",
+                                             "at level 3, freed blocks held poisoned"},
 };
 
 static pthread_once_t options_once = PTHREAD_ONCE_INIT;

@@ -126,6 +126,9 @@ static gpumem_status release(gpumem_resource *mr) {
     return GPUMEM_OK;
   if (atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_acq_rel) != 1)
     return GPUMEM_OK;
+#if GPUMEM__DEBUG_LEVEL >= 3
+  gpumem__guards_before_release(mr); /* freed blocks held in level 3's quarantine */
+#endif
   uint64_t live_count = 0, live_bytes = 0;
   if (gpumem_resource_query(mr, GPUMEM_QUERY_LIVE_COUNT, &live_count) == GPUMEM_OK &&
       live_count > 0) {
@@ -151,6 +154,9 @@ static gpumem_status release(gpumem_resource *mr) {
                                 "handle is still yours; release it again",
                                 mr->ops->kind);
   }
+#if GPUMEM__DEBUG_LEVEL >= 3
+  gpumem__guards_forget(mr);
+#endif
   /* `mr` is gone, so the release succeeded whatever happens below: an upstream that cannot
    * be destroyed now (its own last release failing) is kept for a later try. */
   if (release(upstream) != GPUMEM_OK)
@@ -255,6 +261,9 @@ gpumem_status gpumem_resource_trim(gpumem_resource *mr, size_t *released) {
                         "back (pool, arena, binning and fixed_size do, and adaptors over them)",
                         mr->ops->kind);
   size_t total = 0;
+#if GPUMEM__DEBUG_LEVEL >= 3
+  gpumem__guards_before_trim(mr); /* live guards checked, the quarantine given back */
+#endif
   gpumem_status status = mr->ops->trim(mr, &total);
 #if GPUMEM__DEBUG_LEVEL >= 2
   gpumem__debug_after(mr, "trim");
@@ -270,6 +279,10 @@ gpumem_status gpumem_resource_query(const gpumem_resource *mr, gpumem_query what
                         "gpumem_resource_query: resource and out must not be NULL");
   uint64_t value;
   gpumem_status status = mr->ops->query ? mr->ops->query(mr, what, &value) : GPUMEM_ERR_UNSUPPORTED;
+#if GPUMEM__DEBUG_LEVEL >= 3
+  if (status == GPUMEM_OK)
+    value = gpumem__guards_adjust(mr, what, value); /* without level 3's guards */
+#endif
   if (status == GPUMEM_OK)
     *out = value;
   else if (status == GPUMEM_ERR_UNSUPPORTED)
