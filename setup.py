@@ -5,7 +5,7 @@ they are not in /usr/local/cuda.
 
 The package's version is the library's: include/gpumem.h's GPUMEM_VERSION_* lines, the
 one source of it. GPUMEM_WERROR=1 in the environment (test.sh sets it) makes compiler
-warnings errors, as CI wants; users' builds never set it. GPUMEM_DEBUG_LEVEL=0|1|2 in the
+warnings errors, as CI wants; users' builds never set it. GPUMEM_DEBUG_LEVEL=0|1|2|3 in the
 environment compiles the C library's debug checks in, as the CMake option of that name does
 (README "Debug levels"); unset, none are, and the extension carries no cost for them."""
 import glob
@@ -41,8 +41,8 @@ def header_version():
 def debug_level():
     """The debug checks compiled in: GPUMEM_DEBUG_LEVEL, 0 when unset."""
     level = os.environ.get("GPUMEM_DEBUG_LEVEL", "0") or "0"
-    if level not in ("0", "1", "2"):
-        raise RuntimeError(f"GPUMEM_DEBUG_LEVEL is {level!r}: 0, 1 or 2")
+    if level not in ("0", "1", "2", "3"):
+        raise RuntimeError(f"GPUMEM_DEBUG_LEVEL is {level!r}: 0, 1, 2 or 3")
     return level
 
 

@@ -53,13 +53,15 @@ gpu_python=()
 [ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
 (cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
 
-# The ASan+UBSan build also compiles in debug level 2 (README "Debug levels"): its tests run
-# with the internal assertions on, and the suballocators' tests once more validating every
-# structure after each call (the *_debug2 tests).
+# The ASan+UBSan build also compiles in debug level 3 (README "Debug levels"): its tests run
+# with the internal assertions on, the suballocators' tests once more validating every
+# structure after each call (the *_debug2 tests), and the conformance suite once more with
+# guards, poison and quarantine around every block, beside the test of what they catch
+# (conformance_debug3, debug3).
 for sanitizer in address,undefined thread; do
   dir="build-${sanitizer//,/-}"
   debug_level=0
-  [ "$sanitizer" = address,undefined ] && debug_level=2
+  [ "$sanitizer" = address,undefined ] && debug_level=3
   echo "== simulated-device suite under -fsanitize=$sanitizer, debug level $debug_level =="
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DGPUMEM_SANITIZE="$sanitizer" \
     -DGPUMEM_DEBUG_LEVEL="$debug_level" -DGPUMEM_WERROR=ON -DGPUMEM_BUILD_TOOLS=OFF >/dev/null

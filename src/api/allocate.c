@@ -32,7 +32,7 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
                         bytes, alignment);
 #if GPUMEM__DEBUG_LEVEL >= 3
   if (gpumem__debug_level() >= 3)
-    return gpumem__guarded_allocate(mr, bytes, alignment, stream, ptr);
+    return gpumem__guarded_allocate(mr, bytes, alignment, stream, ptr, __builtin_return_address(0));
 #endif
   void *block;
   gpumem_status status = mr->ops->allocate(mr, bytes, alignment, stream, &block);
@@ -87,7 +87,8 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
     alignment = GPUMEM_DEFAULT_ALIGNMENT;
 #if GPUMEM__DEBUG_LEVEL >= 3
   if (gpumem__debug_level() >= 3)
-    return gpumem__guarded_deallocate(mr, ptr, bytes, alignment, stream);
+    return gpumem__guarded_deallocate(mr, ptr, bytes, alignment, stream,
+                                      __builtin_return_address(0));
 #endif
   if (GPUMEM_UNLIKELY(gpumem__annotating()))
     return deallocate_annotated(mr, ptr, bytes, alignment, stream);

@@ -298,8 +298,8 @@ static void describe_block(const entry *e, char *buf, size_t size) {
 
 /* "N bytes before its start (at -a..-b, 0x41 where 0xfd was)" and the same after its end,
  * for damaged guards; "" when both are whole. */
-static void describe_guards(const damage *front, const damage *rear, size_t front_size,
-                            char *buf, size_t size) {
+static void describe_guards(const damage *front, const damage *rear, size_t front_size, char *buf,
+                            size_t size) {
   size_t used = 0;
   buf[0] = '\0';
   if (front->count)
@@ -371,7 +371,8 @@ static void check_quarantined(const entry *e, gpumem_stream stream, const char *
   if (status == GPUMEM_OK && e->front)
     status = compare_range(dev, front_start(e), front_checked(e), GUARD_BYTE, stream, host, &front);
   if (status == GPUMEM_OK && e->rear)
-    status = compare_range(dev, (char *)e->ptr + e->bytes, e->rear, GUARD_BYTE, stream, host, &rear);
+    status =
+        compare_range(dev, (char *)e->ptr + e->bytes, e->rear, GUARD_BYTE, stream, host, &rear);
   free(host);
   char block[SPEC_SIZE + 96], line[1024];
   describe_block(e, block, sizeof block);
@@ -379,7 +380,8 @@ static void check_quarantined(const entry *e, gpumem_stream stream, const char *
     fprintf(stderr,
             "gpumem (GPUMEM_DEBUG=3): could not read back %s %s (%s): it is given back "
             "unchecked\n",
-            block, when, status == GPUMEM_ERR_OUT_OF_MEMORY ? "no host memory" : gpumem_last_error_message());
+            block, when,
+            status == GPUMEM_ERR_OUT_OF_MEMORY ? "no host memory" : gpumem_last_error_message());
     return;
   }
   if (!body.count && !front.count && !rear.count)
@@ -410,8 +412,8 @@ static gpumem_status read_guards(const entry *e, gpumem_stream stream, damage *f
   gpumem_status status =
       compare_range(e->mr->dev, front_start(e), front_checked(e), GUARD_BYTE, stream, host, front);
   if (status == GPUMEM_OK)
-    status = compare_range(e->mr->dev, (char *)e->ptr + e->bytes, e->rear, GUARD_BYTE, stream,
-                           host, rear);
+    status = compare_range(e->mr->dev, (char *)e->ptr + e->bytes, e->rear, GUARD_BYTE, stream, host,
+                           rear);
   free(host);
   return status;
 }
@@ -522,7 +524,7 @@ static gpumem_status ask(gpumem_resource *mr, entry *e, gpumem_stream stream) {
 }
 
 gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                       gpumem_stream stream, void **ptr) {
+                                       gpumem_stream stream, void **ptr, const void *caller) {
   entry *e = calloc(1, sizeof *e);
   pthread_mutex_lock(&table.lock);
   bool tracked = e && account_of(mr, true);
@@ -541,7 +543,7 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
     *ptr = block;
     return GPUMEM_OK;
   }
-  gpumem__stack_capture(&e->allocated, 2); /* this function and gpumem_allocate_aligned */
+  gpumem__stack_capture(&e->allocated, caller);
   e->mr = mr;
   e->bytes = bytes;
   e->alignment = alignment;
@@ -594,16 +596,16 @@ static gpumem_status refuse(const entry *e, const gpumem_resource *mr, size_t by
   if (e->mr != mr) {
     char spec[SPEC_SIZE];
     gpumem__describe(mr, spec, sizeof spec);
-    snprintf(headline, sizeof headline, "%p was allocated as %s, and is freed to %s", (void *)e->ptr,
-             block, spec);
+    snprintf(headline, sizeof headline, "%p was allocated as %s, and is freed to %s",
+             (void *)e->ptr, block, spec);
     print_report(headline, "allocated at", &e->allocated, "freed at", now, NULL, NULL);
     return gpumem__fail(GPUMEM_ERR_MISUSE,
                         "gpumem_deallocate: %s; nothing changed (GPUMEM_DEBUG=3). Allocated at %s",
                         headline, at);
   }
   if (e->state != LIVE) {
-    snprintf(headline, sizeof headline, "double free of %s: it was freed before and is held in the quarantine",
-             block);
+    snprintf(headline, sizeof headline,
+             "double free of %s: it was freed before and is held in the quarantine", block);
     print_report(headline, "allocated at", &e->allocated, "first freed at", &e->freed,
                  "freed again at", now);
     return gpumem__fail(GPUMEM_ERR_MISUSE,
@@ -652,9 +654,10 @@ static void hold(entry *e, victims *out) {
 }
 
 gpumem_status gpumem__guarded_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                         size_t alignment, gpumem_stream stream) {
+                                         size_t alignment, gpumem_stream stream,
+                                         const void *caller) {
   gpumem__stack now;
-  gpumem__stack_capture(&now, 2); /* this function and gpumem_deallocate_aligned */
+  gpumem__stack_capture(&now, caller);
   pthread_mutex_lock(&table.lock);
   read_limits();
   entry *e = find((uintptr_t)ptr, mr);
@@ -684,7 +687,14 @@ gpumem_status gpumem__guarded_deallocate(gpumem_resource *mr, void *ptr, size_t 
   if (e->front)
     status = read_guards(e, stream, &front, &rear);
   if (status == GPUMEM_OK && quarantine) {
-    status = mr->dev->memset_async((void *)e->ptr, POISON_BYTE, e->bytes, stream);
+    /* Damaged guards are written again: reported now, they must not be taken for a write
+     * after the free when the block leaves the quarantine. */
+    if (front.count)
+      status = mr->dev->memset_async(front_start(e), GUARD_BYTE, front_checked(e), stream);
+    if (status == GPUMEM_OK && rear.count)
+      status = mr->dev->memset_async((void *)(e->ptr + e->bytes), GUARD_BYTE, e->rear, stream);
+    if (status == GPUMEM_OK)
+      status = mr->dev->memset_async((void *)e->ptr, POISON_BYTE, e->bytes, stream);
     if (status == GPUMEM_OK)
       status = mr->dev->stream_synchronize(stream);
   }
@@ -814,7 +824,8 @@ void gpumem__guards_forget(const gpumem_resource *mr) {
 }
 
 uint64_t gpumem__guards_adjust(const gpumem_resource *mr, gpumem_query what, uint64_t value) {
-  if (gpumem__debug_level() < 3 || (what != GPUMEM_QUERY_LIVE_BYTES && what != GPUMEM_QUERY_LIVE_COUNT))
+  if (gpumem__debug_level() < 3 ||
+      (what != GPUMEM_QUERY_LIVE_BYTES && what != GPUMEM_QUERY_LIVE_COUNT))
     return value;
   pthread_mutex_lock(&table.lock);
   const account *a = account_of(mr, false);

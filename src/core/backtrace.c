@@ -19,14 +19,29 @@
 #include <link.h>
 #include <string.h>
 
-void gpumem__stack_capture(gpumem__stack *stack, int skip) {
+void gpumem__stack_capture(gpumem__stack *stack, const void *from) {
   void *frames[GPUMEM__STACK_DEPTH + 8];
-  int max = GPUMEM__STACK_DEPTH + 8;
-  skip++; /* this function's own frame */
-  if (skip > 8)
-    skip = 8;
-  int depth = backtrace(frames, max);
-  int kept = depth > skip ? depth - skip : 0;
+  int depth = backtrace(frames, GPUMEM__STACK_DEPTH + 8);
+  /* The program's frames start at `from`, whatever gpumem's frames above it were (tail
+   * calls and inlining change them from build to build); not found, after this one. */
+  int skip = depth > 0 ? 1 : 0;
+  for (int i = 0; from && i < depth; i++) {
+    if (frames[i] == from) {
+      skip = i;
+      break;
+    }
+  }
+  int kept = depth - skip;
+  /* Where the compiler kept the call of a public wrapper (gpumem_allocate calling
+   * gpumem_allocate_aligned, in a build without optimization), its frame goes too: the
+   * first frame is the program's. */
+  Dl_info info;
+  if (kept > 1 && dladdr(frames[skip], &info) && info.dli_sname &&
+      (strcmp(info.dli_sname, "gpumem_allocate") == 0 ||
+       strcmp(info.dli_sname, "gpumem_deallocate") == 0)) {
+    skip++;
+    kept--;
+  }
   if (kept > GPUMEM__STACK_DEPTH)
     kept = GPUMEM__STACK_DEPTH;
   memcpy(stack->frames, frames + skip, (size_t)kept * sizeof frames[0]);
@@ -57,7 +72,8 @@ static void format_frame(void *address, bool module, char *buf, size_t size) {
       snprintf(buf, size, "%s+0x%zx", info.dli_sname, (size_t)(at - (uintptr_t)info.dli_saddr));
     return;
   }
-  snprintf(buf, size, "%s+0x%zx", base_name(info.dli_fname), (size_t)(at - (uintptr_t)info.dli_fbase));
+  snprintf(buf, size, "%s+0x%zx", base_name(info.dli_fname),
+           (size_t)(at - (uintptr_t)info.dli_fbase));
 }
 
 const char *gpumem__stack_line(const gpumem__stack *stack, int frames, char *buf, size_t size) {

@@ -342,11 +342,12 @@ void gpumem__debug_after(const gpumem_resource *mr, const char *what);
  * the allocation's call stack is kept. A free checks the guards after the work on its
  * stream, poisons the block and keeps it in a bounded quarantine; a double free, a wrong
  * size or a damaged guard is GPUMEM_ERR_MISUSE with the stacks in the message (and on
- * stderr). */
+ * stderr). `caller`: the public call's return address, where the program's stack starts. */
 gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                       gpumem_stream stream, void **ptr);
+                                       gpumem_stream stream, void **ptr, const void *caller);
 gpumem_status gpumem__guarded_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
-                                         size_t alignment, gpumem_stream stream);
+                                         size_t alignment, gpumem_stream stream,
+                                         const void *caller);
 /* Before mr's trim: checks the guards of mr's live blocks (and those of resources over it)
  * once the device is idle, and frees their quarantined blocks, checking each one's poison.
  * Reports go to stderr. */
@@ -367,8 +368,9 @@ typedef struct gpumem__stack {
   void *frames[GPUMEM__STACK_DEPTH];
   int depth;
 } gpumem__stack;
-/* The caller's stack, leaving out the `skip` innermost frames (its own frame is one). */
-void gpumem__stack_capture(gpumem__stack *stack, int skip);
+/* The stack from the frame whose return address is `from` outwards: the program's frames,
+ * when `from` is the return address of the public call it made. */
+void gpumem__stack_capture(gpumem__stack *stack, const void *from);
 /* One line, at most `frames` frames: "name+0x1c < name+0x55 < module+0x2f10" (a frame
  * whose function the dynamic linker does not name shows as its module and offset, which
  * addr2line reads). Returns buf. */
@@ -407,18 +409,19 @@ bool gpumem__parse_size(const char *text, uint64_t percent_of, uint64_t *out, si
  * ------------------------------------------------------------------------------------- */
 
 typedef enum gpumem__option {
-  GPUMEM__OPT_DEVICE,           /* GPUMEM_DEVICE: cuda | sim */
-  GPUMEM__OPT_RESOURCE,         /* GPUMEM_RESOURCE: spec of every device's default resource */
-  GPUMEM__OPT_VERBOSE,          /* GPUMEM_VERBOSE: print settings at initialization */
-  GPUMEM__OPT_SIM_DEVICES,      /* GPUMEM_SIM_DEVICES */
-  GPUMEM__OPT_SIM_MEMORY,       /* GPUMEM_SIM_MEMORY */
-  GPUMEM__OPT_SIM_PAGEABLE,     /* GPUMEM_SIM_PAGEABLE */
-  GPUMEM__OPT_SIM_VMM,          /* GPUMEM_SIM_VMM */
-  GPUMEM__OPT_SIM_HAZARD,       /* GPUMEM_SIM_HAZARD: count | abort */
-  GPUMEM__OPT_DEBUG,            /* GPUMEM_DEBUG: 0 | 1 | 2 | 3, up to the compiled level */
-  GPUMEM__OPT_DEBUG_EVERY,      /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
-  GPUMEM__OPT_DEBUG_QUARANTINE, /* GPUMEM_DEBUG_QUARANTINE: level 3's, in bytes */
-  GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS, /* GPUMEM_DEBUG_QUARANTINE_BLOCKS: in blocks */
+  GPUMEM__OPT_DEVICE,       /* GPUMEM_DEVICE: cuda | sim */
+  GPUMEM__OPT_RESOURCE,     /* GPUMEM_RESOURCE: spec of every device's default resource */
+  GPUMEM__OPT_VERBOSE,      /* GPUMEM_VERBOSE: print settings at initialization */
+  GPUMEM__OPT_SIM_DEVICES,  /* GPUMEM_SIM_DEVICES */
+  GPUMEM__OPT_SIM_MEMORY,   /* GPUMEM_SIM_MEMORY */
+  GPUMEM__OPT_SIM_PAGEABLE, /* GPUMEM_SIM_PAGEABLE */
+  GPUMEM__OPT_SIM_VMM,      /* GPUMEM_SIM_VMM */
+  GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort */
+  GPUMEM__OPT_DEBUG,        /* GPUMEM_DEBUG: 0 to 3, up to the compiled level */
+  GPUMEM__OPT_DEBUG_EVERY,  /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
+  /* GPUMEM_DEBUG_QUARANTINE and _BLOCKS: level 3's quarantine, in bytes and in blocks */
+  GPUMEM__OPT_DEBUG_QUARANTINE,
+  GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS,
   GPUMEM__OPT_COUNT
 } gpumem__option;
 
