@@ -16,9 +16,10 @@
  * - the live figures of the resource are the program's (no guards, no quarantine), and
  *   alignments asked for or promised by an aligned adaptor are kept.
  * Then: a write past a live block is found at a trim; a fixed_size block that leaves no room
- * for guards is handed out without them and still caught freed twice; on the simulated
- * device, plain host writes into device memory, and a simulated kernel's, are caught too.
- * Clean use prints nothing.
+ * for guards is handed out without them and still caught freed twice; out of memory, the
+ * quarantine is given back first. On the simulated device, plain host writes into device
+ * memory, and a simulated kernel's, are caught too, and each device call level 3 makes
+ * fails in turn without losing anything. Clean use prints nothing.
  *
  * The functions that allocate and free are not static, and the program is linked with
  * -rdynamic, so that the reports can name them. The test expects
@@ -171,7 +172,9 @@ CASE case_double_free(gpumem_resource *mr, gpumem_stream stream) {
   CHECK_CONTAINS(report, "freed again at:\n    #0 test_debug3+0x"); /* a static function */
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), count);
   /* Still held: a third free is refused the same way, and the block leaves cleanly. */
+  capture_begin();
   CHECK_FAILS_WITH(gpumem_deallocate(mr, p, 4096, stream), GPUMEM_ERR_MISUSE, "double free");
+  capture_end();
   capture_begin();
   push_out_quarantine(mr, stream);
   CHECK_EQ(strlen(capture_end()), 0);
@@ -320,6 +323,77 @@ CASE case_host_writes(void) {
   printf("%-36s passed\n", "host writes (simulated device)");
 }
 
+/* Out of memory: the quarantine of the device is given back and the request tried again;
+ * at the very limit, the block comes without guards. */
+CASE case_out_of_memory(void) {
+  gpumem_resource *mr = check_build("limit(cuda, max=1MiB)");
+  void *p = debug3_allocate_here(mr, 600 << 10, NULL);
+  CHECK_OK(debug3_free_here(mr, p, 600 << 10, NULL)); /* held: the limit still counts it */
+  capture_begin();
+  void *q = debug3_allocate_here(mr, 600 << 10, NULL);
+  CHECK_EQ(strlen(capture_end()), 0);             /* given back, checked, clean */
+  CHECK_EQ(gpumem_last_error_message()[0], '\0'); /* the absorbed failure left no message */
+  CHECK_OK(debug3_free_here(mr, q, 600 << 10, NULL));
+  void *whole = debug3_allocate_here(mr, 1 << 20, NULL);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES), 1 << 20);
+  CHECK_FAILS_WITH(gpumem_allocate(mr, 1, NULL, &p), GPUMEM_ERR_OUT_OF_MEMORY, "limit");
+  CHECK_OK(debug3_free_here(mr, whole, 1 << 20, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("%-36s passed\n", "out of memory");
+}
+
+/* A device call of level 3's failing: the call fails, and nothing is lost. */
+CASE case_device_failures(void) {
+  gpumem_resource *mr = check_build("cuda");
+  uint64_t used = 0, used_now = 0;
+  CHECK_OK(gpumem_sim_device_used(0, &used));
+  void *p = (void *)0x1;
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEMSET, 1)); /* filling a guard */
+  CHECK_FAILS_WITH(gpumem_allocate(mr, 1000, NULL, &p), GPUMEM_ERR_CUDA, "filling the guards");
+  CHECK_PTR_EQ(p, (void *)0x1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_sim_device_used(0, &used_now));
+  CHECK_U64_EQ(used_now, used);
+
+  p = debug3_allocate_here(mr, 1000, NULL);
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEMCPY, 1)); /* reading the guards back */
+  CHECK_STATUS(gpumem_deallocate(mr, p, 1000, NULL), GPUMEM_ERR_CUDA);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEMSET, 1)); /* the poison */
+  CHECK_STATUS(gpumem_deallocate(mr, p, 1000, NULL), GPUMEM_ERR_CUDA);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_OK(debug3_free_here(mr, p, 1000, NULL)); /* still live: freed now, not twice */
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+
+  /* Too large for the quarantine (256 MiB by default): freed at once, or not at all. */
+  size_t large = (size_t)300 << 20;
+  p = debug3_allocate_here(mr, large, NULL);
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEM_FREE, 1));
+  CHECK_STATUS(gpumem_deallocate(mr, p, large, NULL), GPUMEM_ERR_CUDA);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 1);
+  CHECK_OK(debug3_free_here(mr, p, large, NULL));
+
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* A held block its resource refuses to take back stays held: the release refuses. */
+  mr = check_build("cuda");
+  p = debug3_allocate_here(mr, 1000, NULL);
+  CHECK_OK(debug3_free_here(mr, p, 1000, NULL));
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEM_FREE, 1));
+  capture_begin();
+  CHECK_FAILS_WITH(gpumem_resource_release(mr), GPUMEM_ERR_CUDA,
+                   "1 freed block held by the quarantine of GPUMEM_DEBUG=3 could not be given "
+                   "back");
+  CHECK_CONTAINS(capture_end(), "it is held again");
+  capture_begin();
+  CHECK_FAILS_WITH(gpumem_deallocate(mr, p, 1000, NULL), GPUMEM_ERR_MISUSE, "double free");
+  capture_end();
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_OK(gpumem_sim_device_used(0, &used_now));
+  CHECK_U64_EQ(used_now, used);
+  printf("%-36s passed\n", "device failures (simulated device)");
+}
+
 int main(void) {
   check_init_backend();
   atexit(restore_at_exit);
@@ -334,7 +408,10 @@ int main(void) {
   CHECK_OK(gpumem_resource_release(other));
   case_trim();
   case_no_room();
-  if (check_on_sim())
+  case_out_of_memory();
+  if (check_on_sim()) {
     case_host_writes();
+    case_device_failures();
+  }
   return 0;
 }

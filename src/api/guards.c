@@ -122,7 +122,8 @@ static gpumem_status resource_deallocate(gpumem_resource *mr, void *ptr, size_t 
  * ------------------------------------------------------------------------------------- */
 
 static size_t bucket_of(uintptr_t ptr) {
-  return (size_t)(((uint64_t)(ptr >> 8) * 0x9E3779B97F4A7C15ull) >> 40) & (table.bucket_count - 1);
+  uint64_t h = (uint64_t)(ptr >> 8) * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h ^ (h >> 32)) & (table.bucket_count - 1);
 }
 
 /* Doubles the buckets when entries outnumber them twice; a failure keeps longer chains. */
@@ -425,8 +426,12 @@ static gpumem_status read_guards(const entry *e, gpumem_stream stream, damage *f
 /* Checks and gives back each victim (taken out of the quarantine), outside the lock: a
  * resource's free may come back to the front end (a resource a program wrote). A victim
  * freed on `stream` is given back on it; the others on the default stream (the stream
- * they were freed on may be gone; their work is done: their free synchronized it). */
-static void evict(victims *list, gpumem_stream stream, const char *when) {
+ * they were freed on may be gone; their work is done: their free synchronized it). One
+ * whose resource refuses it goes back into the quarantine, to be tried again first, so
+ * that it is not lost; the first such failure is returned (its message in `why`). */
+static gpumem_status evict(victims *list, gpumem_stream stream, const char *when, char *why,
+                           size_t why_size) {
+  gpumem_status first = GPUMEM_OK;
   for (entry *e = list->first, *next; e; e = next) {
     next = e->newer;
     gpumem_stream on = e->free_stream == stream ? stream : NULL;
@@ -437,19 +442,37 @@ static void evict(victims *list, gpumem_stream stream, const char *when) {
       describe_block(e, block, sizeof block);
       fprintf(stderr,
               "gpumem (GPUMEM_DEBUG=3): giving back %s from the quarantine failed: %s; it is "
-              "lost\n",
+              "held again\n",
               block, gpumem_last_error_message());
+      if (first == GPUMEM_OK && why)
+        snprintf(why, why_size, "%s", gpumem_last_error_message());
+      first = first == GPUMEM_OK ? status : first;
     }
     pthread_mutex_lock(&table.lock);
     account *a = account_of(e->mr, false);
-    a->hidden_bytes -= e->asked;
-    a->held--;
     a->evicting--;
-    unlink_entry(e);
+    if (status == GPUMEM_OK) {
+      a->hidden_bytes -= e->asked;
+      a->held--;
+      unlink_entry(e);
+    } else {
+      e->state = QUARANTINED;
+      e->older = NULL;
+      e->newer = table.oldest;
+      if (table.oldest)
+        table.oldest->older = e;
+      else
+        table.newest = e;
+      table.oldest = e;
+      table.held_blocks++;
+      table.held_bytes += e->asked;
+    }
     pthread_cond_broadcast(&table.evicted);
     pthread_mutex_unlock(&table.lock);
-    free(e);
+    if (status == GPUMEM_OK)
+      free(e);
   }
+  return first;
 }
 
 /* Takes the quarantined blocks for which `pick` says yes. Under the lock. */
@@ -482,8 +505,9 @@ static bool empty_device(int device, gpumem_stream stream) {
   pthread_mutex_lock(&table.lock);
   take_matching(&list, on_device, &device);
   pthread_mutex_unlock(&table.lock);
-  evict(&list, stream, "when an allocation ran out of memory");
-  return list.first != NULL;
+  bool any = list.first != NULL;
+  evict(&list, stream, "when an allocation ran out of memory", NULL, 0);
+  return any;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -720,7 +744,7 @@ gpumem_status gpumem__guarded_deallocate(gpumem_resource *mr, void *ptr, size_t 
     pthread_mutex_unlock(&table.lock);
     free(e);
   }
-  evict(&out, stream, "when it left the quarantine");
+  evict(&out, stream, "when it left the quarantine", NULL, 0);
   gpumem__debug_after(mr, "deallocate");
   return finding;
 }
@@ -778,21 +802,33 @@ void gpumem__guards_before_trim(gpumem_resource *mr) {
   pthread_mutex_lock(&table.lock);
   take_matching(&list, under, mr);
   pthread_mutex_unlock(&table.lock);
-  evict(&list, NULL, "at a trim");
+  evict(&list, NULL, "at a trim", NULL, 0);
 }
 
-void gpumem__guards_before_release(gpumem_resource *mr) {
+gpumem_status gpumem__guards_before_release(gpumem_resource *mr) {
   if (gpumem__debug_level() < 3)
-    return;
+    return GPUMEM_OK;
   victims list = {0};
   pthread_mutex_lock(&table.lock);
   take_matching(&list, of_resource, mr);
   pthread_mutex_unlock(&table.lock);
-  evict(&list, NULL, "at the release of its resource");
+  char why[512] = "another thread's attempt failed";
+  gpumem_status status = evict(&list, NULL, "at the release of its resource", why, sizeof why);
   pthread_mutex_lock(&table.lock);
-  for (account *a; (a = account_of(mr, false)) && a->evicting;)
+  account *a;
+  while ((a = account_of(mr, false)) && a->evicting)
     pthread_cond_wait(&table.evicted, &table.lock);
+  uint64_t held = a ? a->held : 0;
   pthread_mutex_unlock(&table.lock);
+  if (held == 0)
+    return GPUMEM_OK;
+  char spec[SPEC_SIZE];
+  gpumem__describe(mr, spec, sizeof spec);
+  return gpumem__fail(status != GPUMEM_OK ? status : GPUMEM_ERR_INTERNAL,
+                      "last release of resource %s: %llu freed block%s held by the quarantine "
+                      "of GPUMEM_DEBUG=3 could not be given back (%s); not destroyed, the "
+                      "handle is still yours: release it again",
+                      spec, (unsigned long long)held, held == 1 ? "" : "s", why);
 }
 
 void gpumem__guards_forget(const gpumem_resource *mr) {

@@ -354,8 +354,8 @@ gpumem_status gpumem__guarded_deallocate(gpumem_resource *mr, void *ptr, size_t 
 void gpumem__guards_before_trim(gpumem_resource *mr);
 /* When mr's last reference goes, before its live allocations are counted: frees mr's
  * quarantined blocks (checking their poison) and waits for those other threads are
- * freeing. */
-void gpumem__guards_before_release(gpumem_resource *mr);
+ * freeing. A failure (mr refused to free one: it is still held) must keep mr alive. */
+gpumem_status gpumem__guards_before_release(gpumem_resource *mr);
 /* After mr is destroyed: forgets whatever is still recorded for it. */
 void gpumem__guards_forget(const gpumem_resource *mr);
 /* A live figure of mr (LIVE_BYTES, LIVE_COUNT) without the guards and the quarantined

@@ -127,7 +127,12 @@ static gpumem_status release(gpumem_resource *mr) {
   if (atomic_fetch_sub_explicit(&mr->refcount, 1, memory_order_acq_rel) != 1)
     return GPUMEM_OK;
 #if GPUMEM__DEBUG_LEVEL >= 3
-  gpumem__guards_before_release(mr); /* freed blocks held in level 3's quarantine */
+  /* Level 3's quarantine holds blocks the program freed: they go back first. */
+  gpumem_status held = gpumem__guards_before_release(mr);
+  if (held != GPUMEM_OK) {
+    atomic_fetch_add_explicit(&mr->refcount, 1, memory_order_relaxed);
+    return held;
+  }
 #endif
   uint64_t live_count = 0, live_bytes = 0;
   if (gpumem_resource_query(mr, GPUMEM_QUERY_LIVE_COUNT, &live_count) == GPUMEM_OK &&
