@@ -19,12 +19,15 @@
  * for guards is handed out without them and still caught freed twice; out of memory, the
  * quarantine is given back first. On the simulated device, plain host writes into device
  * memory, and a simulated kernel's, are caught too, and each device call level 3 makes
- * fails in turn without losing anything. Clean use prints nothing.
+ * fails in turn without losing anything. Under a tool that reads NVTX annotations (a
+ * stand-in), a block's region is the whole block, kept while it is quarantined. Clean use
+ * prints nothing.
  *
  * The functions that allocate and free are not static, and the program is linked with
  * -rdynamic, so that the reports can name them. The test expects
  * GPUMEM_DEBUG_QUARANTINE_BLOCKS=8 (CTest sets it). */
 #include "check.h"
+#include "core/annotate.h"
 #include "forwarding.h"
 
 #include <unistd.h>
@@ -394,6 +397,64 @@ CASE case_device_failures(void) {
   printf("%-36s passed\n", "device failures (simulated device)");
 }
 
+/* A stand-in for a tool that reads NVTX annotations: the regions registered now. */
+static struct {
+  uintptr_t base[64];
+  size_t bytes[64];
+  int count;
+} regions;
+
+static void *stand_in_heap(void *base, size_t bytes) {
+  return base;
+}
+static void stand_in_heap_gone(void *heap) {}
+static void stand_in_region(void *heap, void *ptr, size_t bytes) {
+  CHECK(regions.count < 64);
+  regions.base[regions.count] = (uintptr_t)ptr;
+  regions.bytes[regions.count++] = bytes;
+}
+static void stand_in_region_gone(void *ptr) {
+  for (int i = 0; i < regions.count; i++)
+    if (regions.base[i] == (uintptr_t)ptr) {
+      regions.base[i] = regions.base[--regions.count];
+      regions.bytes[i] = regions.bytes[regions.count];
+      return;
+    }
+  CHECK_FAIL_("region %p unregistered, but not registered", ptr);
+}
+
+/* The region of a tool holding [p, p+bytes); -1 when none does. */
+static int region_holding(const void *p, size_t bytes) {
+  for (int i = 0; i < regions.count; i++)
+    if (regions.base[i] <= (uintptr_t)p &&
+        (uintptr_t)p + bytes <= regions.base[i] + regions.bytes[i])
+      return i;
+  return -1;
+}
+
+/* Under a tool, a block's region is the whole block with its guards (level 3 reads and
+ * writes them itself), kept while the block is quarantined, gone when it is given back. */
+CASE case_annotations(void) {
+  static const gpumem__annotation_api stand_in = {stand_in_heap, stand_in_heap_gone,
+                                                  stand_in_region, stand_in_region_gone};
+  gpumem__annotate_use_api(&stand_in);
+  gpumem_resource *mr = check_build("pool(cuda, initial=1)");
+  unsigned char *p = debug3_allocate_here(mr, 1000, NULL);
+  CHECK(gpumem__annotating());
+  int r = region_holding(p - 256, 1000 + 512);
+  CHECK(r >= 0);
+  CHECK_EQ(regions.count, 1);
+  CHECK_OK(debug3_free_here(mr, p, 1000, NULL));
+  CHECK(region_holding(p, 1000) >= 0); /* held in the quarantine */
+  push_out_quarantine(mr, NULL);
+  CHECK_EQ(region_holding(p, 1000), -1);
+  CHECK_EQ(regions.count, 8); /* the 8 blocks that pushed it out are held */
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_EQ(regions.count, 0);
+  gpumem__annotate_use_api(NULL);
+  printf("%-36s passed\n", "annotations for a tool");
+}
+
 int main(void) {
   check_init_backend();
   atexit(restore_at_exit);
@@ -409,6 +470,7 @@ int main(void) {
   case_trim();
   case_no_room();
   case_out_of_memory();
+  case_annotations();
   if (check_on_sim()) {
     case_host_writes();
     case_device_failures();

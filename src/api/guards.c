@@ -26,6 +26,7 @@
  * frees, with no guards to check. The figures of the resource a block was allocated from
  * (live bytes and count) leave out the guards and the quarantine, so a program sees what
  * it asked for; resources under it count them. */
+#include "core/annotate.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -109,11 +110,19 @@ static gpumem_status resource_allocate(gpumem_resource *mr, size_t bytes, size_t
   return status;
 }
 
+/* Under a tool that reads NVTX annotations, a block's annotation (the whole block the
+ * resource gave, guards included: level 3 reads and writes them itself) goes as the
+ * front end's does, and comes back if the free fails. */
 static gpumem_status resource_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream) {
+  size_t registered = 0;
+  if (GPUMEM_UNLIKELY(gpumem__annotating()))
+    gpumem__annotate_block_remove(mr, ptr, stream, &registered);
   inside++;
   gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
   inside--;
+  if (status != GPUMEM_OK && registered)
+    gpumem__annotate_block_restore(ptr, registered);
   return status;
 }
 
@@ -564,6 +573,8 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
       return status;
     if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
       mr->dev->note_handout(block, bytes, stream);
+    if (GPUMEM_UNLIKELY(gpumem__annotating()))
+      gpumem__annotate_block_add(block, bytes);
     *ptr = block;
     return GPUMEM_OK;
   }
@@ -592,6 +603,8 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
       return gpumem__fail_context(status, "gpumem_allocate: filling the guards (GPUMEM_DEBUG=3)");
     }
   }
+  if (GPUMEM_UNLIKELY(gpumem__annotating()))
+    gpumem__annotate_block_add(e->base, e->asked);
   pthread_mutex_lock(&table.lock);
   maybe_grow();
   size_t b = bucket_of(e->ptr);
