@@ -11,8 +11,18 @@
 #include "core/internal.h"
 #include "device/device.h"
 
-gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t alignment,
-                                      gpumem_stream stream, void **ptr) {
+/* Level 3's call stacks start at the program's call: the return address of the public
+ * function it called, taken there (where the compiler keeps gpumem_allocate's call of the
+ * common code as a call, its frame would come first). Nothing is computed below level 3. */
+#if GPUMEM__DEBUG_LEVEL >= 3
+#define PROGRAM_CALL __builtin_return_address(0)
+#else
+#define PROGRAM_CALL NULL
+#endif
+
+static inline __attribute__((always_inline)) gpumem_status
+allocate(gpumem_resource *mr, size_t bytes, size_t alignment, gpumem_stream stream, void **ptr,
+         const void *caller) {
   if (GPUMEM_UNLIKELY(!mr || !ptr))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_allocate: %s is NULL",
                         mr ? "the out-pointer" : "the resource");
@@ -32,7 +42,7 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
                         bytes, alignment);
 #if GPUMEM__DEBUG_LEVEL >= 3
   if (gpumem__debug_level() >= 3)
-    return gpumem__guarded_allocate(mr, bytes, alignment, stream, ptr, __builtin_return_address(0));
+    return gpumem__guarded_allocate(mr, bytes, alignment, stream, ptr, caller);
 #endif
   void *block;
   gpumem_status status = mr->ops->allocate(mr, bytes, alignment, stream, &block);
@@ -50,8 +60,17 @@ gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t 
   return GPUMEM_OK;
 }
 
+gpumem_status gpumem_allocate_aligned(gpumem_resource *mr, size_t bytes, size_t alignment,
+                                      gpumem_stream stream, void **ptr) {
+  return allocate(mr, bytes, alignment, stream, ptr, PROGRAM_CALL);
+}
+
 gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream stream, void **ptr) {
+#if GPUMEM__DEBUG_LEVEL >= 3
+  return allocate(mr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr, PROGRAM_CALL);
+#else
   return gpumem_allocate_aligned(mr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
+#endif
 }
 
 /* A free while a tool watches: the block's annotation goes first (the resource may hand the
@@ -69,8 +88,9 @@ GPUMEM_COLD static gpumem_status deallocate_annotated(gpumem_resource *mr, void 
   return status;
 }
 
-gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t bytes,
-                                        size_t alignment, gpumem_stream stream) {
+static inline __attribute__((always_inline)) gpumem_status
+deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment, gpumem_stream stream,
+           const void *caller) {
   if (GPUMEM_UNLIKELY(!mr))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_deallocate: the resource is NULL");
   if (!ptr)
@@ -87,8 +107,7 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
     alignment = GPUMEM_DEFAULT_ALIGNMENT;
 #if GPUMEM__DEBUG_LEVEL >= 3
   if (gpumem__debug_level() >= 3)
-    return gpumem__guarded_deallocate(mr, ptr, bytes, alignment, stream,
-                                      __builtin_return_address(0));
+    return gpumem__guarded_deallocate(mr, ptr, bytes, alignment, stream, caller);
 #endif
   if (GPUMEM_UNLIKELY(gpumem__annotating()))
     return deallocate_annotated(mr, ptr, bytes, alignment, stream);
@@ -99,7 +118,16 @@ gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t b
   return status;
 }
 
+gpumem_status gpumem_deallocate_aligned(gpumem_resource *mr, void *ptr, size_t bytes,
+                                        size_t alignment, gpumem_stream stream) {
+  return deallocate(mr, ptr, bytes, alignment, stream, PROGRAM_CALL);
+}
+
 gpumem_status gpumem_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                 gpumem_stream stream) {
+#if GPUMEM__DEBUG_LEVEL >= 3
+  return deallocate(mr, ptr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, PROGRAM_CALL);
+#else
   return gpumem_deallocate_aligned(mr, ptr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream);
+#endif
 }

@@ -6,17 +6,16 @@
  * Every block the front end hands out is asked of its resource with a guard zone on each
  * side, filled with GUARD_BYTE on the allocation's stream; the program gets the pointer
  * after the front guard. The front guard is a multiple of the alignment (the asked one, or
- * what an aligned adaptor promises), the rear one GUARD_BYTES, starting right at the
- * block's last byte. A side table keyed by the program's pointer keeps each block's sizes
- * and call stack. A free reads the guards back after the work already on its stream (a
- * copy on that stream, then a synchronization: level 3 may be slow), overwrites the block
- * with POISON_BYTE and keeps it, still allocated, in a quarantine of the last frees
- * (GPUMEM_DEBUG_QUARANTINE bytes, GPUMEM_DEBUG_QUARANTINE_BLOCKS blocks). A second free of
- * a quarantined block is a double free. A block leaving the quarantine (pushed out by newer
- * ones, or at a trim or the release of its resource) is read back: a byte that is no longer
- * poison, or a guard byte changed, was written after the free. The device layer does every
- * read and write, so the checks work alike on device, managed and host memory and on both
- * backends.
+ * what an aligned adaptor promises), of which the FRONT_CHECKED bytes nearest the block are
+ * filled; the rear one is GUARD_BYTES, right after the block's last byte. A side table keyed by the
+ * program's pointer keeps each block's sizes and call stack. A free reads the guards back after the
+ * work already on its stream (a copy on that stream, then a synchronization: level 3 may be slow),
+ * overwrites the block with POISON_BYTE and keeps it, still allocated, in a quarantine of the last
+ * frees (GPUMEM_DEBUG_QUARANTINE bytes, GPUMEM_DEBUG_QUARANTINE_BLOCKS blocks). A second free of a
+ * quarantined block is a double free. A block leaving the quarantine (pushed out by newer ones, or
+ * at a trim or the release of its resource) is read back: a byte that is no longer poison, or a
+ * guard byte changed, was written after the free. The device layer does every read and write, so
+ * the checks work alike on device, managed and host memory and on both backends.
  *
  * A finding at a free is the free's status (GPUMEM_ERR_MISUSE, the stacks in the message)
  * and is printed to stderr with the whole stacks; one found later, when a block leaves the

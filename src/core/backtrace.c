@@ -32,16 +32,6 @@ void gpumem__stack_capture(gpumem__stack *stack, const void *from) {
     }
   }
   int kept = depth - skip;
-  /* Where the compiler kept the call of a public wrapper (gpumem_allocate calling
-   * gpumem_allocate_aligned, in a build without optimization), its frame goes too: the
-   * first frame is the program's. */
-  Dl_info info;
-  if (kept > 1 && dladdr(frames[skip], &info) && info.dli_sname &&
-      (strcmp(info.dli_sname, "gpumem_allocate") == 0 ||
-       strcmp(info.dli_sname, "gpumem_deallocate") == 0)) {
-    skip++;
-    kept--;
-  }
   if (kept > GPUMEM__STACK_DEPTH)
     kept = GPUMEM__STACK_DEPTH;
   memcpy(stack->frames, frames + skip, (size_t)kept * sizeof frames[0]);
