@@ -340,6 +340,8 @@ CASE case_out_of_memory(void) {
   void *whole = debug3_allocate_here(mr, 1 << 20, NULL);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES), 1 << 20);
   CHECK_FAILS_WITH(gpumem_allocate(mr, 1, NULL, &p), GPUMEM_ERR_OUT_OF_MEMORY, "limit");
+  CHECK_CONTAINS(gpumem_last_error_message(), "allocating 1 B"); /* the request as asked */
+  CHECK_CONTAINS(gpumem_last_error_message(), "\nverdict: ");    /* with the front end's report */
   CHECK_OK(debug3_free_here(mr, whole, 1 << 20, NULL));
   CHECK_OK(gpumem_resource_release(mr));
   printf("%-36s passed\n", "out of memory");

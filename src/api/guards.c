@@ -569,7 +569,8 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
     gpumem_status status = resource_allocate(mr, bytes, alignment, stream, &block);
     gpumem__debug_after(mr, "allocate");
     if (status != GPUMEM_OK)
-      return status;
+      return status == GPUMEM_ERR_OUT_OF_MEMORY ? gpumem__report_out_of_memory(mr, bytes, alignment)
+                                                : status;
     if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
       mr->dev->note_handout(block, bytes, stream);
     if (GPUMEM_UNLIKELY(gpumem__annotating()))
@@ -587,7 +588,9 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
   gpumem__debug_after(mr, "allocate");
   if (status != GPUMEM_OK) {
     free(e);
-    return status;
+    /* Out of memory, the last try was the block without guards: the request as asked. */
+    return status == GPUMEM_ERR_OUT_OF_MEMORY ? gpumem__report_out_of_memory(mr, bytes, alignment)
+                                              : status;
   }
   e->ptr = (uintptr_t)e->base + e->front;
   if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
