@@ -502,6 +502,66 @@ GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
                                              const gpumem_faulty_options *opts);
 
 /* ---------------------------------------------------------------------------------------
+ * Tracking adaptor (RMM's tracking_resource_adaptor): passes every call to its upstream and
+ * keeps each outstanding allocation made through it, with its size, stream, time (from the
+ * adaptor's creation, on a clock of millisecond steps) and, with capture_stacks, the call
+ * stack that made it, named (dladdr) only when a list is written. It changes no outcome:
+ * each call reaches the upstream as it was made. A free it cannot match is reported and
+ * passed on as it came: a pointer it does not track (a tracking adaptor over this one
+ * frees through it what it allocated itself), or a size other than the one it recorded
+ * (the upstream judges it: gpumem's resources refuse it with GPUMEM_ERR_MISUSE and keep the
+ * allocation, which the adaptor then keeps too; RMM's adaptor frees with the recorded size
+ * instead). A pointer the upstream gives out again while it is still tracked (it was freed
+ * past the adaptor) is reported, and its record replaced. Reports go to options.report, or
+ * to stderr. Live figures (GPUMEM_QUERY_LIVE_BYTES, _COUNT) are the adaptor's own; placement
+ * is passed through and tracked (a pool over tracking(vmm) grows in place, and its chunks
+ * are the outstanding allocations). Threads: the table is split into 64 shards by pointer,
+ * each under a lock of its own that costs one thread no atomic instruction.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_tracking_options {
+  /* nonzero: keep each allocation's call stack (backtrace(): about a microsecond) */
+  int capture_stacks;
+  int stack_depth; /* frames kept of each stack; 0: 32; at most 256 */
+  /* Optional: receives each report (a free it cannot match, a pointer given out again, the
+   * list of gpumem_tracking_log_outstanding_allocations) as text of whole lines, on the
+   * thread that caused it, with no lock of gpumem held. NULL: the text goes to stderr. */
+  void (*report)(const char *text, void *user);
+  void *user;
+} gpumem_tracking_options;
+
+/* Errors: GPUMEM_ERR_INVALID_ARGUMENT for a NULL upstream or out or a stack_depth out of
+ * range (nothing created). */
+GPUMEM_API gpumem_status gpumem_tracking_create(gpumem_resource *upstream,
+                                                const gpumem_tracking_options *opts,
+                                                gpumem_resource **out);
+
+/* Bytes of the outstanding allocations (RMM's get_allocated_bytes): exact while no thread
+ * allocates through it. GPUMEM_ERR_INVALID_ARGUMENT when mr is not a tracking adaptor or
+ * bytes is NULL. */
+GPUMEM_API gpumem_status gpumem_tracking_get_allocated_bytes(const gpumem_resource *mr,
+                                                             size_t *bytes);
+
+/* The outstanding allocations as text, by address, a line each (RMM's
+ * get_outstanding_allocations_str): "0x7f0a00000000: 1000 B, stream 0x0, at +1.250 s";
+ * with stacks, " : callstack:" ends the line and a frame a line follows ("#0 in name+0x1c
+ * (module)", or "module+0x2f10" for a function the dynamic symbol table does not name:
+ * `addr2line -f -e MODULE 0x2f10` names it), then an empty line. No allocations: "". The
+ * text is written whole into `buf`, NUL-terminated, and *needed (may be NULL) gets the size
+ * it took with its NUL. A buffer too small (buf NULL with size 0 asks for the size):
+ * GPUMEM_ERR_INVALID_ARGUMENT, `buf` untouched, the size needed in *needed and in the
+ * message; the list changes while other threads allocate, so leave room when calling
+ * again. GPUMEM_ERR_OUT_OF_MEMORY when the host has no memory for the list. */
+GPUMEM_API gpumem_status gpumem_tracking_get_outstanding_allocations_str(const gpumem_resource *mr,
+                                                                         char *buf, size_t size,
+                                                                         size_t *needed);
+
+/* Reports the outstanding allocations (RMM's log_outstanding_allocations): a line naming the
+ * adaptor, "Outstanding Allocations: N (SIZE)", then the list above, to options.report or
+ * stderr. */
+GPUMEM_API gpumem_status gpumem_tracking_log_outstanding_allocations(const gpumem_resource *mr);
+
+/* ---------------------------------------------------------------------------------------
  * Control adaptors. Each passes allocations to its upstream (retained: the caller may
  * release its own handle at once) through a rule of its own, and reports its upstream's
  * capabilities, placement included where the rule keeps its promise there, so that a pool

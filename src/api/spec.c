@@ -292,6 +292,17 @@ static gpumem_status build_prefetch(int device, gpumem_resource *upstream,
   return gpumem_prefetch_create(upstream, out);
 }
 
+/* ---- tracking ---- */
+
+enum { TRACKING_STACKS, TRACKING_DEPTH };
+
+static gpumem_status build_tracking(int device, gpumem_resource *upstream,
+                                    const spec_values *values, gpumem_resource **out) {
+  gpumem_tracking_options opts = {.capture_stacks = value_or(values, TRACKING_STACKS, 0) != 0,
+                                  .stack_depth = (int)value_or(values, TRACKING_DEPTH, 0)};
+  return gpumem_tracking_create(upstream, &opts, out);
+}
+
 static const spec_kind spec_kinds[] = {
     {"cuda", SPEC_NO_UPSTREAM, {{NULL}}, "device memory from cuMemAlloc", build_cuda},
     {"managed",
@@ -404,6 +415,14 @@ static const spec_kind spec_kinds[] = {
      {{NULL}},
      "prefetches each allocation of managed memory to the device on its stream",
      build_prefetch},
+    {"tracking",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [TRACKING_STACKS] = {"stacks", SPEC_BOOL},
+         [TRACKING_DEPTH] = {"depth", SPEC_COUNT, NULL, 1, 256},
+     },
+     "keeps every outstanding allocation (size, stream, time, with stacks its call stack)",
+     build_tracking},
 };
 
 #define SPEC_KIND_COUNT (sizeof spec_kinds / sizeof spec_kinds[0])
