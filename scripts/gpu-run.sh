@@ -61,6 +61,15 @@ fi
       --resource "limit(arena(vmm), max=64GiB)" --repeat 3 --table
     "$bench" replay --resource "pool(vmm)" --resource "pool(limit(vmm, max=80GiB))" \
       --resource "pool(faulty(vmm))" --resource "pool(prefetch(aligned(vmm)))" --table data/*.csv
+    # What tracking costs: every outstanding allocation kept (and with stacks, a backtrace
+    # per allocation) beside the bare pool and arena, one thread and 16.
+    "$bench" random --workload small,mixed,large --resource "pool(vmm)" \
+      --resource "tracking(pool(vmm))" --resource "tracking(pool(vmm), stacks=true)" \
+      --resource "pool(tracking(vmm))" --repeat 5 --table
+    "$bench" threads --threads 1,4,16 --resource "arena(vmm)" --resource "tracking(arena(vmm))" \
+      --repeat 3 --table
+    "$bench" replay --resource "pool(vmm)" --resource "tracking(pool(vmm))" --repeat 3 --table \
+      data/*.csv
   fi
   # This machine's processor on the same host-side work as a simulated-device run elsewhere:
   # the pool's bookkeeping without a GPU, for comparing processors.

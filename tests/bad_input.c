@@ -264,7 +264,8 @@ int main(void) {
                                       "faulty(cuda)",
                                       "limit(cuda, max=1GiB)",
                                       "aligned(cuda, alignment=4096)",
-                                      "prefetch(managed)"};
+                                      "prefetch(managed)",
+                                      "tracking(cuda)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));

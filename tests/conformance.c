@@ -62,6 +62,11 @@ static const char *const default_specs[] = {
     "prefetch(cuda)",
     "pool(conformance_cuda, initial=1)",
     "limit(conformance_cuda, max=3GiB)",
+    "tracking(cuda)",
+    "tracking(pool(vmm), stacks=true)",
+    "pool(tracking(vmm))",
+    "tracking(arena(vmm))",
+    "tracking(binning(pool(vmm), min=10, max=22), stacks=true, depth=4)",
 };
 
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the

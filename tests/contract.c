@@ -54,6 +54,8 @@ static void test_capabilities(bool vmm_supported) {
       {"retry(async)", GPUMEM_MEMORY_DEVICE, 1, 0},
       {"prefetch(pool(managed))", GPUMEM_MEMORY_MANAGED, 1, 0},
       {"limit(pinned_host, max=1GiB)", GPUMEM_MEMORY_PINNED_HOST, 0, 0},
+      {"tracking(vmm)", GPUMEM_MEMORY_DEVICE, 0, 1},
+      {"tracking(pool(managed), stacks=true)", GPUMEM_MEMORY_MANAGED, 1, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     if (!vmm_supported && strstr(cases[i].spec, "vmm"))

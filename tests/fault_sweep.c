@@ -203,7 +203,10 @@ int main(int argc, char **argv) {
                                       "aligned(cuda, alignment=4096, threshold=1MiB)",
                                       "pool(aligned(vmm, alignment=4MiB))",
                                       "prefetch(managed)",
-                                      "prefetch(pool(managed, initial=1))"};
+                                      "prefetch(pool(managed, initial=1))",
+                                      "tracking(pool(vmm), stacks=true)",
+                                      "pool(tracking(vmm(piece=2MiB)))",
+                                      "tracking(arena(vmm))"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);
@@ -221,5 +224,6 @@ int main(int argc, char **argv) {
   sweep_faulty_allocations("limit(faulty(pool(vmm), fail_at=%llu), max=1GiB)", false, 1, 8);
   sweep_faulty_allocations("faulty(limit(pool(vmm), max=1GiB), fail_at=%llu)", false, 1, 8);
   sweep_faulty_allocations("prefetch(faulty(managed, fail_at=%llu))", false, 1, 8);
+  sweep_faulty_allocations("tracking(faulty(pool(vmm), fail_at=%llu))", false, 1, 8);
   return 0;
 }

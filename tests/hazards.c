@@ -204,7 +204,8 @@ int main(void) {
                                       "limit(pool(vmm), max=1GiB)",
                                       "pool(limit(vmm, max=1GiB))",
                                       "aligned(pool(vmm), alignment=64KiB)",
-                                      "prefetch(pool(managed))"};
+                                      "prefetch(pool(managed))",
+                                      "tracking(pool(vmm), stacks=true)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));
@@ -233,7 +234,9 @@ int main(void) {
                                       "prefetch(pool(managed))",
                                       "retry(pool(vmm))",
                                       "pool(retry(vmm))",
-                                      "pool:user:cuda"};
+                                      "pool:user:cuda",
+                                      "tracking(arena(vmm))",
+                                      "pool(tracking(vmm))"};
   for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
     for (unsigned seed = 1; seed <= 3; seed++) {
       gpumem_resource *mr;

@@ -47,8 +47,8 @@ void *__wrap_realloc(void *ptr, size_t size) {
 
 static gpumem_resource *sweep_resource;
 /* Whether a failed step must leave the reserved bytes as they were: not where the resource
- * answers with an upstream pool's figure (binning), which keeps what it grew by for the
- * request that then failed, as free memory. */
+ * answers with an upstream pool's figure (binning, tracking over a pool), which keeps what it
+ * grew by for the request that then failed, as free memory. */
 static bool reserved_stays;
 static int failures_seen;
 
@@ -115,7 +115,7 @@ static void workload(const char *spec) {
 static void sweep(const char *spec) {
   uint64_t used_before;
   CHECK_OK(gpumem_sim_device_used(0, &used_before));
-  reserved_stays = strncmp(spec, "binning", 7) != 0;
+  reserved_stays = strncmp(spec, "binning", 7) != 0 && strncmp(spec, "tracking", 8) != 0;
   host_allocations = 0;
   host_allocation_to_fail = 0;
   workload(spec);
@@ -194,9 +194,13 @@ int main(void) {
   check_init_backend();
   trim_without_host_memory();
   static const char *const specs[] = {
-      "pool(vmm(piece=2MiB), initial=2MiB)",           "pool(cuda, initial=4MiB)",
-      "binning(pool(cuda, initial=1), min=8, max=12)", "arena(vmm, size=16MiB)",
+      "pool(vmm(piece=2MiB), initial=2MiB)",
+      "pool(cuda, initial=4MiB)",
+      "binning(pool(cuda, initial=1), min=8, max=12)",
+      "arena(vmm, size=16MiB)",
       "fixed_size(cuda, block=16MiB, prealloc=2)",
+      "tracking(pool(vmm(piece=2MiB), initial=2MiB), stacks=true)",
+      "pool(tracking(vmm(piece=2MiB), stacks=true), initial=2MiB)",
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
     sweep(specs[i]);

@@ -57,6 +57,8 @@ static void test_base_specs(void) {
       {"limit(cuda, max=1GiB)", "limit"},
       {"aligned(cuda)", "aligned"},
       {"prefetch(managed)", "prefetch"},
+      {"tracking(cuda)", "tracking"},
+      {"tracking(pool(vmm), stacks=true, depth=8)", "tracking"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     gpumem_resource *mr = check_build(rows[i].spec);
@@ -97,6 +99,9 @@ static void test_parameters(void) {
   check_describe("aligned(cuda, threshold=1MiB, alignment=4KiB)",
                  "aligned(cuda, alignment=4096, threshold=1048576)");
   check_describe("prefetch(pool(managed, initial=1MiB))", "prefetch(pool(managed(prefetch=false)");
+  check_describe("tracking(cuda)", "tracking(cuda, stacks=false, depth=32)");
+  check_describe("tracking(cuda, depth=256, stacks=true)",
+                 "tracking(cuda, stacks=true, depth=256)");
   /* An IPC handle type may be unsupported by the device; where it works it is kept. */
   gpumem_resource *mr = NULL;
   if (gpumem_resource_from_spec("async(ipc=posix_fd)", &mr) == GPUMEM_OK) {
@@ -211,7 +216,8 @@ static void test_errors(void) {
   check_error("   ", "empty spec", 3);
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
-              "faulty, retry, pool, arena, binning, fixed_size, vmm, limit, aligned, prefetch)",
+              "faulty, retry, pool, arena, binning, fixed_size, vmm, limit, aligned, prefetch, "
+              "tracking)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);
@@ -280,6 +286,14 @@ static void test_errors(void) {
   check_error("prefetch(cuda, device=1)",
               "unknown parameter 'device' of 'prefetch' (it takes none)", 15);
   check_error("prefetch", "missing upstream for 'prefetch'", 0);
+  check_error("tracking(cuda, stacks=yes)",
+              "bad value for 'stacks' of 'tracking' (expected true or false)", 22);
+  check_error("tracking(cuda, depth=0)",
+              "bad value for 'depth' of 'tracking' (expected a count from 1 to 256)", 21);
+  check_error("tracking(cuda, depth=257)", "bad value for 'depth' of 'tracking'", 21);
+  check_error("tracking(cuda, stack=true)",
+              "unknown parameter 'stack' of 'tracking' (known: stacks, depth)", 15);
+  check_error("tracking", "missing upstream for 'tracking'", 0);
 
   /* Sixteen resources deep builds; seventeen is refused at the seventeenth. */
   char spec[512] = "";

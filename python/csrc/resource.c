@@ -375,6 +375,10 @@ static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsig
   }
   if (!strcmp(kind, "prefetch"))
     return gpumem_prefetch_create(up, mr);
+  if (!strcmp(kind, "tracking")) {
+    gpumem_tracking_options options = {.capture_stacks = a != 0};
+    return gpumem_tracking_create(up, &options, mr);
+  }
   *known = 0;
   return GPUMEM_ERR_UNSUPPORTED;
 }
@@ -438,6 +442,48 @@ static PyObject *py_limit_bytes(PyObject *module, PyObject *args) {
   return status == GPUMEM_OK ? PyLong_FromSize_t(bytes) : gpumem_py_raise(status);
 }
 
+/* tracking_bytes(tracking) -> get_allocated_bytes() */
+static PyObject *py_tracking_bytes(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  size_t bytes = 0;
+  gpumem_status status = gpumem_tracking_get_allocated_bytes(mr, &bytes);
+  return status == GPUMEM_OK ? PyLong_FromSize_t(bytes) : gpumem_py_raise(status);
+}
+
+/* tracking_str(tracking) -> get_outstanding_allocations_str(). Other threads may allocate
+ * between asking the size and writing: then again, with more room. */
+static PyObject *py_tracking_str(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  size_t needed = 0;
+  gpumem_status status = gpumem_tracking_get_outstanding_allocations_str(mr, NULL, 0, &needed);
+  while (status == GPUMEM_ERR_INVALID_ARGUMENT && needed > 0) {
+    size_t room = needed + needed / 4 + 256;
+    char *text = PyMem_Malloc(room);
+    if (!text)
+      return PyErr_NoMemory();
+    status = gpumem_tracking_get_outstanding_allocations_str(mr, text, room, &needed);
+    if (status == GPUMEM_OK) {
+      PyObject *result = PyUnicode_DecodeUTF8(text, (Py_ssize_t)strlen(text), "replace");
+      PyMem_Free(text);
+      return result;
+    }
+    PyMem_Free(text);
+  }
+  return gpumem_py_raise(status);
+}
+
+/* tracking_log(tracking): log_outstanding_allocations(), to stderr */
+static PyObject *py_tracking_log(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  return gpumem_py_none_or_raise(gpumem_tracking_log_outstanding_allocations(mr));
+}
+
 /* resource_trim(self) -> bytes given back (pool, arena, binning, fixed_size) */
 static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
   gpumem_resource *mr = gpumem_py_resource_handle(object);
@@ -458,5 +504,8 @@ PyMethodDef gpumem_py_resource_functions[] = {
     {"limit_bytes", py_limit_bytes, METH_VARARGS,
      "limit_bytes(limit, which) -> allocated bytes (0) or the limit (1)"},
     {"resource_trim", py_resource_trim, METH_O, "resource_trim(mr) -> bytes given back"},
+    {"tracking_bytes", py_tracking_bytes, METH_O, "tracking_bytes(tracking) -> bytes outstanding"},
+    {"tracking_str", py_tracking_str, METH_O, "tracking_str(tracking) -> the outstanding list"},
+    {"tracking_log", py_tracking_log, METH_O, "tracking_log(tracking): the list to stderr"},
     {NULL, NULL, 0, NULL},
 };

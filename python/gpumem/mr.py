@@ -33,6 +33,7 @@ __all__ = [
     "PrefetchResourceAdaptor",
     "SuballocatorMemoryResource",
     "SystemMemoryResource",
+    "TrackingResourceAdaptor",
     "UpstreamMemoryResource",
     "VmmMemoryResource",
     "available_device_memory",
@@ -287,6 +288,31 @@ class PrefetchResourceAdaptor(UpstreamMemoryResource):
     def __init__(self, upstream_mr):
         _lib.init_adaptor(self, "prefetch", upstream_mr)
         self._upstream = upstream_mr
+
+
+class TrackingResourceAdaptor(UpstreamMemoryResource):
+    """Keeps every outstanding allocation made through it, with its size, stream, time and,
+    with capture_stacks, the call stack that made it (as RMM's). A free of a pointer it did
+    not track, or with another size than it recorded, is reported on stderr and passed on as
+    it came (upstream_mr decides: a pool refuses a wrong size and keeps the block)."""
+
+    def __init__(self, upstream_mr, capture_stacks=False):
+        _lib.init_adaptor(self, "tracking", upstream_mr, 1 if capture_stacks else 0)
+        self._upstream = upstream_mr
+
+    def get_allocated_bytes(self):
+        """Bytes of the allocations made through this adaptor and not yet freed."""
+        return _lib.tracking_bytes(self)
+
+    def get_outstanding_allocations_str(self):
+        """The outstanding allocations, by address, a line each: "0x7f..: SIZE B, stream S,
+        at +T s" (seconds from the adaptor's creation), with capture_stacks followed by the
+        call stack, a frame a line; "" when there are none."""
+        return _lib.tracking_str(self)
+
+    def log_outstanding_allocations(self):
+        """Writes "Outstanding Allocations: N (SIZE)" and the list to stderr."""
+        _lib.tracking_log(self)
 
 
 def from_spec(spec, device=None):

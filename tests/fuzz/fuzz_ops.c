@@ -13,11 +13,13 @@
  * After every operation: no two live blocks overlap, each is aligned as asked (and as the
  * resource promises), live bytes and count equal the model's, a failed allocation left the
  * out-pointer and the figures alone (one out of memory ends its message with a verdict line),
- * a limit refused what passes its maximum; a block read back holds what its stream wrote; a
- * trim is followed by the resource's report and JSON stats, read whole. At the end every block is
- * freed, live bytes are 0, the resource is released, no cross-stream hazard was seen (each block is
- * written on its stream when allocated, so handing it to another stream too early is caught) and
- * the device holds no memory. */
+ * a limit refused what passes its maximum, a tracking adaptor (made over a row's resource)
+ * holds the model's bytes and lists its blocks, and reported each refused free once; a block
+ * read back holds what its stream wrote; a trim is followed by the resource's report and JSON
+ * stats, read whole. At the end every block is freed, live bytes are 0, the resource is
+ * released, no cross-stream hazard was seen (each block is written on its stream when
+ * allocated, so handing it to another stream too early is caught) and the device holds no
+ * memory. */
 #include "fuzz.h"
 
 #include <stdbool.h>
@@ -32,6 +34,7 @@ typedef struct resource_row {
   size_t largest;     /* larger requests must fail (0: no such bound) */
   bool default_align; /* alignments above 256 are refused (GPUMEM_ERR_UNSUPPORTED) */
   size_t limit;       /* the outermost resource is a limit of this many bytes (0: not) */
+  int tracking;       /* 1: a tracking adaptor over the spec's resource (2: keeping stacks) */
 } resource_row;
 
 static const resource_row resources[] = {
@@ -61,6 +64,9 @@ static const resource_row resources[] = {
     {.spec = "faulty(arena(vmm), fail_at=3)"},
     {.spec = "limit(arena(vmm), max=64MiB)", .limit = 64 * MiB},
     {.spec = "aligned(binning(pool(vmm), min=10, max=22), alignment=64KiB, threshold=4KiB)"},
+    {.spec = "pool(vmm)", .tracking = 2},
+    {.spec = "pool(tracking(vmm(piece=2MiB)))"},
+    {.spec = "arena(vmm)", .tracking = 1},
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
@@ -93,7 +99,8 @@ typedef struct run {
   uintptr_t freed[max_freed]; /* recently freed addresses, for double frees */
   int freed_next;
   uint8_t next_value;
-  bool device_fault; /* a device call is armed to fail during this operation */
+  bool device_fault;             /* a device call is armed to fail during this operation */
+  int reports, reports_expected; /* of the tracking adaptor: received, and frees refused */
   const uint8_t *data;
   size_t size, pos;
 } run;
@@ -157,6 +164,33 @@ static void check_figures(const run *r) {
     FUZZ_CHECK(allocated == r->live_bytes, "%s: the limit counts %zu bytes, the model %llu",
                r->row->spec, allocated, (unsigned long long)r->live_bytes);
   }
+  if (r->row->tracking) {
+    size_t allocated = 0;
+    FUZZ_OK(gpumem_tracking_get_allocated_bytes(r->mr, &allocated));
+    FUZZ_CHECK(allocated == r->live_bytes, "%s: tracking holds %zu bytes, the model %llu",
+               r->row->spec, allocated, (unsigned long long)r->live_bytes);
+    FUZZ_CHECK(r->reports == r->reports_expected, "%s: %d reports of refused frees, expected %d",
+               r->row->spec, r->reports, r->reports_expected);
+  }
+}
+
+/* A tracking adaptor's list has a line for each live block, with its size. */
+static void check_tracking_list(const run *r) {
+  static char text[1 << 16];
+  size_t needed = 0;
+  FUZZ_OK(gpumem_tracking_get_outstanding_allocations_str(r->mr, text, sizeof text, &needed));
+  for (int i = 0; i < r->live_count; i++) {
+    char line[64];
+    snprintf(line, sizeof line, "0x%llx: %zu B, stream ", (unsigned long long)r->live[i].start,
+             r->live[i].bytes);
+    FUZZ_CHECK(strstr(text, line) != NULL, "%s: block %p+%zu missing from the list:\n%s",
+               r->row->spec, (void *)r->live[i].start, r->live[i].bytes, text);
+  }
+  int lines = 0;
+  for (const char *at = text; (at = strstr(at, " B, stream ")) != NULL; at++)
+    lines++;
+  FUZZ_CHECK(lines == r->live_count, "%s: %d blocks listed, the model has %d", r->row->spec, lines,
+             r->live_count);
 }
 
 /* What a refused call must leave as it was. */
@@ -357,6 +391,7 @@ static void expect_misuse(run *r, void *ptr, size_t bytes, size_t alignment, int
   gpumem_status status = gpumem_deallocate_aligned(r->mr, ptr, bytes, alignment, streams[stream]);
   TRACE("misuse: %s %p+%zu on stream %d: %s\n", what, ptr, bytes, stream,
         gpumem_status_name(status));
+  r->reports_expected += r->row->tracking != 0; /* reported, then refused by the upstream */
   FUZZ_CHECK(status == GPUMEM_ERR_MISUSE, "%s: %s (%p, %zu bytes): %s, not GPUMEM_ERR_MISUSE",
              r->row->spec, what, ptr, bytes, gpumem_status_name(status));
   FUZZ_CHECK(gpumem_last_error_message()[0] != '\0', "%s: %s: no message", r->row->spec, what);
@@ -544,10 +579,19 @@ static void op_any(run *r, uint8_t opcode) {
       op_device_fault(r);
     break;
   default:
-    op_verify(r);
+    if (r->row->tracking && opcode % 2)
+      check_tracking_list(r);
+    else
+      op_verify(r);
     break;
   }
   check_figures(r);
+}
+
+static void count_report(const char *text, void *user) {
+  run *r = user;
+  r->reports++;
+  TRACE("report: %s", text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -558,7 +602,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r.size = size;
   r.row = &resources[next_byte(&r) % RESOURCE_COUNT];
   FUZZ_OK(gpumem_resource_from_spec(r.row->spec, &r.mr));
-  TRACE("resource %s\n", r.row->spec);
+  if (r.row->tracking) {
+    gpumem_tracking_options opts = {
+        .capture_stacks = r.row->tracking == 2, .report = count_report, .user = &r};
+    gpumem_resource *inner = r.mr;
+    FUZZ_OK(gpumem_tracking_create(inner, &opts, &r.mr));
+    FUZZ_OK(gpumem_resource_release(inner));
+  }
+  TRACE("resource %s%s\n", r.row->tracking ? "tracking over " : "", r.row->spec);
   for (int ops = 0; ops < max_ops && r.pos < r.size; ops++)
     op_any(&r, next_byte(&r));
   /* Everything freed on its stream; then the resource is empty and goes. */
