@@ -201,7 +201,7 @@ static void test_buffer(void) {
   CHECK_OK(gpumem_allocate(mr, 4096, NULL, &p));
   size_t needed = 0;
   CHECK_FAILS_WITH(gpumem_tracking_get_outstanding_allocations_str(mr, NULL, 0, &needed),
-                   GPUMEM_ERR_INVALID_ARGUMENT, "the list needs a buffer of");
+                   GPUMEM_ERR_INVALID_ARGUMENT, "it needs a buffer of");
   char message[64];
   snprintf(message, sizeof message, "needs a buffer of %zu bytes", needed);
   CHECK_CONTAINS(gpumem_last_error_message(), message);

@@ -82,9 +82,9 @@ static gpumem__tracking_stack *copy_stack(const gpumem__tracking_stack *stack) {
 
 /* Hands `text` to the program's report function, or writes it to stderr. The thread's
  * message is the caller's: a report function that makes gpumem calls does not change it. */
-static void deliver(const tracking_resource *self, const gpumem__tracking_text *text) {
+static void deliver(const tracking_resource *self, const gpumem__text *text) {
   const char *what = text->failed ? "tracking: a report was lost: out of host memory\n"
-                     : text->text ? text->text
+                     : text->data ? text->data
                                   : "";
   if (!self->report) {
     fputs(what, stderr);
@@ -103,31 +103,31 @@ static void deliver(const tracking_resource *self, const gpumem__tracking_text *
 }
 
 /* "tracking(SPEC): " */
-static void append_name(gpumem__tracking_text *text, const tracking_resource *self) {
+static void append_name(gpumem__text *text, const tracking_resource *self) {
   char spec[512];
   gpumem__describe(&self->header, spec, sizeof spec);
-  gpumem__tracking_append(text, "%s: ", spec);
+  gpumem__text_printf(text, "%s: ", spec);
 }
 
 /* What the upstream did with a free passed on: ", which freed it" or ", which refused it
  * (STATUS: message)". */
-static void append_outcome(gpumem__tracking_text *text, gpumem_status status) {
+static void append_outcome(gpumem__text *text, gpumem_status status) {
   if (status == GPUMEM_OK)
-    gpumem__tracking_append(text, "; passed on to the upstream, which freed it\n");
+    gpumem__text_printf(text, "; passed on to the upstream, which freed it\n");
   else
-    gpumem__tracking_append(text, "; passed on to the upstream, which refused it (%s: %s)\n",
-                            gpumem_status_name(status), gpumem_last_error_message());
+    gpumem__text_printf(text, "; passed on to the upstream, which refused it (%s: %s)\n",
+                        gpumem_status_name(status), gpumem_last_error_message());
 }
 
-static void append_entry(gpumem__tracking_text *text, const gpumem__tracking_entry *e) {
-  gpumem__tracking_append(
-      text, "%zu bytes on stream 0x%" PRIxPTR " at +%" PRIu64 ".%03" PRIu64 " s", e->bytes,
-      (uintptr_t)e->stream, e->time_ns / 1000000000u, e->time_ns / 1000000u % 1000u);
+static void append_entry(gpumem__text *text, const gpumem__tracking_entry *e) {
+  gpumem__text_printf(text, "%zu bytes on stream 0x%" PRIxPTR " at +%" PRIu64 ".%03" PRIu64 " s",
+                      e->bytes, (uintptr_t)e->stream, e->time_ns / 1000000000u,
+                      e->time_ns / 1000000u % 1000u);
 }
 
-static void append_allocated_at(gpumem__tracking_text *text, const gpumem__tracking_stack *stack) {
+static void append_allocated_at(gpumem__text *text, const gpumem__tracking_stack *stack) {
   if (stack) {
-    gpumem__tracking_append(text, "  allocated at:\n");
+    gpumem__text_printf(text, "  allocated at:\n");
     gpumem__tracking_append_stack(text, stack, "    ");
   }
 }
@@ -135,9 +135,9 @@ static void append_allocated_at(gpumem__tracking_text *text, const gpumem__track
 static GPUMEM_COLD void report_untracked(const tracking_resource *self, void *ptr, size_t bytes,
                                          gpumem_stream stream, bool in_flight,
                                          gpumem_status status) {
-  gpumem__tracking_text text = {0};
+  gpumem__text text = {0};
   append_name(&text, self);
-  gpumem__tracking_append(
+  gpumem__text_printf(
       &text, "deallocate of %p (%zu bytes) on stream 0x%" PRIxPTR ": %s (%" PRIu64 " tracked)", ptr,
       bytes, (uintptr_t)stream,
       in_flight ? "another thread is freeing that allocation now"
@@ -145,40 +145,40 @@ static GPUMEM_COLD void report_untracked(const tracking_resource *self, void *pt
       gpumem__tracking_count(&self->table));
   append_outcome(&text, status);
   deliver(self, &text);
-  free(text.text);
+  gpumem__text_free(&text);
 }
 
 static GPUMEM_COLD void report_wrong_size(const tracking_resource *self, void *ptr, size_t bytes,
                                           gpumem_stream stream, const gpumem__tracking_entry *e,
                                           const gpumem__tracking_stack *stack,
                                           gpumem_status status) {
-  gpumem__tracking_text text = {0};
+  gpumem__text text = {0};
   append_name(&text, self);
-  gpumem__tracking_append(
+  gpumem__text_printf(
       &text, "deallocate of %p with %zu bytes on stream 0x%" PRIxPTR ", but it was allocated with ",
       ptr, bytes, (uintptr_t)stream);
   append_entry(&text, e);
   append_outcome(&text, status);
   append_allocated_at(&text, stack);
   deliver(self, &text);
-  free(text.text);
+  gpumem__text_free(&text);
 }
 
 static GPUMEM_COLD void report_stale(const tracking_resource *self,
                                      const gpumem__tracking_entry *fresh,
                                      const gpumem__tracking_entry *old) {
-  gpumem__tracking_text text = {0};
+  gpumem__text text = {0};
   append_name(&text, self);
-  gpumem__tracking_append(&text,
-                          "the upstream gave out 0x%" PRIxPTR
-                          " (%zu bytes) while it was still tracked as an allocation of ",
-                          fresh->ptr, fresh->bytes);
+  gpumem__text_printf(&text,
+                      "the upstream gave out 0x%" PRIxPTR
+                      " (%zu bytes) while it was still tracked as an allocation of ",
+                      fresh->ptr, fresh->bytes);
   append_entry(&text, old);
-  gpumem__tracking_append(&text, ": that one was freed past this adaptor (through its upstream "
-                                 "or another resource); its record is replaced\n");
+  gpumem__text_printf(&text, ": that one was freed past this adaptor (through its upstream "
+                             "or another resource); its record is replaced\n");
   append_allocated_at(&text, old->stack);
   deliver(self, &text);
-  free(text.text);
+  gpumem__text_free(&text);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -214,11 +214,13 @@ static GPUMEM_COLD gpumem_status give_back(tracking_resource *self, void *block,
   gpumem_resource *up = self->header.upstream;
   up->ops->deallocate(up, block, bytes, alignment, stream);
   free(stack);
+  gpumem__note_oom(GPUMEM__OOM_HOST, &self->header, bytes);
   gpumem__fail(status, "%s", message);
   return gpumem__prefix_with_spec(&self->header, status);
 }
 
-static GPUMEM_COLD gpumem_status no_stack(const tracking_resource *self) {
+static GPUMEM_COLD gpumem_status no_stack(const tracking_resource *self, size_t bytes) {
+  gpumem__note_oom(GPUMEM__OOM_HOST, &self->header, bytes);
   gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "tracking: out of host memory for a call stack");
   return gpumem__prefix_with_spec(&self->header, GPUMEM_ERR_OUT_OF_MEMORY);
 }
@@ -228,7 +230,7 @@ static gpumem_status tracking_allocate(gpumem_resource *mr, size_t bytes, size_t
   tracking_resource *self = (tracking_resource *)mr;
   gpumem__tracking_stack *stack = NULL;
   if (self->capture_stacks && !(stack = capture(self, __builtin_return_address(0))))
-    return no_stack(self);
+    return no_stack(self, bytes);
   void *block;
   gpumem_status status =
       mr->upstream->ops->allocate(mr->upstream, bytes, alignment, stream, &block);
@@ -475,7 +477,7 @@ gpumem_status gpumem_tracking_get_allocated_bytes(const gpumem_resource *mr, siz
 }
 
 /* The list of outstanding allocations as text (`text` zeroed by the caller). */
-static gpumem_status list(tracking_resource *self, gpumem__tracking_text *text) {
+static gpumem_status list(tracking_resource *self, gpumem__text *text) {
   gpumem__tracking_entry *entries;
   size_t count;
   gpumem_status status = gpumem__tracking_copy(&self->table, &entries, &count);
@@ -498,22 +500,11 @@ gpumem_status gpumem_tracking_get_outstanding_allocations_str(const gpumem_resou
   if (!buf && size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: buf is NULL with a size of %zu", caller,
                         size);
-  gpumem__tracking_text text = {0};
+  gpumem__text text = {0};
   gpumem_status status = list(self, &text);
-  if (status == GPUMEM_OK) {
-    if (needed)
-      *needed = text.length + 1;
-    if (text.length < size) {
-      memcpy(buf, text.text ? text.text : "", text.length);
-      buf[text.length] = '\0';
-    } else {
-      status = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                            "%s: the list needs a buffer of %zu bytes (with its NUL); the buffer "
-                            "has %zu",
-                            caller, text.length + 1, size);
-    }
-  }
-  free(text.text);
+  if (status == GPUMEM_OK)
+    status = gpumem__text_copy_out(caller, &text, buf, size, needed);
+  gpumem__text_free(&text);
   return status;
 }
 
@@ -521,15 +512,15 @@ gpumem_status gpumem_tracking_log_outstanding_allocations(const gpumem_resource 
   tracking_resource *self = tracking_of("gpumem_tracking_log_outstanding_allocations", mr);
   if (!self)
     return GPUMEM_ERR_INVALID_ARGUMENT;
-  gpumem__tracking_text text = {0};
+  gpumem__text text = {0};
   append_name(&text, self);
   char bytes[48];
   gpumem__format_bytes(gpumem__tracking_bytes(&self->table), bytes, sizeof bytes);
-  gpumem__tracking_append(&text, "Outstanding Allocations: %" PRIu64 " (%s)\n",
-                          gpumem__tracking_count(&self->table), bytes);
+  gpumem__text_printf(&text, "Outstanding Allocations: %" PRIu64 " (%s)\n",
+                      gpumem__tracking_count(&self->table), bytes);
   gpumem_status status = list(self, &text);
   if (status == GPUMEM_OK)
     deliver(self, &text);
-  free(text.text);
+  gpumem__text_free(&text);
   return status;
 }

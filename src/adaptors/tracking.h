@@ -18,6 +18,7 @@
 
 #include "core/biased_lock.h"
 #include "core/internal.h"
+#include "core/report.h"
 
 #include <stdio.h>
 
@@ -129,25 +130,14 @@ gpumem_status gpumem__tracking_validate(gpumem__tracking_table *table);
 
 /* ---- reports (tracking_report.c) ---- */
 
-/* A growing string for reports. On host memory exhaustion `failed` is set and the text
- * stops growing. */
-typedef struct gpumem__tracking_text {
-  char *text;
-  size_t length, capacity;
-  bool failed;
-} gpumem__tracking_text;
-
-void gpumem__tracking_append(gpumem__tracking_text *text, const char *format, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* Appends the stack, a frame a line ("#0 in name+0x1c (module)"), each line starting with
  * `indent`. */
-void gpumem__tracking_append_stack(gpumem__tracking_text *text, const gpumem__tracking_stack *stack,
+void gpumem__tracking_append_stack(gpumem__text *text, const gpumem__tracking_stack *stack,
                                    const char *indent);
 
 /* Appends the outstanding allocations, as gpumem_tracking_get_outstanding_allocations_str
  * writes them. */
-void gpumem__tracking_append_entries(gpumem__tracking_text *text,
-                                     const gpumem__tracking_entry *entries, size_t count);
+void gpumem__tracking_append_entries(gpumem__text *text, const gpumem__tracking_entry *entries,
+                                     size_t count);
 
 #endif /* GPUMEM_TRACKING_H */

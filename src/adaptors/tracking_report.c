@@ -13,39 +13,8 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <link.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-void gpumem__tracking_append(gpumem__tracking_text *text, const char *format, ...) {
-  if (text->failed)
-    return;
-  for (;;) {
-    size_t room = text->capacity - text->length;
-    va_list args;
-    va_start(args, format);
-    int written = vsnprintf(text->text ? text->text + text->length : NULL, room, format, args);
-    va_end(args);
-    if (written < 0) {
-      text->failed = true;
-      return;
-    }
-    if ((size_t)written < room) {
-      text->length += (size_t)written;
-      return;
-    }
-    size_t capacity = text->capacity ? text->capacity : 256;
-    while (capacity - text->length <= (size_t)written)
-      capacity *= 2;
-    char *grown = realloc(text->text, capacity);
-    if (!grown) {
-      text->failed = true;
-      return;
-    }
-    text->text = grown;
-    text->capacity = capacity;
-  }
-}
 
 static const char *base_name(const char *path) {
   const char *slash = strrchr(path, '/');
@@ -53,50 +22,50 @@ static const char *base_name(const char *path) {
 }
 
 /* One frame: "name+0x1c (module)", or "module+0x2f10", or the bare address. */
-static void append_frame(gpumem__tracking_text *text, void *address) {
+static void append_frame(gpumem__text *text, void *address) {
   Dl_info info;
   const ElfW(Sym) *symbol = NULL;
   if (!dladdr1(address, &info, (void **)&symbol, RTLD_DL_SYMENT) || !info.dli_fname) {
-    gpumem__tracking_append(text, "%p", address);
+    gpumem__text_printf(text, "%p", address);
     return;
   }
   uintptr_t at = (uintptr_t)address;
   if (info.dli_sname && info.dli_saddr && symbol &&
       at - (uintptr_t)info.dli_saddr < (uintptr_t)symbol->st_size) {
-    gpumem__tracking_append(text, "%s+0x%" PRIxPTR " (%s)", info.dli_sname,
-                            at - (uintptr_t)info.dli_saddr, base_name(info.dli_fname));
+    gpumem__text_printf(text, "%s+0x%" PRIxPTR " (%s)", info.dli_sname,
+                        at - (uintptr_t)info.dli_saddr, base_name(info.dli_fname));
     return;
   }
-  gpumem__tracking_append(text, "%s+0x%" PRIxPTR, base_name(info.dli_fname),
-                          at - (uintptr_t)info.dli_fbase);
+  gpumem__text_printf(text, "%s+0x%" PRIxPTR, base_name(info.dli_fname),
+                      at - (uintptr_t)info.dli_fbase);
 }
 
-void gpumem__tracking_append_stack(gpumem__tracking_text *text, const gpumem__tracking_stack *stack,
+void gpumem__tracking_append_stack(gpumem__text *text, const gpumem__tracking_stack *stack,
                                    const char *indent) {
   if (stack->depth == 0)
-    gpumem__tracking_append(text, "%s(no frames)\n", indent);
+    gpumem__text_printf(text, "%s(no frames)\n", indent);
   for (int i = 0; i < stack->depth; i++) {
-    gpumem__tracking_append(text, "%s#%d in ", indent, i);
+    gpumem__text_printf(text, "%s#%d in ", indent, i);
     append_frame(text, stack->frames[i]);
-    gpumem__tracking_append(text, "\n");
+    gpumem__text_printf(text, "\n");
   }
 }
 
 /* A line per allocation, "0x7f..: 1000 B, stream 0x0, at +1.250 s", as RMM's list starts
  * each with "POINTER: SIZE B"; with a stack, " : callstack:", its frames and an empty line
  * after them. */
-void gpumem__tracking_append_entries(gpumem__tracking_text *text,
-                                     const gpumem__tracking_entry *entries, size_t count) {
+void gpumem__tracking_append_entries(gpumem__text *text, const gpumem__tracking_entry *entries,
+                                     size_t count) {
   for (size_t i = 0; i < count; i++) {
     const gpumem__tracking_entry *e = &entries[i];
-    gpumem__tracking_append(
+    gpumem__text_printf(
         text, "0x%" PRIxPTR ": %zu B, stream 0x%" PRIxPTR ", at +%" PRIu64 ".%03" PRIu64 " s",
         e->ptr, e->bytes, (uintptr_t)e->stream, e->time_ns / 1000000000u,
         e->time_ns / 1000000u % 1000u);
     if (e->stack) {
-      gpumem__tracking_append(text, " : callstack:\n");
+      gpumem__text_printf(text, " : callstack:\n");
       gpumem__tracking_append_stack(text, e->stack, "");
     }
-    gpumem__tracking_append(text, "\n");
+    gpumem__text_printf(text, "\n");
   }
 }
