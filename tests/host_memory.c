@@ -190,9 +190,47 @@ static void trim_without_host_memory(void) {
   printf("trim without host memory passed\n");
 }
 
+/* A tracking adaptor with no host memory for a stack or to record a block (then it gives the
+ * block back) fails the allocation with nothing kept: out of memory, verdict host_failure. */
+static void tracking_without_host_memory(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("tracking(cuda, stacks=true)", &mr));
+  uint64_t used_before;
+  CHECK_OK(gpumem_sim_device_used(0, &used_before));
+  int failed = 0;
+  for (size_t n = 1;; n++) {
+    host_allocations = 0;
+    host_allocation_to_fail = n;
+    void *ptr = NULL;
+    gpumem_status status = gpumem_allocate(mr, 1000, NULL, &ptr);
+    bool reached = host_allocations >= n;
+    host_allocation_to_fail = 0;
+    if (status == GPUMEM_OK) {
+      CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+      if (!reached)
+        break; /* past the allocation's last host allocation */
+      continue;
+    }
+    CHECK_STATUS(status, GPUMEM_ERR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(gpumem_last_error_message(), "\nverdict: ");
+    if (strstr(gpumem_last_error_message(), "tracking: out of host memory")) { /* not the sim's */
+      failed++;
+      CHECK_CONTAINS(gpumem_last_error_message(), "\nverdict: host_failure: ");
+    }
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+    uint64_t used;
+    CHECK_OK(gpumem_sim_device_used(0, &used));
+    CHECK_U64_EQ(used, used_before);
+  }
+  CHECK(failed >= 2); /* the stack, and the table */
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("tracking without host memory passed (%d allocations failed)\n", failed);
+}
+
 int main(void) {
   check_init_backend();
   trim_without_host_memory();
+  tracking_without_host_memory();
   static const char *const specs[] = {
       "pool(vmm(piece=2MiB), initial=2MiB)",
       "pool(cuda, initial=4MiB)",
