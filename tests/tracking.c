@@ -14,7 +14,7 @@
  *   message alone.
  * - Placement: a pool over tracking(vmm) grows in place, its chunks are the outstanding
  *   allocations, and a trim that cuts pieces off them (front, back, middle) keeps the table
- *   equal to the pool's reserved bytes.
+ *   equal to the pool's reserved bytes; a cut past the bytes asked leaves nothing.
  * - Threads allocate, free each other's blocks and read the list at once; the table stays
  *   whole (the level-2 validator), and finds a table corrupted on purpose. */
 #include "adaptors/tracking.h"
@@ -546,6 +546,17 @@ static void test_placement(void) {
   CHECK_OK(gpumem_pool_trim(pool, &released));
   CHECK_EQ(allocated(tracking), 0);
   CHECK_EQ(r.count, 0);
+  /* Pieces are whole granules: a cut may reach past the bytes an allocation asked for (1000
+   * bytes, mapped as a granule), and then nothing of it is left. */
+  void *small;
+  CHECK_OK(gpumem_allocate(tracking, 1000, NULL, &small));
+  int added = 0;
+  CHECK_OK(gpumem_stream_synchronize(NULL));
+  CHECK_OK(tracking->ops->unmap_pieces(tracking, (uintptr_t)small, caps.granularity, &added));
+  CHECK_EQ(added, -1);
+  CHECK_EQ(allocated(tracking), 0);
+  CHECK_U64_EQ(check_query(tracking, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem__validate(tracking));
   CHECK_OK(gpumem_resource_release(pool));
   CHECK_OK(gpumem_resource_release(tracking));
   printf("placement passed\n");

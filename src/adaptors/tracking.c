@@ -319,7 +319,8 @@ static gpumem_status tracking_allocate_at(gpumem_resource *mr, uintptr_t addr, s
 /* What is left of an allocation after a cut: its part before the cut stays its entry (with
  * `keep` bytes; 0: none), its part after the cut is a new entry (`rest` bytes at
  * `rest_ptr`; 0: none), whose record is promised before the upstream cuts so that it cannot
- * fail afterwards. */
+ * fail afterwards. The upstream's pieces are whole granules, so a cut may reach past the
+ * bytes an allocation asked for: then nothing is left after it. */
 typedef struct cut_plan {
   size_t keep, rest;
   uintptr_t rest_ptr;
@@ -330,7 +331,8 @@ typedef struct cut_plan {
 static gpumem_status plan_cut(tracking_resource *self, const gpumem__tracking_entry *e,
                               uintptr_t addr, size_t size, cut_plan *plan) {
   uintptr_t end = e->ptr + e->bytes, cut_end = addr + size;
-  *plan = (cut_plan){.keep = addr - e->ptr, .rest = end - cut_end, .rest_ptr = cut_end};
+  *plan = (cut_plan){
+      .keep = addr - e->ptr, .rest = cut_end < end ? end - cut_end : 0, .rest_ptr = cut_end};
   if (plan->rest == 0)
     return GPUMEM_OK;
   if (gpumem__tracking_reserve(&self->table, cut_end) != GPUMEM_OK)
@@ -348,7 +350,7 @@ static gpumem_status tracking_unmap_pieces(gpumem_resource *mr, uintptr_t addr, 
   tracking_resource *self = (tracking_resource *)mr;
   gpumem_resource *up = mr->upstream;
   gpumem__tracking_entry e;
-  uint32_t mark = gpumem__tracking_mark_containing(&self->table, addr, size, &e);
+  uint32_t mark = gpumem__tracking_mark_containing(&self->table, addr, &e);
   if (mark == 0) /* not made through this adaptor: the upstream's affair alone */
     return up->ops->unmap_pieces(up, addr, size, allocations_added);
   cut_plan plan;

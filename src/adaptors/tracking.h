@@ -102,10 +102,10 @@ void gpumem__tracking_unreserve(gpumem__tracking_table *table, uintptr_t ptr);
 uint32_t gpumem__tracking_mark(gpumem__tracking_table *table, uintptr_t ptr,
                                gpumem__tracking_entry *entry);
 
-/* Marks the entry whose block holds [addr, addr + size) (found by its start, else by a walk
- * of every shard: only trims cut pieces), as gpumem__tracking_mark. */
+/* Marks the entry whose block holds addr (found by its start, else by a walk of every shard:
+ * only trims cut pieces), as gpumem__tracking_mark. */
 uint32_t gpumem__tracking_mark_containing(gpumem__tracking_table *table, uintptr_t addr,
-                                          size_t size, gpumem__tracking_entry *entry);
+                                          gpumem__tracking_entry *entry);
 
 /* The free (or cut) marked `mark` is over: the entry keeps `bytes` and loses its mark, or
  * with `bytes` 0 goes, its stack to *stack (the caller frees it). False, changing nothing,

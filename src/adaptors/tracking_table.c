@@ -175,7 +175,7 @@ uint32_t gpumem__tracking_mark(gpumem__tracking_table *table, uintptr_t ptr,
 }
 
 uint32_t gpumem__tracking_mark_containing(gpumem__tracking_table *table, uintptr_t addr,
-                                          size_t size, gpumem__tracking_entry *entry) {
+                                          gpumem__tracking_entry *entry) {
   uint32_t mark = gpumem__tracking_mark(table, addr, entry);
   if (entry->ptr)
     return mark;
@@ -184,7 +184,7 @@ uint32_t gpumem__tracking_mark_containing(gpumem__tracking_table *table, uintptr
     lock(shard);
     for (size_t i = 0; i < shard->capacity; i++) {
       const gpumem__tracking_entry *slot = &shard->slots[i];
-      if (slot->ptr && slot->ptr < addr && addr + size <= slot->ptr + slot->bytes) {
+      if (slot->ptr && slot->ptr < addr && addr < slot->ptr + slot->bytes) {
         mark = mark_slot(shard, i, entry);
         unlock(shard);
         return mark;
