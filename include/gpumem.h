@@ -520,7 +520,7 @@ GPUMEM_API gpumem_status gpumem_faulty_reset(gpumem_resource *mr,
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_tracking_options {
-  /* nonzero: keep each allocation's call stack (backtrace(): about a microsecond) */
+  /* nonzero: keep each allocation's call stack (backtrace(): a few microseconds each) */
   int capture_stacks;
   int stack_depth; /* frames kept of each stack; 0: 32; at most 256 */
   /* Optional: receives each report (a free it cannot match, a pointer given out again, the

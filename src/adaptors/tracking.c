@@ -66,16 +66,6 @@ static GPUMEM_NOINLINE gpumem__tracking_stack *capture(const tracking_resource *
   return stack;
 }
 
-static gpumem__tracking_stack *copy_stack(const gpumem__tracking_stack *stack) {
-  if (!stack)
-    return NULL;
-  size_t size = sizeof *stack + (size_t)stack->depth * sizeof stack->frames[0];
-  gpumem__tracking_stack *copy = malloc(size);
-  if (copy)
-    memcpy(copy, stack, size);
-  return copy;
-}
-
 /* ---------------------------------------------------------------------------------------
  * Reports
  * ------------------------------------------------------------------------------------- */
@@ -263,7 +253,7 @@ static GPUMEM_COLD gpumem_status free_wrong_size(tracking_resource *self, void *
                                                  uint32_t mark, const gpumem__tracking_entry *e) {
   /* The entry's stack goes with the entry if the upstream frees the block: a copy for the
    * report (none if the host has no memory for it). */
-  gpumem__tracking_stack *stack = copy_stack(e->stack);
+  gpumem__tracking_stack *stack = gpumem__tracking_copy_stack(e->stack);
   gpumem_resource *up = self->header.upstream;
   gpumem_status status = up->ops->deallocate(up, ptr, bytes, alignment, stream);
   gpumem__tracking_stack *removed = NULL;
@@ -337,7 +327,7 @@ static gpumem_status plan_cut(tracking_resource *self, const gpumem__tracking_en
     return GPUMEM_OK;
   if (gpumem__tracking_reserve(&self->table, cut_end) != GPUMEM_OK)
     return GPUMEM_ERR_OUT_OF_MEMORY;
-  if (plan->keep && e->stack && !(plan->rest_stack = copy_stack(e->stack))) {
+  if (plan->keep && e->stack && !(plan->rest_stack = gpumem__tracking_copy_stack(e->stack))) {
     gpumem__tracking_unreserve(&self->table, cut_end);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "tracking: out of host memory for a call stack");
   }

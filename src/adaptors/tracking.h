@@ -113,6 +113,9 @@ uint32_t gpumem__tracking_mark_containing(gpumem__tracking_table *table, uintptr
 bool gpumem__tracking_finish(gpumem__tracking_table *table, uintptr_t ptr, uint32_t mark,
                              size_t bytes, gpumem__tracking_stack **stack);
 
+/* A copy of the stack on the heap; NULL for NULL, or when the host has no memory for it. */
+gpumem__tracking_stack *gpumem__tracking_copy_stack(const gpumem__tracking_stack *stack);
+
 /* Sums of the shards' figures. */
 uint64_t gpumem__tracking_bytes(const gpumem__tracking_table *table);
 uint64_t gpumem__tracking_count(const gpumem__tracking_table *table);

@@ -263,7 +263,9 @@ void gpumem__tracking_free_copy(gpumem__tracking_entry *entries, size_t count) {
   free(entries);
 }
 
-static gpumem__tracking_stack *copy_stack(const gpumem__tracking_stack *stack) {
+gpumem__tracking_stack *gpumem__tracking_copy_stack(const gpumem__tracking_stack *stack) {
+  if (!stack)
+    return NULL;
   size_t size = sizeof *stack + (size_t)stack->depth * sizeof stack->frames[0];
   gpumem__tracking_stack *copy = malloc(size);
   if (copy)
@@ -280,7 +282,7 @@ static bool copy_shard(const gpumem__tracking_shard *shard, gpumem__tracking_ent
     if (!slot->ptr)
       continue;
     gpumem__tracking_entry copy = *slot;
-    if (slot->stack && !(copy.stack = copy_stack(slot->stack)))
+    if (slot->stack && !(copy.stack = gpumem__tracking_copy_stack(slot->stack)))
       return false;
     entries[(*count)++] = copy;
   }
