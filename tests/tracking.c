@@ -150,10 +150,9 @@ static void test_figures_and_list(void) {
   printf("figures and list passed\n");
 }
 
-/* Exported (the build hides symbols by default), and the program is linked with -rdynamic:
- * the dynamic symbol table names it. */
-__attribute__((visibility("default"))) void tracking_test_allocate_here(gpumem_resource *mr,
-                                                                        size_t bytes, void **ptr);
+/* Not static, and the program is linked with -rdynamic and its symbols visible: the dynamic
+ * symbol table names it. */
+void tracking_test_allocate_here(gpumem_resource *mr, size_t bytes, void **ptr);
 __attribute__((noinline)) void tracking_test_allocate_here(gpumem_resource *mr, size_t bytes,
                                                            void **ptr) {
   CHECK_OK(gpumem_allocate(mr, bytes, NULL, ptr));

@@ -22,7 +22,6 @@
 #include "adaptors/adaptor.h"
 #include "adaptors/tracking.h"
 
-#include <execinfo.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,24 +45,46 @@ static uint64_t now_ns(void) {
 
 /* The caller's stack from `from` on (a return address in the caller of the operation: the
  * adaptor's own frames are left out); NULL when the host has no memory for it. */
-static GPUMEM_NOINLINE gpumem__tracking_stack *capture(const tracking_resource *self,
-                                                       const void *from) {
-  void *frames[GPUMEM__TRACKING_MAX_DEPTH + 8];
-  int depth = backtrace(frames, self->depth + 8);
-  int skip = depth > 0 ? 1 : 0; /* this function's frame, where `from` is not found */
-  for (int i = 0; i < depth; i++) {
-    if (frames[i] == from) {
-      skip = i;
-      break;
-    }
-  }
-  int kept = depth - skip < self->depth ? depth - skip : self->depth;
+static gpumem__tracking_stack *capture(const tracking_resource *self, const void *from) {
+  void *frames[GPUMEM__TRACKING_MAX_DEPTH];
+  int kept = gpumem__backtrace(frames, self->depth, from);
   gpumem__tracking_stack *stack = malloc(sizeof *stack + (size_t)kept * sizeof frames[0]);
   if (stack) {
     stack->depth = kept;
-    memcpy(stack->frames, frames + skip, (size_t)kept * sizeof frames[0]);
+    memcpy(stack->frames, frames, (size_t)kept * sizeof frames[0]);
   }
   return stack;
+}
+
+/* A frame a line, "#0 in name+0x1c (module)", each line starting with `indent`. */
+static void append_stack(gpumem__text *text, const gpumem__tracking_stack *stack,
+                         const char *indent) {
+  if (stack->depth == 0)
+    gpumem__text_printf(text, "%s(no frames)\n", indent);
+  for (int i = 0; i < stack->depth; i++) {
+    char frame[512];
+    gpumem__format_frame(stack->frames[i], true, frame, sizeof frame);
+    gpumem__text_printf(text, "%s#%d in %s\n", indent, i, frame);
+  }
+}
+
+/* The list of outstanding allocations: a line each, "0x7f..: 1000 B, stream 0x0, at +1.250
+ * s", as RMM's list starts each with "POINTER: SIZE B"; with a stack, " : callstack:", its
+ * frames and an empty line after them. */
+static void append_entries(gpumem__text *text, const gpumem__tracking_entry *entries,
+                           size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    const gpumem__tracking_entry *e = &entries[i];
+    gpumem__text_printf(
+        text, "0x%" PRIxPTR ": %zu B, stream 0x%" PRIxPTR ", at +%" PRIu64 ".%03" PRIu64 " s",
+        e->ptr, e->bytes, (uintptr_t)e->stream, e->time_ns / 1000000000u,
+        e->time_ns / 1000000u % 1000u);
+    if (e->stack) {
+      gpumem__text_printf(text, " : callstack:\n");
+      append_stack(text, e->stack, "");
+    }
+    gpumem__text_printf(text, "\n");
+  }
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -118,7 +139,7 @@ static void append_entry(gpumem__text *text, const gpumem__tracking_entry *e) {
 static void append_allocated_at(gpumem__text *text, const gpumem__tracking_stack *stack) {
   if (stack) {
     gpumem__text_printf(text, "  allocated at:\n");
-    gpumem__tracking_append_stack(text, stack, "    ");
+    append_stack(text, stack, "    ");
   }
 }
 
@@ -443,7 +464,7 @@ gpumem_status gpumem_tracking_create(gpumem_resource *upstream, const gpumem_tra
   if (self->capture_stacks) {
     /* The first backtrace() loads the unwinder (and allocates): here, not in an allocation. */
     void *frame;
-    backtrace(&frame, 1);
+    gpumem__backtrace(&frame, 1, NULL);
   }
   *out = &self->header;
   return GPUMEM_OK;
@@ -475,7 +496,7 @@ static gpumem_status list(tracking_resource *self, gpumem__text *text) {
   gpumem_status status = gpumem__tracking_copy(&self->table, &entries, &count);
   if (status != GPUMEM_OK)
     return status;
-  gpumem__tracking_append_entries(text, entries, count);
+  append_entries(text, entries, count);
   gpumem__tracking_free_copy(entries, count);
   if (text->failed)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,

@@ -1,6 +1,5 @@
-/* tracking.h: what the files of the tracking adaptor share (tracking.c: the adaptor;
- * tracking_table.c: its table of outstanding allocations; tracking_report.c: the text it
- * writes about them, with their call stacks).
+/* tracking.h: what the files of the tracking adaptor share (tracking.c: the adaptor and the
+ * text it writes; tracking_table.c: its table of outstanding allocations).
  *
  * The table is a hash table split into shards by pointer, each with a lock of its own, so
  * that threads allocating and freeing different blocks rarely meet; the lock is the biased
@@ -130,17 +129,5 @@ void gpumem__tracking_free_copy(gpumem__tracking_entry *entries, size_t count);
 /* Level 2: each shard's slots, probe runs, count and bytes. GPUMEM_ERR_INTERNAL with a
  * message naming what is wrong. */
 gpumem_status gpumem__tracking_validate(gpumem__tracking_table *table);
-
-/* ---- reports (tracking_report.c) ---- */
-
-/* Appends the stack, a frame a line ("#0 in name+0x1c (module)"), each line starting with
- * `indent`. */
-void gpumem__tracking_append_stack(gpumem__text *text, const gpumem__tracking_stack *stack,
-                                   const char *indent);
-
-/* Appends the outstanding allocations, as gpumem_tracking_get_outstanding_allocations_str
- * writes them. */
-void gpumem__tracking_append_entries(gpumem__text *text, const gpumem__tracking_entry *entries,
-                                     size_t count);
 
 #endif /* GPUMEM_TRACKING_H */

@@ -1,5 +1,6 @@
-/* backtrace.c: call stacks for debug level 3's reports: where a block was allocated and
- * where it was first freed.
+/* backtrace.c: call stacks, for debug level 3's reports (where a block was allocated and
+ * where it was first freed) and the tracking adaptor's (where each outstanding allocation
+ * was made).
  *
  * Capture keeps raw return addresses (glibc's backtrace(), a walk of the unwind tables, a
  * microsecond or so): a name is looked up only when a report is written. Names come from
@@ -11,31 +12,37 @@
  * inside it. */
 #include "core/internal.h"
 
-#if GPUMEM__DEBUG_LEVEL >= 3
-
 #include <dlfcn.h>
 #include <elf.h>
 #include <execinfo.h>
 #include <link.h>
 #include <string.h>
 
-void gpumem__stack_capture(gpumem__stack *stack, const void *from) {
-  void *frames[GPUMEM__STACK_DEPTH + 8];
-  int depth = backtrace(frames, GPUMEM__STACK_DEPTH + 8);
+/* Frames asked of backtrace() past the depth kept: gpumem's own, above `from`. */
+#define OWN_FRAMES 8
+#define MOST_FRAMES 256
+
+GPUMEM_NOINLINE int gpumem__backtrace(void **frames, int depth, const void *from) {
+  void *all[MOST_FRAMES + OWN_FRAMES];
+  if (depth > MOST_FRAMES)
+    depth = MOST_FRAMES;
+  int found = backtrace(all, depth + OWN_FRAMES);
   /* The program's frames start at `from`, whatever gpumem's frames above it were (tail
    * calls and inlining change them from build to build); not found, after this one. */
-  int skip = depth > 0 ? 1 : 0;
-  for (int i = 0; from && i < depth; i++) {
-    if (frames[i] == from) {
+  int skip = found > 0 ? 1 : 0;
+  for (int i = 0; from && i < found; i++) {
+    if (all[i] == from) {
       skip = i;
       break;
     }
   }
-  int kept = depth - skip;
-  if (kept > GPUMEM__STACK_DEPTH)
-    kept = GPUMEM__STACK_DEPTH;
-  memcpy(stack->frames, frames + skip, (size_t)kept * sizeof frames[0]);
-  stack->depth = kept;
+  int kept = found - skip < depth ? found - skip : depth;
+  memcpy(frames, all + skip, (size_t)kept * sizeof all[0]);
+  return kept;
+}
+
+void gpumem__stack_capture(gpumem__stack *stack, const void *from) {
+  stack->depth = gpumem__backtrace(stack->frames, GPUMEM__STACK_DEPTH, from);
 }
 
 static const char *base_name(const char *path) {
@@ -43,9 +50,7 @@ static const char *base_name(const char *path) {
   return slash ? slash + 1 : path;
 }
 
-/* One frame: "name+0x1c" and, with `module`, " (module)"; or "module+0x2f10"; or the bare
- * address. */
-static void format_frame(void *address, bool module, char *buf, size_t size) {
+void gpumem__format_frame(void *address, bool module, char *buf, size_t size) {
   Dl_info info;
   const ElfW(Sym) *symbol = NULL;
   if (!dladdr1(address, &info, (void **)&symbol, RTLD_DL_SYMENT) || !info.dli_fname) {
@@ -77,7 +82,7 @@ const char *gpumem__stack_line(const gpumem__stack *stack, int frames, char *buf
   size_t used = 0;
   for (int i = 0; i < stack->depth && i < frames && used + 1 < size; i++) {
     char frame[256];
-    format_frame(stack->frames[i], false, frame, sizeof frame);
+    gpumem__format_frame(stack->frames[i], false, frame, sizeof frame);
     used += (size_t)snprintf(buf + used, size - used, "%s%s", i ? " < " : "", frame);
   }
   return buf;
@@ -88,12 +93,7 @@ void gpumem__stack_print(const gpumem__stack *stack, FILE *out, const char *inde
     fprintf(out, "%s(no stack)\n", indent);
   for (int i = 0; i < stack->depth; i++) {
     char frame[512];
-    format_frame(stack->frames[i], true, frame, sizeof frame);
+    gpumem__format_frame(stack->frames[i], true, frame, sizeof frame);
     fprintf(out, "%s#%d %s\n", indent, i, frame);
   }
 }
-
-#else
-/* Level 3 is not built in: nothing here (a translation unit must declare something). */
-typedef int gpumem__backtrace_unused;
-#endif

@@ -361,15 +361,26 @@ void gpumem__guards_forget(const gpumem_resource *mr);
 /* A live figure of mr (LIVE_BYTES, LIVE_COUNT) without the guards and the quarantined
  * blocks of the allocations made through mr, as the program counts them. */
 uint64_t gpumem__guards_adjust(const gpumem_resource *mr, gpumem_query what, uint64_t value);
+#endif
 
-/* Call stacks, for level 3's reports (src/core/backtrace.c). */
+/* Call stacks, for level 3's reports and the tracking adaptor's (src/core/backtrace.c),
+ * built at every level. */
+#include <stdio.h>
+/* Up to `depth` (at most 256) return addresses of the calling thread's stack into `frames`,
+ * from the frame whose return address is `from` outwards (the program's frames, when `from`
+ * is the return address of the call it made into gpumem; not found or NULL: from this
+ * function's caller on). Returns how many. glibc's backtrace(): a walk of the unwind
+ * tables, a microsecond or two. */
+int gpumem__backtrace(void **frames, int depth, const void *from);
+/* One frame: "name+0x1c" and, with `module`, " (module)"; or "module+0x2f10" for a function
+ * the dynamic symbol table does not name (addr2line reads it); or the bare address. */
+void gpumem__format_frame(void *address, bool module, char *buf, size_t size);
 #define GPUMEM__STACK_DEPTH 16
 typedef struct gpumem__stack {
   void *frames[GPUMEM__STACK_DEPTH];
   int depth;
 } gpumem__stack;
-/* The stack from the frame whose return address is `from` outwards: the program's frames,
- * when `from` is the return address of the public call it made. */
+/* The stack from the frame whose return address is `from` outwards, as gpumem__backtrace. */
 void gpumem__stack_capture(gpumem__stack *stack, const void *from);
 /* One line, at most `frames` frames: "name+0x1c < name+0x55 < module+0x2f10" (a frame
  * whose function the dynamic linker does not name shows as its module and offset, which
@@ -377,7 +388,6 @@ void gpumem__stack_capture(gpumem__stack *stack, const void *from);
 const char *gpumem__stack_line(const gpumem__stack *stack, int frames, char *buf, size_t size);
 /* Writes the stack to `out`, a frame a line, each line starting with `indent`. */
 void gpumem__stack_print(const gpumem__stack *stack, FILE *out, const char *indent);
-#endif
 
 /* ---------------------------------------------------------------------------------------
  * Sizes
