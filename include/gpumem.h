@@ -617,6 +617,72 @@ GPUMEM_API gpumem_status gpumem_aligned_create(gpumem_resource *upstream,
 GPUMEM_API gpumem_status gpumem_prefetch_create(gpumem_resource *upstream, gpumem_resource **out);
 
 /* ---------------------------------------------------------------------------------------
+ * Statistics adaptor (RMM's statistics_resource_adaptor): passes calls to its upstream and
+ * counts what is allocated through it, in bytes as requested and in allocations, each as
+ * its current value, its peak and its total, in a stack of counters:
+ * gpumem_statistics_push starts fresh counters (the ones below keep what they had), and
+ * gpumem_statistics_pop ends the top ones and folds them into those below as if they had
+ * never been pushed (current and total add up; the peak below becomes the larger of its
+ * own and its current value plus the popped peak). A pushed counter's current value may go
+ * below zero (frees of memory allocated before the push). Placement through the adaptor (a
+ * pool over stats(vmm) growing in place) counts as allocation. Live-figure queries answer
+ * for everything allocated through it, whatever the stack.
+ *
+ * Threads: each counts in a slot of its own, with no lock and no shared written cache
+ * line. Current values and totals are exact (a read stops the counting threads for a
+ * moment). The peak is exact while one thread has used the adaptor; once several have,
+ * each thread adds its own changes to the shared sums whenever they reach flush_bytes or
+ * flush_count, and the peak may miss or exceed the exact peak by what the other threads
+ * had not added yet: less than flush_bytes (flush_count) for each (docs/internals.md).
+ * Pushes, pops and reads take a lock; allocations never wait for them.
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_statistics_options {
+  /* Under several threads, a thread adds its changes to the shared sums when they reach
+   * this many bytes (allocations); smaller is a closer peak and more atomic additions to a
+   * cache line the threads share. 0: 1 MiB and 64; at most INT64_MAX. */
+  size_t flush_bytes;
+  uint64_t flush_count;
+} gpumem_statistics_options;
+
+GPUMEM_API gpumem_status gpumem_statistics_create(gpumem_resource *upstream,
+                                                  const gpumem_statistics_options *opts,
+                                                  gpumem_resource **out);
+
+/* One figure of gpumem_statistics: its current value, its highest value, and the sum of
+ * everything ever added to it (allocated bytes, or allocations). */
+typedef struct gpumem_statistics_counter {
+  int64_t current, peak, total;
+} gpumem_statistics_counter;
+
+/* The top counters of a statistics adaptor. The caller sets `size` to sizeof its struct;
+ * gpumem fills the fields a struct of that size has, and `version`. */
+typedef struct gpumem_statistics {
+  size_t size;                     /* set by the caller: sizeof(gpumem_statistics) */
+  uint32_t version;                /* set by gpumem: GPUMEM_STATISTICS_VERSION */
+  gpumem_statistics_counter bytes; /* bytes as requested */
+  gpumem_statistics_counter count; /* allocations */
+} gpumem_statistics;
+
+#define GPUMEM_STATISTICS_VERSION 1u
+
+/* The top counters (RMM's get_bytes_counter and get_allocations_counter). Errors, each
+ * with a message and nothing changed: GPUMEM_ERR_INVALID_ARGUMENT (NULL mr or stats,
+ * stats->size smaller than the first version's), GPUMEM_ERR_UNSUPPORTED (mr is not a
+ * statistics adaptor: it keeps no statistics). */
+GPUMEM_API gpumem_status gpumem_statistics_get(const gpumem_resource *mr, gpumem_statistics *stats);
+
+/* Pushes fresh counters; *stats (may be NULL) receives the top counters as they were before
+ * the push. Errors as gpumem_statistics_get, and GPUMEM_ERR_OUT_OF_MEMORY when the host has
+ * no memory for the stack. */
+GPUMEM_API gpumem_status gpumem_statistics_push(gpumem_resource *mr, gpumem_statistics *stats);
+
+/* Pops the top counters and folds them into the ones below; *stats (may be NULL) receives
+ * the popped counters. GPUMEM_ERR_MISUSE, changing nothing, when no counters were pushed
+ * (the adaptor's own counters are never popped); other errors as gpumem_statistics_get. */
+GPUMEM_API gpumem_status gpumem_statistics_pop(gpumem_resource *mr, gpumem_statistics *stats);
+
+/* ---------------------------------------------------------------------------------------
  * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
  * of nanoseconds instead of the driver's microseconds and never synchronize. Free blocks
  * are kept per stream: a block freed on stream A is reused at once by A; another stream B

@@ -265,7 +265,8 @@ int main(void) {
                                       "limit(cuda, max=1GiB)",
                                       "aligned(cuda, alignment=4096)",
                                       "prefetch(managed)",
-                                      "tracking(cuda)"};
+                                      "tracking(cuda)",
+                                      "stats(cuda)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));

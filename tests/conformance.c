@@ -67,6 +67,10 @@ static const char *const default_specs[] = {
     "pool(tracking(vmm))",
     "tracking(arena(vmm))",
     "tracking(binning(pool(vmm), min=10, max=22), stacks=true, depth=4)",
+    "stats(cuda)",
+    "stats(pool(vmm))",
+    "pool(stats(vmm))",
+    "stats(arena(vmm), flush_bytes=1, flush_count=1)",
 };
 
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the

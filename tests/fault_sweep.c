@@ -206,7 +206,10 @@ int main(int argc, char **argv) {
                                       "prefetch(pool(managed, initial=1))",
                                       "tracking(pool(vmm), stacks=true)",
                                       "pool(tracking(vmm(piece=2MiB)))",
-                                      "tracking(arena(vmm))"};
+                                      "tracking(arena(vmm))",
+                                      "stats(pool(vmm))",
+                                      "pool(stats(vmm(piece=2MiB)))",
+                                      "stats(arena(vmm))"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);
@@ -225,5 +228,6 @@ int main(int argc, char **argv) {
   sweep_faulty_allocations("faulty(limit(pool(vmm), max=1GiB), fail_at=%llu)", false, 1, 8);
   sweep_faulty_allocations("prefetch(faulty(managed, fail_at=%llu))", false, 1, 8);
   sweep_faulty_allocations("tracking(faulty(pool(vmm), fail_at=%llu))", false, 1, 8);
+  sweep_faulty_allocations("stats(faulty(pool(vmm), fail_at=%llu))", false, 1, 8);
   return 0;
 }

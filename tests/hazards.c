@@ -205,7 +205,8 @@ int main(void) {
                                       "pool(limit(vmm, max=1GiB))",
                                       "aligned(pool(vmm), alignment=64KiB)",
                                       "prefetch(pool(managed))",
-                                      "tracking(pool(vmm), stacks=true)"};
+                                      "tracking(pool(vmm), stacks=true)",
+                                      "stats(pool(vmm))"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));
@@ -236,7 +237,9 @@ int main(void) {
                                       "pool(retry(vmm))",
                                       "pool:user:cuda",
                                       "tracking(arena(vmm))",
-                                      "pool(tracking(vmm))"};
+                                      "pool(tracking(vmm))",
+                                      "stats(arena(vmm))",
+                                      "pool(stats(vmm))"};
   for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
     for (unsigned seed = 1; seed <= 3; seed++) {
       gpumem_resource *mr;

@@ -227,10 +227,38 @@ static void tracking_without_host_memory(void) {
   printf("tracking without host memory passed (%d allocations failed)\n", failed);
 }
 
+/* A push with no host memory for the statistics adaptor's stack fails and changes nothing. */
+static void push_without_host_memory(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("stats(cuda)", &mr));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &ptr));
+  for (int i = 0; i < 8; i++) /* the stack's first room */
+    CHECK_OK(gpumem_statistics_push(mr, NULL));
+  gpumem_statistics before = {.size = sizeof before}, after = {.size = sizeof after};
+  CHECK_OK(gpumem_statistics_get(mr, &before));
+  host_allocations = 0;
+  host_allocation_to_fail = 1;
+  CHECK_FAILS_WITH(gpumem_statistics_push(mr, NULL), GPUMEM_ERR_OUT_OF_MEMORY, "9 pushed");
+  host_allocation_to_fail = 0;
+  CHECK_OK(gpumem_statistics_get(mr, &after));
+  CHECK(memcmp(&before, &after, sizeof before) == 0);
+  for (int i = 0; i < 8; i++)
+    CHECK_OK(gpumem_statistics_pop(mr, NULL));
+  CHECK_STATUS(gpumem_statistics_pop(mr, NULL), GPUMEM_ERR_MISUSE); /* eight were pushed */
+  CHECK_OK(gpumem_statistics_get(mr, &after));
+  CHECK_EQ(after.bytes.current, 1000);
+  CHECK_EQ(after.count.total, 1);
+  CHECK_OK(gpumem_deallocate(mr, ptr, 1000, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("statistics push without host memory passed\n");
+}
+
 int main(void) {
   check_init_backend();
   trim_without_host_memory();
   tracking_without_host_memory();
+  push_without_host_memory();
   static const char *const specs[] = {
       "pool(vmm(piece=2MiB), initial=2MiB)",
       "pool(cuda, initial=4MiB)",
@@ -239,6 +267,7 @@ int main(void) {
       "fixed_size(cuda, block=16MiB, prealloc=2)",
       "tracking(pool(vmm(piece=2MiB), initial=2MiB), stacks=true)",
       "pool(tracking(vmm(piece=2MiB), stacks=true), initial=2MiB)",
+      "stats(pool(vmm(piece=2MiB), initial=2MiB))",
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
     sweep(specs[i]);

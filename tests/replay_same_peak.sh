@@ -1,13 +1,15 @@
 #!/bin/sh
 # replay_same_peak.sh BENCH TRACE...: pools over pass-through adaptors over vmm
-# (pool(limit(vmm)), pool(faulty(vmm)), pool(tracking(vmm))) hold exactly what a pool over vmm holds at its peak,
-# on every trace: the adaptors forward placement, so the pool grows in place as over vmm
-# alone. Compares the resources' figures from one run of gpumem-bench; no number is pinned.
+# (pool(limit(vmm)), pool(faulty(vmm)), pool(tracking(vmm)), pool(stats(vmm))) hold exactly
+# what a pool over vmm holds at its peak, on every trace: the adaptors forward placement, so
+# the pool grows in place as over vmm alone. Compares the resources' figures from one run of
+# gpumem-bench; no number is pinned.
 set -eu
 bench=$1
 shift
 out=$("$bench" replay --resource "pool(vmm)" --resource "pool(limit(vmm, max=80GiB))" \
-  --resource "pool(faulty(vmm))" --resource "pool(tracking(vmm))" "$@")
+  --resource "pool(faulty(vmm))" --resource "pool(tracking(vmm))" --resource "pool(stats(vmm))" \
+  "$@")
 printf '%s\n' "$out" | awk '
   /"bench":"replay"/ {
     match($0, /"resource":"[^"]*"/); resource = substr($0, RSTART + 12, RLENGTH - 13)

@@ -59,6 +59,8 @@ static void test_base_specs(void) {
       {"prefetch(managed)", "prefetch"},
       {"tracking(cuda)", "tracking"},
       {"tracking(pool(vmm), stacks=true, depth=8)", "tracking"},
+      {"stats(cuda)", "stats"},
+      {"stats(cuda, flush_bytes=4KiB, flush_count=1)", "stats"},
   };
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
     gpumem_resource *mr = check_build(rows[i].spec);
@@ -217,7 +219,7 @@ static void test_errors(void) {
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
               "faulty, retry, pool, arena, binning, fixed_size, vmm, limit, aligned, prefetch, "
-              "tracking)",
+              "tracking, stats)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);
@@ -294,6 +296,14 @@ static void test_errors(void) {
   check_error("tracking(cuda, stack=true)",
               "unknown parameter 'stack' of 'tracking' (known: stacks, depth)", 15);
   check_error("tracking", "missing upstream for 'tracking'", 0);
+  check_error("stats(cuda, flush_count=0)",
+              "bad value for 'flush_count' of 'stats' (expected a count from 1 to", 24);
+  check_error("stats(cuda, peak=1)",
+              "unknown parameter 'peak' of 'stats' (known: flush_bytes, flush_count)", 12);
+  gpumem_resource *zero_flush = untouched;
+  CHECK_FAILS_WITH(gpumem_resource_from_spec("stats(cuda, flush_bytes=0)", &zero_flush),
+                   GPUMEM_ERR_INVALID_ARGUMENT, "flush_bytes must be at least 1");
+  CHECK_PTR_EQ(zero_flush, untouched);
 
   /* Sixteen resources deep builds; seventeen is refused at the seventeenth. */
   char spec[512] = "";

@@ -303,6 +303,19 @@ static gpumem_status build_tracking(int device, gpumem_resource *upstream,
   return gpumem_tracking_create(upstream, &opts, out);
 }
 
+/* ---- stats ---- */
+
+enum { STATS_FLUSH_BYTES, STATS_FLUSH_COUNT };
+
+static gpumem_status build_stats(int device, gpumem_resource *upstream, const spec_values *values,
+                                 gpumem_resource **out) {
+  gpumem_statistics_options opts = {.flush_bytes = (size_t)value_or(values, STATS_FLUSH_BYTES, 0),
+                                    .flush_count = value_or(values, STATS_FLUSH_COUNT, 0)};
+  if (values->given[STATS_FLUSH_BYTES] && opts.flush_bytes == 0)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "stats: flush_bytes must be at least 1");
+  return gpumem_statistics_create(upstream, &opts, out);
+}
+
 static const spec_kind spec_kinds[] = {
     {"cuda", SPEC_NO_UPSTREAM, {{NULL}}, "device memory from cuMemAlloc", build_cuda},
     {"managed",
@@ -423,6 +436,14 @@ static const spec_kind spec_kinds[] = {
      },
      "keeps every outstanding allocation (size, stream, time, with stacks its call stack)",
      build_tracking},
+    {"stats",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [STATS_FLUSH_BYTES] = {"flush_bytes", SPEC_SIZE},
+         [STATS_FLUSH_COUNT] = {"flush_count", SPEC_COUNT, NULL, 1, INT64_MAX},
+     },
+     "counts current, peak and total bytes and allocations through it, in a stack of counters",
+     build_stats},
 };
 
 #define SPEC_KIND_COUNT (sizeof spec_kinds / sizeof spec_kinds[0])

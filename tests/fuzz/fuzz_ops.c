@@ -14,12 +14,13 @@
  * resource promises), live bytes and count equal the model's, a failed allocation left the
  * out-pointer and the figures alone (one out of memory ends its message with a verdict line),
  * a limit refused what passes its maximum, a tracking adaptor (made over a row's resource)
- * holds the model's bytes and lists its blocks, and reported each refused free once; a block
- * read back holds what its stream wrote; a trim is followed by the resource's report and JSON
- * stats, read whole. At the end every block is freed, live bytes are 0, the resource is
- * released, no cross-stream hazard was seen (each block is written on its stream when
- * allocated, so handing it to another stream too early is caught) and the device holds no
- * memory. */
+ * holds the model's bytes and lists its blocks, and reported each refused free once, a
+ * statistics adaptor's counters equal a model of its counter stack (the verify opcode pushes
+ * or pops there too); a block read back holds what its stream wrote; a trim is followed by the
+ * resource's report and JSON stats, read whole. At the end every block is freed, live bytes are
+ * 0, the resource is released, no cross-stream hazard was seen (each block is written on its
+ * stream when allocated, so handing it to another stream too early is caught) and the device
+ * holds no memory. */
 #include "fuzz.h"
 
 #include <stdbool.h>
@@ -35,6 +36,7 @@ typedef struct resource_row {
   bool default_align; /* alignments above 256 are refused (GPUMEM_ERR_UNSUPPORTED) */
   size_t limit;       /* the outermost resource is a limit of this many bytes (0: not) */
   int tracking;       /* 1: a tracking adaptor over the spec's resource (2: keeping stacks) */
+  bool stats;         /* the outermost resource is a statistics adaptor */
 } resource_row;
 
 static const resource_row resources[] = {
@@ -67,6 +69,9 @@ static const resource_row resources[] = {
     {.spec = "pool(vmm)", .tracking = 2},
     {.spec = "pool(tracking(vmm(piece=2MiB)))"},
     {.spec = "arena(vmm)", .tracking = 1},
+    {.spec = "stats(pool(vmm))", .stats = true},
+    {.spec = "pool(stats(vmm(piece=2MiB)))"},
+    {.spec = "stats(arena(vmm), flush_bytes=1, flush_count=1)", .stats = true},
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
@@ -80,7 +85,7 @@ static const gpumem_sim_call faultable[] = {
 };
 #define FAULTABLE_COUNT (sizeof faultable / sizeof faultable[0])
 
-enum { stream_count = 4, max_live = 64, max_ops = 400, max_freed = 8 };
+enum { stream_count = 4, max_live = 64, max_ops = 400, max_freed = 8, max_depth = 32 };
 
 typedef struct block {
   uintptr_t start;
@@ -101,6 +106,9 @@ typedef struct run {
   uint8_t next_value;
   bool device_fault;             /* a device call is armed to fail during this operation */
   int reports, reports_expected; /* of the tracking adaptor: received, and frees refused */
+  /* A statistics adaptor's counter stack, as it should be: bytes and counts per level. */
+  gpumem_statistics_counter stat_bytes[max_depth + 1], stat_count[max_depth + 1];
+  int depth;
   const uint8_t *data;
   size_t size, pos;
 } run;
@@ -149,6 +157,72 @@ static uint64_t query(const run *r, gpumem_query what, bool *known) {
   return value;
 }
 
+/* ---- the statistics model: a counter stack as the adaptor's ---- */
+
+static void stat_add(gpumem_statistics_counter *c, int64_t value) {
+  c->current += value;
+  if (value > 0) {
+    c->total += value;
+    c->peak = c->current > c->peak ? c->current : c->peak;
+  }
+}
+
+static void stat_fold(gpumem_statistics_counter *parent, const gpumem_statistics_counter *child) {
+  int64_t lifted = parent->current + child->peak;
+  parent->peak = parent->peak > lifted ? parent->peak : lifted;
+  parent->current += child->current;
+  parent->total += child->total;
+}
+
+static void stat_counted(run *r, int64_t bytes, int64_t count) {
+  if (r->row->stats) {
+    stat_add(&r->stat_bytes[r->depth], bytes);
+    stat_add(&r->stat_count[r->depth], count);
+  }
+}
+
+/* The counters `s` (from the adaptor) equal the model's at `level`. */
+static void check_counters(const run *r, const gpumem_statistics *s, int level, const char *what) {
+  const gpumem_statistics_counter *b = &r->stat_bytes[level], *c = &r->stat_count[level];
+  FUZZ_CHECK(memcmp(&s->bytes, b, sizeof *b) == 0 && memcmp(&s->count, c, sizeof *c) == 0,
+             "%s: %s: bytes {%lld, %lld, %lld} count {%lld, %lld, %lld}, the model bytes {%lld, "
+             "%lld, %lld} count {%lld, %lld, %lld}",
+             r->row->spec, what, (long long)s->bytes.current, (long long)s->bytes.peak,
+             (long long)s->bytes.total, (long long)s->count.current, (long long)s->count.peak,
+             (long long)s->count.total, (long long)b->current, (long long)b->peak,
+             (long long)b->total, (long long)c->current, (long long)c->peak, (long long)c->total);
+}
+
+/* Pushes or pops the statistics adaptor's counters (which % 4 is 0 or 1): true when it did. */
+static bool op_statistics(run *r, uint8_t which) {
+  if (!r->row->stats || which % 4 > 1)
+    return false;
+  gpumem_statistics s = {.size = sizeof s};
+  if (which % 4 == 0 && r->depth < max_depth) {
+    FUZZ_OK(gpumem_statistics_push(r->mr, &s));
+    TRACE("push: depth %d\n", r->depth + 1);
+    check_counters(r, &s, r->depth, "push");
+    r->depth++;
+    memset(&r->stat_bytes[r->depth], 0, sizeof r->stat_bytes[0]);
+    memset(&r->stat_count[r->depth], 0, sizeof r->stat_count[0]);
+  } else if (which % 4 == 1 && r->depth > 0) {
+    FUZZ_OK(gpumem_statistics_pop(r->mr, &s));
+    TRACE("pop: depth %d\n", r->depth - 1);
+    check_counters(r, &s, r->depth, "pop");
+    r->depth--;
+    stat_fold(&r->stat_bytes[r->depth], &r->stat_bytes[r->depth + 1]);
+    stat_fold(&r->stat_count[r->depth], &r->stat_count[r->depth + 1]);
+  } else if (which % 4 == 1) {
+    gpumem_statistics kept = {.size = sizeof kept, .version = 77};
+    gpumem_status status = gpumem_statistics_pop(r->mr, &kept);
+    FUZZ_CHECK(status == GPUMEM_ERR_MISUSE && kept.version == 77 &&
+                   strstr(gpumem_last_error_message(), "no counters were pushed"),
+               "%s: a pop with nothing pushed: %s: %s", r->row->spec, gpumem_status_name(status),
+               gpumem_last_error_message());
+  }
+  return true;
+}
+
 /* The resource's figures agree with the model. */
 static void check_figures(const run *r) {
   bool known;
@@ -158,6 +232,11 @@ static void check_figures(const run *r) {
   uint64_t count = query(r, GPUMEM_QUERY_LIVE_COUNT, &known);
   FUZZ_CHECK(!known || count == (uint64_t)r->live_count, "%s: live count %llu, the model %d",
              r->row->spec, (unsigned long long)count, r->live_count);
+  if (r->row->stats) {
+    gpumem_statistics s = {.size = sizeof s};
+    FUZZ_OK(gpumem_statistics_get(r->mr, &s));
+    check_counters(r, &s, r->depth, "get");
+  }
   if (r->row->limit) {
     size_t allocated = 0;
     FUZZ_OK(gpumem_limit_get_allocated_bytes(r->mr, &allocated));
@@ -230,12 +309,14 @@ static void claim(run *r, void *ptr, size_t bytes, size_t alignment, int stream)
   r->next_value = (uint8_t)(r->next_value % 255 + 1);
   r->live[r->live_count++] = (block){start, bytes, alignment, stream, r->next_value};
   r->live_bytes += bytes;
+  stat_counted(r, (int64_t)bytes, 1);
 }
 
 static void unclaim(run *r, int index) {
   r->freed[r->freed_next] = r->live[index].start;
   r->freed_next = (r->freed_next + 1) % max_freed;
   r->live_bytes -= r->live[index].bytes;
+  stat_counted(r, -(int64_t)r->live[index].bytes, -1);
   r->live[index] = r->live[--r->live_count];
 }
 
@@ -519,9 +600,12 @@ static void op_streams(run *r) {
 }
 
 /* A live block still holds what its stream wrote: no other block shares its memory (two
- * addresses over one physical page, a piece unmapped under it). */
+ * addresses over one physical page, a piece unmapped under it). Over a statistics adaptor,
+ * one verify in two pushes or pops its counters instead. */
 static void op_verify(run *r) {
   uint8_t which = next_byte(r);
+  if (op_statistics(r, which))
+    return;
   if (r->live_count == 0 || r->device_fault)
     return;
   const block *b = &r->live[which % r->live_count];
