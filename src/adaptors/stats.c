@@ -181,6 +181,19 @@ static inline void leave(stats_slot *slot) {
   atomic_store_explicit(&slot->inside, 0, memory_order_release);
 }
 
+/* The calling thread's slot, or NULL past the last one. */
+static inline stats_slot *thread_slot(stats_resource *self) {
+  int i = gpumem__thread_slot(&self->owners);
+  return GPUMEM_LIKELY(i >= 0) ? &self->slots[i] : NULL;
+}
+
+/* The slot's address in one register: without this, gcc addresses each field from the
+ * resource and the slot's index and, for atomics, spends an instruction on each address. */
+static inline stats_slot *in_register(stats_slot *slot) {
+  __asm__("" : "+r"(slot));
+  return slot;
+}
+
 #define FOR_EACH_JOINED(self, i)                                                                   \
   for (int i = 0; i < MAX_SLOTS; i++)                                                              \
     if ((self)->joined >> i & 1)
@@ -240,16 +253,16 @@ static void become_shared(stats_resource *self) {
 }
 
 /* A call the fast path could not count: a thread's first, one made while its slot is
- * blocked, or one of a thread without a slot (index -1). */
-static GPUMEM_NOINLINE void count_slowly(stats_resource *self, int index, int64_t bytes,
+ * blocked, or one of a thread without a slot (NULL). */
+static GPUMEM_NOINLINE void count_slowly(stats_resource *self, stats_slot *slot, int64_t bytes,
                                          int64_t count, int64_t total) {
   pthread_mutex_lock(&self->lock);
-  stats_slot *slot = &self->spill;
-  if (index < 0) {
+  if (!slot) {
+    slot = &self->spill;
     if (!self->shared)
       become_shared(self);
   } else {
-    slot = &self->slots[index];
+    int index = (int)(slot - self->slots);
     if (!(self->joined >> index & 1)) {
       if (self->joined && !self->shared)
         become_shared(self);
@@ -264,14 +277,14 @@ static GPUMEM_NOINLINE void count_slowly(stats_resource *self, int index, int64_
 }
 
 /* Counts a change in the calling thread's slot. */
-static inline void count_change(stats_resource *self, int64_t bytes, int64_t count, int64_t total) {
-  int i = gpumem__thread_slot(&self->owners);
-  if (GPUMEM_LIKELY(i >= 0) && GPUMEM_LIKELY(enter(&self->slots[i]))) {
-    slot_changed(self, &self->slots[i], bytes, count, total);
-    leave(&self->slots[i]);
+static void count_change(stats_resource *self, int64_t bytes, int64_t count, int64_t total) {
+  stats_slot *slot = thread_slot(self);
+  if (slot && enter(slot)) {
+    slot_changed(self, slot, bytes, count, total);
+    leave(slot);
     return;
   }
-  count_slowly(self, i, bytes, count, total);
+  count_slowly(self, slot, bytes, count, total);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -367,13 +380,16 @@ static gpumem_status stats_allocate(gpumem_resource *mr, size_t bytes, size_t al
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
     return gpumem__fail_through(mr, status);
   stats_resource *self = (stats_resource *)mr;
-  int i = gpumem__thread_slot(&self->owners);
-  if (GPUMEM_LIKELY(i >= 0) && GPUMEM_LIKELY(enter(&self->slots[i]))) {
-    slot_allocated(self, &self->slots[i], (int64_t)bytes);
-    leave(&self->slots[i]);
-    return GPUMEM_OK;
+  stats_slot *slot = thread_slot(self);
+  if (GPUMEM_LIKELY(slot != NULL)) {
+    stats_slot *own = in_register(slot);
+    if (GPUMEM_LIKELY(enter(own))) {
+      slot_allocated(self, own, (int64_t)bytes);
+      leave(own);
+      return GPUMEM_OK;
+    }
   }
-  count_slowly(self, i, (int64_t)bytes, 1, 1);
+  count_slowly(self, slot, (int64_t)bytes, 1, 1);
   return GPUMEM_OK;
 }
 
@@ -384,13 +400,16 @@ static gpumem_status stats_deallocate(gpumem_resource *mr, void *ptr, size_t byt
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
     return status;
   stats_resource *self = (stats_resource *)mr;
-  int i = gpumem__thread_slot(&self->owners);
-  if (GPUMEM_LIKELY(i >= 0) && GPUMEM_LIKELY(enter(&self->slots[i]))) {
-    slot_freed(self, &self->slots[i], (int64_t)bytes);
-    leave(&self->slots[i]);
-    return GPUMEM_OK;
+  stats_slot *slot = thread_slot(self);
+  if (GPUMEM_LIKELY(slot != NULL)) {
+    stats_slot *own = in_register(slot);
+    if (GPUMEM_LIKELY(enter(own))) {
+      slot_freed(self, own, (int64_t)bytes);
+      leave(own);
+      return GPUMEM_OK;
+    }
   }
-  count_slowly(self, i, -(int64_t)bytes, -1, 0);
+  count_slowly(self, slot, -(int64_t)bytes, -1, 0);
   return GPUMEM_OK;
 }
 
