@@ -50,15 +50,16 @@ fi
   "$bench" replay --compare "${resources[@]}" --repeat 3 --table data/*.csv
   if [ "${1:-}" != quick ]; then
     # What composing costs: each pass-through adaptor beside the bare pool in one run, the
-    # limit over the arena from 16 threads, and pools over adaptors over vmm on the traces
-    # (the same reserved bytes as pool(vmm) if wrapping changes nothing).
+    # limit and the statistics adaptor over the arena from 16 threads, and pools over
+    # adaptors over vmm on the traces (the same reserved bytes as pool(vmm) if wrapping
+    # changes nothing).
     "$bench" random --workload small,mixed,large --resource "pool(vmm)" \
       --resource "limit(pool(vmm), max=64GiB)" --resource "aligned(pool(vmm), alignment=256)" \
       --resource "prefetch(pool(vmm))" --resource "retry(pool(vmm))" \
-      --resource "faulty(pool(vmm))" --resource "pool(cuda)" --resource "pool(user_cuda)" \
-      --repeat 5 --table
+      --resource "faulty(pool(vmm))" --resource "stats(pool(vmm))" --resource "pool(cuda)" \
+      --resource "pool(user_cuda)" --repeat 5 --table
     "$bench" threads --threads 1,4,16 --resource "arena(vmm)" \
-      --resource "limit(arena(vmm), max=64GiB)" --repeat 3 --table
+      --resource "limit(arena(vmm), max=64GiB)" --resource "stats(arena(vmm))" --repeat 3 --table
     "$bench" replay --resource "pool(vmm)" --resource "pool(limit(vmm, max=80GiB))" \
       --resource "pool(faulty(vmm))" --resource "pool(prefetch(aligned(vmm)))" --table data/*.csv
     # What tracking costs: every outstanding allocation kept (and with stacks, a backtrace

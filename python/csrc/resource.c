@@ -379,6 +379,10 @@ static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsig
     gpumem_tracking_options options = {.capture_stacks = a != 0};
     return gpumem_tracking_create(up, &options, mr);
   }
+  if (!strcmp(kind, "stats")) {
+    gpumem_statistics_options options = {.flush_bytes = (size_t)a, .flush_count = b};
+    return gpumem_statistics_create(up, &options, mr);
+  }
   *known = 0;
   return GPUMEM_ERR_UNSUPPORTED;
 }
@@ -484,6 +488,30 @@ static PyObject *py_tracking_log(PyObject *module, PyObject *object) {
   return gpumem_py_none_or_raise(gpumem_tracking_log_outstanding_allocations(mr));
 }
 
+/* statistics(mr, op): op 0 reads a statistics adaptor's top counters, 1 pushes fresh ones,
+ * 2 pops them: the counters (read, before the push, popped) as (current_bytes,
+ * current_count, peak_bytes, peak_count, total_bytes, total_count). A pop with nothing
+ * pushed raises IndexError, as RMM's. */
+static PyObject *py_statistics(PyObject *module, PyObject *args) {
+  PyObject *object;
+  int op;
+  gpumem_resource *mr;
+  if (!PyArg_ParseTuple(args, "Oi", &object, &op) || !(mr = gpumem_py_resource_handle(object)))
+    return NULL;
+  gpumem_statistics s = {.size = sizeof s};
+  gpumem_status status = op == 0   ? gpumem_statistics_get(mr, &s)
+                         : op == 1 ? gpumem_statistics_push(mr, &s)
+                                   : gpumem_statistics_pop(mr, &s);
+  if (status == GPUMEM_ERR_MISUSE && op == 2)
+    return PyErr_Format(PyExc_IndexError, "%s: %s", gpumem_status_name(status),
+                        gpumem_last_error_message());
+  if (status != GPUMEM_OK)
+    return gpumem_py_raise(status);
+  return Py_BuildValue("(LLLLLL)", (long long)s.bytes.current, (long long)s.count.current,
+                       (long long)s.bytes.peak, (long long)s.count.peak, (long long)s.bytes.total,
+                       (long long)s.count.total);
+}
+
 /* resource_trim(self) -> bytes given back (pool, arena, binning, fixed_size) */
 static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
   gpumem_resource *mr = gpumem_py_resource_handle(object);
@@ -507,5 +535,7 @@ PyMethodDef gpumem_py_resource_functions[] = {
     {"tracking_bytes", py_tracking_bytes, METH_O, "tracking_bytes(tracking) -> bytes outstanding"},
     {"tracking_str", py_tracking_str, METH_O, "tracking_str(tracking) -> the outstanding list"},
     {"tracking_log", py_tracking_log, METH_O, "tracking_log(tracking): the list to stderr"},
+    {"statistics", py_statistics, METH_VARARGS,
+     "statistics(mr, op) -> counters read (0), before a push (1) or popped (2)"},
     {NULL, NULL, 0, NULL},
 };

@@ -15,7 +15,7 @@ and one line each for the frameworks:
 Without a GPU, GPUMEM_DEVICE=sim (or gpumem.select_backend("sim") before first use) runs
 everything on gpumem's simulated device.
 """
-from . import _lib, mr
+from . import _lib, mr, statistics
 from ._lib import (
     DeviceBuffer,
     GpumemError,
@@ -34,6 +34,7 @@ __all__ = [
     "mr",
     "reinitialize",
     "select_backend",
+    "statistics",
     "to_device",
 ]
 

@@ -45,6 +45,8 @@ RESOURCES = {
                 "aligned(cuda, alignment=4096, threshold=0)"),
     "prefetch": (lambda: mr.PrefetchResourceAdaptor(mr.ManagedMemoryResource()),
                  "prefetch(managed(prefetch=false))"),
+    "stats": (lambda: mr.StatisticsResourceAdaptor(cuda()),
+              "stats(cuda, flush_bytes=1048576, flush_count=64)"),
 }
 
 

@@ -70,6 +70,8 @@ def random_allocate_free(resource, index):
     "pool(limit(vmm, max=4GiB))",
     "limit(arena(cuda, size=64MiB), max=1GiB)",
     "prefetch(pool(managed, initial=64MiB))",
+    "stats(arena(cuda, size=64MiB))",
+    "pool(stats(vmm))",
 ])
 def test_threads_share_one_resource(spec):
     resource = mr.from_spec(spec)
