@@ -562,12 +562,12 @@ static gpumem_status stats_of(const char *caller, const gpumem_resource *mr,
 static void copy_out(const stats_frame *frame, gpumem_statistics *stats) {
   if (!stats)
     return;
-  gpumem_statistics filled = {
-      .size = stats->size,
-      .version = GPUMEM_STATISTICS_VERSION,
-      .bytes = frame->bytes,
-      .count = frame->count,
-  };
+  gpumem_statistics filled;
+  memset(&filled, 0, sizeof filled); /* the padding too, so that results compare whole */
+  filled.size = stats->size;
+  filled.version = GPUMEM_STATISTICS_VERSION;
+  filled.bytes = frame->bytes;
+  filled.count = frame->count;
   memcpy(stats, &filled, stats->size < sizeof filled ? stats->size : sizeof filled);
 }
 
