@@ -59,7 +59,8 @@ extern "C" {
   X(GPUMEM_ERR_INJECTED_FAULT, 10, "failure injected for testing")                                 \
   X(GPUMEM_ERR_NOT_READY, 11, "work not complete yet")                                             \
   X(GPUMEM_ERR_INTERNAL, 12, "internal error")                                                     \
-  X(GPUMEM_ERR_CALLBACK, 13, "a user-supplied function failed")
+  X(GPUMEM_ERR_CALLBACK, 13, "a user-supplied function failed")                                    \
+  X(GPUMEM_ERR_IO, 14, "a file could not be opened or written")
 
 typedef enum gpumem_status {
 #define GPUMEM_STATUS_ENUM_(name, value, message) name = value,
@@ -683,6 +684,43 @@ GPUMEM_API gpumem_status gpumem_statistics_push(gpumem_resource *mr, gpumem_stat
 GPUMEM_API gpumem_status gpumem_statistics_pop(gpumem_resource *mr, gpumem_statistics *stats);
 
 /* ---------------------------------------------------------------------------------------
+ * Log (RMM's logging_resource_adaptor): passes every call to its upstream and writes each
+ * allocation, free and failed allocation as a line of a CSV file in RMM's format (header
+ * Thread,Time,Action,Pointer,Size,Stream; actions allocate, free, allocate failure), which
+ * RMM's replay benchmark and `gpumem-bench replay` read. Lines are in the order of the
+ * calls (a free is logged before the upstream sees it, an allocation after it returned).
+ * Threads take no lock to log: each copies its line into the file, mapped in memory, so an
+ * event is in the file as soon as its call returns, even if the process is then killed
+ * (SIGKILL included). The file ends in zeros past its events until a flush, the last
+ * release, exit or a failed allocation cuts it where they end. Pipes, terminals and other
+ * files that cannot be mapped are written through a buffer (lost if the process is killed).
+ * The file is truncated when opened; logs of one process that name one file share it. A
+ * disk that fills up stops the log, once reported on stderr; allocations go on. Placement
+ * is forwarded and logged. Live figures are the upstream's. See README "Finding where
+ * memory went".
+ * ------------------------------------------------------------------------------------- */
+
+typedef struct gpumem_log_options {
+  /* The file; "%p" becomes the process id (a log per process of a job), "%%" a '%'.
+   * NULL: the GPUMEM_LOG_FILE environment variable's. */
+  const char *file_name;
+} gpumem_log_options;
+
+/* GPUMEM_ERR_IO with the path and the reason when the file cannot be opened or written;
+ * GPUMEM_ERR_INVALID_ARGUMENT when no file is named (and GPUMEM_LOG_FILE is unset). */
+GPUMEM_API gpumem_status gpumem_log_create(gpumem_resource *upstream,
+                                           const gpumem_log_options *opts, gpumem_resource **out);
+
+/* Makes the log's file hold exactly the events so far. GPUMEM_ERR_IO once writing it failed
+ * (the message says why and how many events were dropped); GPUMEM_ERR_INVALID_ARGUMENT
+ * when mr is not a log adaptor. */
+GPUMEM_API gpumem_status gpumem_log_flush(gpumem_resource *mr);
+
+/* The log's file name (with "%p" replaced), NUL-terminated into buf. A buffer too small:
+ * GPUMEM_ERR_INVALID_ARGUMENT naming the size needed. */
+GPUMEM_API gpumem_status gpumem_log_file_name(const gpumem_resource *mr, char *buf, size_t size);
+
+/* ---------------------------------------------------------------------------------------
  * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
  * of nanoseconds instead of the driver's microseconds and never synchronize. Free blocks
  * are kept per stream: a block freed on stream A is reused at once by A; another stream B
@@ -825,6 +863,10 @@ typedef struct gpumem_reinitialize_options {
   size_t maximum_pool_size; /* 0: no limit */
   const int *devices;       /* NULL: device 0 only, as RMM's devices=0 */
   size_t device_count;
+  /* nonzero: each resource inside a log adaptor, writing log_file_name with ".devN" before
+   * its extension (NULL: GPUMEM_LOG_FILE's name), as rmm.reinitialize(logging=True) */
+  int logging;
+  const char *log_file_name;
 } gpumem_reinitialize_options;
 
 GPUMEM_API gpumem_status gpumem_reinitialize(const gpumem_reinitialize_options *options);

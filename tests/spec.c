@@ -219,7 +219,7 @@ static void test_errors(void) {
   check_error("pooll(cuda)",
               "unknown resource 'pooll' (known: cuda, managed, async, pinned_host, system, "
               "faulty, retry, pool, arena, binning, fixed_size, vmm, limit, aligned, prefetch, "
-              "tracking, stats)",
+              "tracking, stats, log)",
               0);
   check_error("CUDA", "unknown resource 'CUDA'", 0);
   check_error("3", "expected a resource name", 0);

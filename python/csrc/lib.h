@@ -98,6 +98,8 @@ PyObject *gpumem_py_store_resource(PyObject *object, gpumem_resource *mr);
 extern PyMethodDef gpumem_py_resource_functions[];
 /* ... and those of callbacks.c. */
 extern PyMethodDef gpumem_py_callback_functions[];
+/* ... and those of log.c (LoggingResourceAdaptor). */
+extern PyMethodDef gpumem_py_log_functions[];
 
 /* ---- device buffers ---- */
 

@@ -244,14 +244,10 @@ static PyObject *py_parse_size(PyObject *self, PyObject *args) {
   return PyLong_FromUnsignedLongLong(value);
 }
 
-/* reinitialize(pool_allocator, managed_memory, initial_pool_size, maximum_pool_size, devices) */
-static PyObject *py_reinitialize(PyObject *self, PyObject *args) {
-  int pool, managed;
-  unsigned long long initial, maximum;
-  PyObject *devices;
-  if (!PyArg_ParseTuple(args, "ppKKO!", &pool, &managed, &initial, &maximum, &PyList_Type,
-                        &devices))
-    return NULL;
+/* gpumem_reinitialize for the devices of a list; log_name NULL: no logging. */
+static PyObject *reinitialize_devices(int pool, int managed, unsigned long long initial,
+                                      unsigned long long maximum, PyObject *devices,
+                                      const char *log_name) {
   Py_ssize_t count = PyList_GET_SIZE(devices);
   if (count > GPUMEM_MAX_DEVICES)
     return PyErr_Format(gpumem_py_invalid_error, "at most %d devices", GPUMEM_MAX_DEVICES);
@@ -266,10 +262,27 @@ static PyObject *py_reinitialize(PyObject *self, PyObject *args) {
                                          .initial_pool_size = (size_t)initial,
                                          .maximum_pool_size = (size_t)maximum,
                                          .devices = list,
-                                         .device_count = (size_t)count};
+                                         .device_count = (size_t)count,
+                                         .logging = log_name != NULL,
+                                         .log_file_name = log_name};
   gpumem_status status;
   GPUMEM_PY_CALL(status, gpumem_reinitialize(&options));
   return gpumem_py_none_or_raise(status);
+}
+
+/* reinitialize(pool_allocator, managed_memory, initial_pool_size, maximum_pool_size, devices,
+ *              log_file_name=None): a log file name (not None) turns logging on */
+static PyObject *py_reinitialize(PyObject *self, PyObject *args) {
+  int pool, managed;
+  unsigned long long initial, maximum;
+  PyObject *devices, *log_name = NULL;
+  if (!PyArg_ParseTuple(args, "ppKKO!|O&", &pool, &managed, &initial, &maximum, &PyList_Type,
+                        &devices, PyUnicode_FSConverter, &log_name))
+    return NULL;
+  PyObject *result = reinitialize_devices(pool, managed, initial, maximum, devices,
+                                          log_name ? PyBytes_AS_STRING(log_name) : NULL);
+  Py_XDECREF(log_name);
+  return result;
 }
 
 /* get_per_device_resource(device): a base Resource object holding its own reference. */
@@ -394,6 +407,7 @@ PyMODINIT_FUNC PyInit__lib(void) {
       add_functions(module, gpumem_py_buffer_functions) < 0 ||
       add_functions(module, gpumem_py_hook_functions) < 0 ||
       add_functions(module, gpumem_py_callback_functions) < 0 ||
+      add_functions(module, gpumem_py_log_functions) < 0 ||
       PyType_Ready(&gpumem_py_resource_type) < 0 || PyType_Ready(&gpumem_py_buffer_type) < 0 ||
       PyType_Ready(&gpumem_py_allocation_type) < 0 ||
       PyModule_AddObjectRef(module, "Resource", (PyObject *)&gpumem_py_resource_type) < 0 ||

@@ -30,6 +30,9 @@ __all__ = [
     "InvalidArgumentError",
     "OutOfMemoryError",
     "backend",
+    "disable_logging",
+    "enable_logging",
+    "get_log_filenames",
     "is_initialized",
     "mr",
     "reinitialize",
@@ -62,6 +65,7 @@ def reinitialize(
     maximum_pool_size=None,
     devices=0,
     logging=False,
+    log_file_name=None,
 ):
     """Gives each device in `devices` a new current resource, as rmm.reinitialize.
 
@@ -70,22 +74,58 @@ def reinitialize(
     managed memory (with pool_allocator, a pool over it). Sizes are ints or strings such as
     "1GiB" or "50%" of the device's memory; None is the default (half of free memory for a
     pool over cudaMalloc memory, nothing up front over virtual memory). devices: an int or
-    a list of ints. Either every device gets its new resource, or none does.
+    a list of ints. logging: each resource inside a LoggingResourceAdaptor writing
+    log_file_name (None: GPUMEM_LOG_FILE's; ValueError without either) with ".dev<N>"
+    before its extension. Either every device gets its new resource, or none does.
     """
-    if logging:
-        raise NotImplementedError("gpumem has no allocation log yet")
     device_list = [devices] if isinstance(devices, int) else list(devices)
     first = device_list[0] if device_list else None
-    _lib.reinitialize(
-        bool(pool_allocator),
-        bool(managed_memory),
-        mr._size(initial_pool_size, first),
-        mr._size(maximum_pool_size, first),
-        device_list,
-    )
+    arguments = [bool(pool_allocator), bool(managed_memory), mr._size(initial_pool_size, first),
+                 mr._size(maximum_pool_size, first), device_list]
+    if logging:  # the C library adds ".devN" for each device
+        arguments.append(mr._log_base_name(log_file_name))
+    _lib.reinitialize(*arguments)
     mr._forget_current(device_list)
+    if logging:
+        for device in device_list:
+            mr._current[int(device)] = _as_logging_adaptor(_lib.get_per_device_resource(device))
     global _initialized
     _initialized = True
+
+
+def _as_logging_adaptor(resource):
+    """The log a C call built, as a LoggingResourceAdaptor object (its upstream a plain
+    MemoryResource)."""
+    log = mr.LoggingResourceAdaptor.__new__(mr.LoggingResourceAdaptor)
+    _lib.adopt(log, resource)
+    log._upstream = resource.upstream
+    return log
+
+
+def enable_logging(log_file_name=None):
+    """Puts each device's current resource (device 0 where none was set) inside a
+    LoggingResourceAdaptor writing log_file_name (None: GPUMEM_LOG_FILE's) with ".dev<N>"
+    before its extension, as rmm.enable_logging. Devices already logged are left alone."""
+    devices = sorted(mr._current) or [0]
+    for device in devices:
+        current = mr.get_per_device_resource(device)
+        if current.name != "log":
+            mr.set_per_device_resource(device, mr.LoggingResourceAdaptor(current, log_file_name))
+
+
+def disable_logging():
+    """Gives each logged device the resource inside its log back, as rmm.disable_logging."""
+    for device in list(mr._current):
+        current = mr.get_per_device_resource(device)
+        if current.name == "log":
+            mr.set_per_device_resource(device, current.upstream_mr)
+
+
+def get_log_filenames():
+    """{device: the log file of its current resource, or None}, for the devices whose
+    resource was set, as rmm.get_log_filenames."""
+    return {device: _lib.log_file_name(mr.get_per_device_resource(device))
+            for device in sorted(mr._current)}
 
 
 def is_initialized():

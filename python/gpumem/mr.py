@@ -10,6 +10,8 @@ it does not know); report(nbytes) and stats() say where memory goes, as an OutOf
 None (the default stream), an int, or a CuPy, Numba or PyTorch stream object. Sizes may be
 ints or strings such as "1GiB" or "50%" (of the device's memory).
 """
+import os
+
 from . import _lib
 from ._lib import InvalidArgumentError
 
@@ -26,6 +28,7 @@ __all__ = [
     "FaultyMemoryResource",
     "FixedSizeMemoryResource",
     "LimitingResourceAdaptor",
+    "LoggingResourceAdaptor",
     "ManagedMemoryResource",
     "MemoryResource",
     "PinnedHostMemoryResource",
@@ -344,6 +347,46 @@ class StatisticsResourceAdaptor(UpstreamMemoryResource):
         when none were pushed."""
         from .statistics import _counters
         return _counters(self, 2)
+
+
+def _log_base_name(log_file_name):
+    """The log file name given (None: GPUMEM_LOG_FILE's), made absolute; ValueError when
+    there is none."""
+    if log_file_name is None:
+        log_file_name = os.getenv("GPUMEM_LOG_FILE")
+        if not log_file_name:
+            raise ValueError("gpumem log file must be specified either using log_file_name= "
+                             "argument or GPUMEM_LOG_FILE environment variable")
+    return os.path.abspath(os.fspath(log_file_name))
+
+
+def _log_file_for_device(log_file_name, device):
+    """RMM's naming of a device's log: ".dev<device>" before the extension."""
+    name, extension = os.path.splitext(_log_base_name(log_file_name))
+    return f"{name}.dev{device}{extension}"
+
+
+class LoggingResourceAdaptor(UpstreamMemoryResource):
+    """Writes every allocation and free through it to a CSV file in RMM's format (Thread,
+    Time, Action, Pointer, Size, Stream), as RMM's: log_file_name (None: the environment
+    variable GPUMEM_LOG_FILE) gets ".dev<device>" before its extension. The file is in call
+    order and complete as each call returns, even if the process is then killed; flush()
+    cuts it where the events end (exit, and the adaptor's end, do too). gpumem-bench replay
+    and python -m gpumem.plot read it."""
+
+    def __init__(self, upstream_mr, log_file_name=None):
+        device = getattr(upstream_mr, "device", None)  # not a resource: init_log says so
+        path = _log_file_for_device(log_file_name, 0 if device is None else device)
+        _lib.init_log(self, upstream_mr, path)
+        self._upstream = upstream_mr
+
+    def flush(self):
+        """Makes the file hold exactly the events so far."""
+        _lib.log_flush(self)
+
+    def get_file_name(self):
+        """The file's absolute name ("%p" in the name given becomes the process id)."""
+        return _lib.log_file_name(self)
 
 
 def from_spec(spec, device=None):

@@ -8,6 +8,7 @@
  * A replaced resource whose allocations are still live cannot be destroyed: the program may
  * free them later, through it. It is retired instead, kept in a list, and each later write
  * destroys the retired resources whose allocations have all been freed. */
+#include "adaptors/log_file.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -64,14 +65,36 @@ static gpumem_status resolve(const char *caller, int device, int *resolved) {
   return gpumem__device_for(caller, device, &dev, resolved);
 }
 
+/* GPUMEM_LOG_FILE: the default resource inside a log adaptor writing the named file with
+ * ".devN" before its extension, so that any program's allocations can be logged. */
+static gpumem_status log_default(int device, gpumem_resource **mr) {
+  const char *name = gpumem__option_string(GPUMEM__OPT_LOG_FILE);
+  if (!name)
+    return GPUMEM_OK;
+  char path[4200];
+  gpumem_log_options opts = {.file_name = path};
+  gpumem_resource *logged = NULL;
+  gpumem_status status = gpumem__log_device_name(name, device, path, sizeof path);
+  if (status == GPUMEM_OK)
+    status = gpumem_log_create(*mr, &opts, &logged);
+  gpumem_resource_release(*mr); /* the log holds it, or it goes with the failure */
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "GPUMEM_LOG_FILE");
+  *mr = logged;
+  return GPUMEM_OK;
+}
+
 static gpumem_status create_default(int device, gpumem_resource **out) {
   const char *spec = gpumem__option_string(GPUMEM__OPT_RESOURCE);
-  if (!spec)
-    return gpumem_cuda_create(device, out);
-  gpumem_status status = gpumem_resource_from_spec_for_device(spec, device, out);
+  gpumem_resource *mr = NULL;
+  gpumem_status status = spec ? gpumem_resource_from_spec_for_device(spec, device, &mr)
+                              : gpumem_cuda_create(device, &mr);
   if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "GPUMEM_RESOURCE");
-  return GPUMEM_OK;
+    return spec ? gpumem__fail_context(status, "GPUMEM_RESOURCE") : status;
+  status = log_default(device, &mr);
+  if (status == GPUMEM_OK)
+    *out = mr;
+  return status;
 }
 
 gpumem_status gpumem_get_per_device_resource(int device, gpumem_resource **mr) {

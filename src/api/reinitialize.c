@@ -3,6 +3,7 @@
  *
  * Every resource is built before any is installed, so a failure on one device leaves every
  * device with the resource it had. */
+#include "adaptors/log_file.h"
 #include "core/internal.h"
 #include "device/device.h"
 
@@ -22,6 +23,31 @@ static gpumem_status check_options(const gpumem_reinitialize_options *options) {
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_reinitialize: initial pool size %zu exceeds the maximum %zu",
                         options->initial_pool_size, options->maximum_pool_size);
+  if (options->logging && !options->log_file_name && !gpumem__option_string(GPUMEM__OPT_LOG_FILE))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_reinitialize: logging needs a file: give log_file_name or set "
+                        "GPUMEM_LOG_FILE");
+  return GPUMEM_OK;
+}
+
+/* Puts the spec in `spec` inside "log(..., file=NAME.devN.EXT)" when logging is asked. */
+static gpumem_status wrap_in_log(const gpumem_reinitialize_options *options, int device, char *spec,
+                                 size_t size) {
+  if (!options->logging)
+    return GPUMEM_OK;
+  const char *name =
+      options->log_file_name ? options->log_file_name : gpumem__option_string(GPUMEM__OPT_LOG_FILE);
+  char path[4200], file[4300], inner[256];
+  gpumem_status status = gpumem__log_device_name(name, device, path, sizeof path);
+  if (status != GPUMEM_OK)
+    return status;
+  gpumem__log_spec_file(path, file, sizeof file);
+  snprintf(inner, sizeof inner, "%s", spec);
+  int written = snprintf(spec, size, "log(%s, %s)", inner, file);
+  if (written < 0 || (size_t)written >= size)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_reinitialize_spec: the spec needs a buffer of %d bytes",
+                        written + 1);
   return GPUMEM_OK;
 }
 
@@ -40,7 +66,7 @@ gpumem_status gpumem_reinitialize_spec(const gpumem_reinitialize_options *option
     return status;
   if (!options->pool_allocator) {
     snprintf(spec, size, "%s", options->managed_memory ? "managed" : "cuda");
-    return GPUMEM_OK;
+    return wrap_in_log(options, device, spec, size);
   }
   const char *upstream = "managed";
   if (!options->managed_memory) {
@@ -52,7 +78,7 @@ gpumem_status gpumem_reinitialize_spec(const gpumem_reinitialize_options *option
   }
   snprintf(spec, size, "pool(%s, initial=%zu, max=%zu)", upstream, options->initial_pool_size,
            options->maximum_pool_size);
-  return GPUMEM_OK;
+  return wrap_in_log(options, device, spec, size);
 }
 
 gpumem_status gpumem_reinitialize(const gpumem_reinitialize_options *options) {
@@ -64,7 +90,7 @@ gpumem_status gpumem_reinitialize(const gpumem_reinitialize_options *options) {
   size_t count = options->devices ? options->device_count : 1;
   gpumem_resource *built[GPUMEM_MAX_DEVICES] = {0};
   for (size_t i = 0; i < count && status == GPUMEM_OK; i++) {
-    char spec[128];
+    char spec[4500]; /* with a log's file name */
     status = gpumem_reinitialize_spec(options, devices[i], spec, sizeof spec);
     if (status == GPUMEM_OK)
       status = gpumem_resource_from_spec_for_device(spec, devices[i], &built[i]);

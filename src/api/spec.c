@@ -19,6 +19,7 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Deepest chain of resources a spec may describe; deeper is surely a mistake. */
@@ -38,7 +39,9 @@ typedef enum spec_type {
   SPEC_SIZE,  /* bytes: "1GiB", "512M", "4096", "50%" of the device's memory */
   SPEC_COUNT, /* a plain unsigned integer, no units */
   SPEC_BOOL,  /* true | false */
-  SPEC_ENUM   /* one of the parameter's words */
+  SPEC_ENUM,  /* one of the parameter's words */
+  SPEC_TEXT   /* a file name: a word without spaces, commas, parentheses or '=', or any text
+               * in double quotes (without a double quote) */
 } spec_type;
 
 /* A word an enum parameter accepts and the value it stands for. */
@@ -62,6 +65,7 @@ typedef struct spec_param {
 typedef struct spec_values {
   bool given[SPEC_MAX_PARAMS];
   uint64_t value[SPEC_MAX_PARAMS];
+  const char *text[SPEC_MAX_PARAMS]; /* SPEC_TEXT: NUL-terminated copies, freed after building */
 } spec_values;
 
 typedef enum spec_upstream {
@@ -316,6 +320,16 @@ static gpumem_status build_stats(int device, gpumem_resource *upstream, const sp
   return gpumem_statistics_create(upstream, &opts, out);
 }
 
+/* ---- log ---- */
+
+enum { LOG_FILE };
+
+static gpumem_status build_log(int device, gpumem_resource *upstream, const spec_values *values,
+                               gpumem_resource **out) {
+  gpumem_log_options opts = {.file_name = values->text[LOG_FILE]};
+  return gpumem_log_create(upstream, &opts, out);
+}
+
 static const spec_kind spec_kinds[] = {
     {"cuda", SPEC_NO_UPSTREAM, {{NULL}}, "device memory from cuMemAlloc", build_cuda},
     {"managed",
@@ -444,6 +458,13 @@ static const spec_kind spec_kinds[] = {
      },
      "counts current, peak and total bytes and allocations through it, in a stack of counters",
      build_stats},
+    {"log",
+     SPEC_UPSTREAM_REQUIRED,
+     {
+         [LOG_FILE] = {"file", SPEC_TEXT},
+     },
+     "writes every allocation and free to a CSV file in RMM's format (default: GPUMEM_LOG_FILE)",
+     build_log},
 };
 
 #define SPEC_KIND_COUNT (sizeof spec_kinds / sizeof spec_kinds[0])
@@ -497,6 +518,11 @@ static void describe_expected(const spec_param *param, char *buf, size_t size) {
     size_t prefix = strlen(buf);
     for (const spec_word *w = param->words; w->word; w++)
       list_append(buf + prefix, size - prefix, w->word);
+    return;
+  case SPEC_TEXT:
+    snprintf(buf, size,
+             "a file name, in double quotes if it has spaces, commas, parentheses "
+             "or '='");
     return;
   }
 }
@@ -686,7 +712,38 @@ static gpumem_status parse_value(spec_parser *p, const spec_param *param, const 
       }
     }
     return GPUMEM_OK;
+  case SPEC_TEXT: /* read by parse_text */
+    return GPUMEM_OK;
   }
+  return GPUMEM_OK;
+}
+
+/* A text value at p->pos: a quoted string or a word to the next separator, copied into the
+ * node (*ok false for an empty one). A quote left open is a parse error. */
+static gpumem_status parse_text(spec_parser *p, spec_node *node, int index, bool *ok) {
+  size_t start = p->pos, length;
+  *ok = false;
+  if (peek(p) == '"') {
+    const char *close = strchr(p->text + start + 1, '"');
+    if (!close)
+      return spec_error(p, start, "a quoted value of '%s' is not closed", node->kind->name);
+    start++;
+    length = (size_t)(close - (p->text + start));
+    p->pos = (size_t)(close - p->text) + 1;
+  } else {
+    while (peek(p) && !isspace((unsigned char)peek(p)) && !strchr(",()=", peek(p)))
+      p->pos++;
+    length = p->pos - start;
+  }
+  if (length == 0)
+    return GPUMEM_OK;
+  char *copy = malloc(length + 1);
+  if (!copy)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "resource spec: out of host memory");
+  memcpy(copy, p->text + start, length);
+  copy[length] = '\0';
+  node->values.text[index] = copy;
+  *ok = true;
   return GPUMEM_OK;
 }
 
@@ -705,6 +762,18 @@ static gpumem_status parse_param(spec_parser *p, spec_node *node, size_t key_pos
                       node->kind->name);
   p->pos++; /* '=' */
   skip_space(p);
+  if (node->kind->params[index].type == SPEC_TEXT) {
+    size_t value_pos = p->pos;
+    bool ok;
+    gpumem_status status = parse_text(p, node, index, &ok);
+    if (status != GPUMEM_OK)
+      return status;
+    if (!ok)
+      return spec_error(p, value_pos, "bad value for '%.*s' of '%s' (expected a file name)",
+                        (int)key_len, key, node->kind->name);
+    node->values.given[index] = true;
+    return GPUMEM_OK;
+  }
   /* A value runs to the next separator; it is read whole so that "3x" is one bad value
    * rather than a 3 followed by a syntax error. */
   size_t value_pos = p->pos;
@@ -918,9 +987,12 @@ gpumem_status gpumem_resource_from_spec_for_device(const char *spec, int device,
   if (status != GPUMEM_OK)
     return status;
   status = parse_whole(&parser);
-  if (status != GPUMEM_OK)
-    return status;
-  return build_chain(&parser, out);
+  if (status == GPUMEM_OK)
+    status = build_chain(&parser, out);
+  for (int i = 0; i < SPEC_MAX_DEPTH; i++)
+    for (int k = 0; k < SPEC_MAX_PARAMS; k++)
+      free((char *)parser.nodes[i].values.text[k]);
+  return status;
 }
 
 gpumem_status gpumem_resource_from_spec(const char *spec, gpumem_resource **out) {

@@ -48,6 +48,9 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
                                       "at level 3, bytes of freed blocks held poisoned"},
     [GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS] = {"GPUMEM_DEBUG_QUARANTINE_BLOCKS", "1024",
                                              "at level 3, freed blocks held poisoned"},
+    [GPUMEM__OPT_LOG_FILE] = {"GPUMEM_LOG_FILE", "",
+                              "log each device's default resource to this file (.devN "
+                              "before the extension); the file of logs given none"},
 };
 
 static pthread_once_t options_once = PTHREAD_ONCE_INIT;

@@ -79,6 +79,22 @@ typedef struct bench_sequence {
 
 void bench_sequence_free(bench_sequence *seq);
 
+/* A replayed trace: its operations, and the thread and stream each was recorded on, as
+ * indices in order of first appearance (NULL where the trace has one thread, or one
+ * stream). replay_run.c runs it with a thread per recorded thread and a stream per
+ * recorded stream, the threads taking turns in the recorded order. */
+typedef struct bench_trace {
+  bench_sequence seq;
+  uint16_t *op_thread;       /* per op */
+  uint16_t *op_stream;       /* per op */
+  uint16_t *leftover_stream; /* per leftover: the stream of its allocation */
+  size_t thread_count, stream_count;
+} bench_trace;
+
+/* The most threads or streams a replayed trace may have. */
+#define BENCH_TRACE_MAX_THREADS 4096
+#define BENCH_TRACE_MAX_STREAMS 4096
+
 /* Where a run stopped when an operation failed. */
 typedef struct bench_failure {
   const char *phase; /* "warm-up pass", "timed pass", "freeing leftovers", ... */
@@ -141,6 +157,16 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure);
 
+/* Runs the trace's ops (timed: *elapsed_ns), then frees what it leaves live and waits for
+ * every stream (untimed). `streams` has trace->stream_count streams. With `peak`, reads
+ * the allocator's reserved bytes after each allocation (alloc->reserved) and raises *peak
+ * to the highest. A failure is reported as bench_run_ops does, or ends the program when it
+ * happens on a replay thread (bench_die_failure with `label` and `name`). */
+gpumem_status bench_replay_pass(bench_allocator *alloc, const bench_trace *trace,
+                                gpumem_stream *streams, void **slots, const char *phase,
+                                uint64_t *peak, uint64_t *elapsed_ns, bench_failure *failure,
+                                const char *name);
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t bench_now_ns(void);
 
@@ -180,6 +206,7 @@ typedef struct bench_result {
   /* threads: the host's clock of the thread that finished last in each run (the one all
    * wait for), the median over the runs; 0 where not measured. */
   double slowest_thread_clock_ghz;
+  int streams; /* replay: the streams it runs on */
   uint64_t peak_live_bytes;
   uint64_t peak_reserved_bytes;
   const char *peak_reserved_from; /* "query" or "replay" */

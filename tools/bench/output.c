@@ -119,8 +119,9 @@ static void put_operation_fields(const bench_result *r) {
 static void put_replay_fields(const bench_result *r) {
   printf(",\"trace\":");
   put_json_string(r->workload);
-  printf(",\"events\":%llu,\"ns_per_event\":%.1f,\"ns_per_event_warm\":%.1f",
-         (unsigned long long)r->ops, r->ns, r->ns_warm);
+  printf(",\"events\":%llu,\"threads\":%d,\"streams\":%d,\"ns_per_event\":%.1f,"
+         "\"ns_per_event_warm\":%.1f",
+         (unsigned long long)r->ops, r->threads, r->streams, r->ns, r->ns_warm);
   if (r->repeats > 1)
     printf(",\"repeats\":%d,\"ns_per_event_warm_min\":%.1f,\"ns_per_event_warm_max\":%.1f",
            r->repeats, r->ns_min, r->ns_max);

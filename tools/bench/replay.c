@@ -1,11 +1,16 @@
-/* replay.c: replays allocation traces in RMM's log format on one stream.
+/* replay.c: replays allocation traces in RMM's log format, threads and streams as
+ * recorded.
  *
  * A trace is CSV with the header Thread,Time,Action,Pointer,Size,Stream; Action is
- * "allocate" or "free", Pointer is hex with 0x, Size is decimal bytes. It is parsed once
- * into an operation sequence before any timing: each allocation gets its own slot of the
- * pointer table, and a free refers to the most recent live allocation with its trace
- * pointer (a hash map from trace pointers to slots, used only while building). The stream
- * column is ignored: every event runs on one stream.
+ * "allocate", "free" or "allocate failure" (skipped, as RMM's replay does), Pointer is hex
+ * with 0x ("(nil)" for none), Size is decimal bytes, Thread a decimal id and Stream a hex
+ * handle. Zero bytes are skipped (a log whose process was killed ends in them). It is parsed
+ * once into an operation sequence before any timing: each allocation gets its own slot of
+ * the pointer table, and a free refers to the most recent live allocation with its trace
+ * pointer (a hash map from trace pointers to slots, used only while building). Each distinct
+ * thread and stream of the trace gets an index; replay_run.c runs the sequence with a
+ * thread per recorded thread and a stream per recorded stream (the first of them the
+ * stream every trace of one stream runs on).
  *
  * For each allocator: a cold pass on a fresh allocator (timed), then a warm pass on the same
  * allocator (timed), each ending by freeing what the trace left live. Peak reserved bytes
@@ -72,9 +77,12 @@ typedef struct trace_counts {
 } trace_counts;
 
 typedef struct trace_builder {
+  bench_trace *trace;
   bench_sequence *seq;
   pointer_map map;
-  size_t *slot_bytes; /* the size each allocation asked for */
+  pointer_map threads, streams; /* recorded id -> index (in `slot`) */
+  size_t *slot_bytes;           /* the size each allocation asked for */
+  uint16_t *slot_stream;        /* the stream each allocation was made on */
   uint64_t live_bytes;
   trace_counts counts;
 } trace_builder;
@@ -120,14 +128,37 @@ static size_t split_fields(char *line, char **fields, size_t max) {
   return count;
 }
 
-static void add_allocation(trace_builder *b, uint64_t trace_ptr, size_t bytes) {
+/* The index of a recorded thread or stream, given in order of first appearance. */
+static uint16_t index_of(pointer_map *map, uint64_t id, size_t *count, size_t most,
+                         const char *what, const char *path, size_t line) {
+  pointer_entry *entry = pointer_map_find(map, id);
+  if (!entry->live) {
+    if (*count == most) {
+      fprintf(stderr, "gpumem-bench: %s:%zu: more than %zu %s\n", path, line, most, what);
+      exit(EXIT_FAILURE);
+    }
+    entry->live = true;
+    entry->slot = (uint32_t)(*count)++;
+  }
+  return (uint16_t)entry->slot;
+}
+
+static void add_op(trace_builder *b, bench_op op, uint16_t thread, uint16_t stream) {
+  b->trace->op_thread[b->seq->count] = thread;
+  b->trace->op_stream[b->seq->count] = stream;
+  b->seq->ops[b->seq->count++] = op;
+}
+
+static void add_allocation(trace_builder *b, uint64_t trace_ptr, size_t bytes, uint16_t thread,
+                           uint16_t stream) {
   bench_sequence *seq = b->seq;
   uint32_t slot = (uint32_t)seq->slot_count++;
   pointer_entry *entry = pointer_map_find(&b->map, trace_ptr);
   entry->slot = slot;
   entry->live = true;
   b->slot_bytes[slot] = bytes;
-  seq->ops[seq->count++] = (bench_op){.bytes = bytes, .slot = slot, .is_free = 0};
+  b->slot_stream[slot] = stream;
+  add_op(b, (bench_op){.bytes = bytes, .slot = slot, .is_free = 0}, thread, stream);
   b->live_bytes += bytes;
   if (b->live_bytes > seq->peak_live_bytes)
     seq->peak_live_bytes = b->live_bytes;
@@ -135,7 +166,7 @@ static void add_allocation(trace_builder *b, uint64_t trace_ptr, size_t bytes) {
 
 /* The free takes the size its allocation asked for: gpumem checks it, and the trace's own
  * figure is the same in RMM's logs. */
-static void add_free(trace_builder *b, uint64_t trace_ptr) {
+static void add_free(trace_builder *b, uint64_t trace_ptr, uint16_t thread, uint16_t stream) {
   pointer_entry *entry = pointer_map_find(&b->map, trace_ptr);
   if (!entry->live) {
     b->counts.unknown_frees++;
@@ -143,7 +174,7 @@ static void add_free(trace_builder *b, uint64_t trace_ptr) {
   }
   entry->live = false;
   size_t bytes = b->slot_bytes[entry->slot];
-  b->seq->ops[b->seq->count++] = (bench_op){.bytes = bytes, .slot = entry->slot, .is_free = 1};
+  add_op(b, (bench_op){.bytes = bytes, .slot = entry->slot, .is_free = 1}, thread, stream);
   b->live_bytes -= bytes;
 }
 
@@ -153,25 +184,44 @@ static void bad_line(const char *path, size_t line, const char *why) {
   exit(EXIT_FAILURE);
 }
 
-static void add_line(trace_builder *b, const char *path, size_t number, char *line) {
-  char *fields[6], *end;
-  if (split_fields(line, fields, 6) < 5)
-    bad_line(path, number, "too few fields");
-  uint64_t trace_ptr = strtoull(fields[3], &end, 16);
-  if (end == fields[3])
-    bad_line(path, number, "bad pointer");
-  if (strcmp(fields[2], "free") == 0) {
-    add_free(b, trace_ptr);
-    return;
+/* A hexadecimal or decimal field ("(nil)" is a null pointer); false when it is not one. */
+static bool read_number(const char *field, int base, uint64_t *value) {
+  char *end;
+  if (strcmp(field, "(nil)") == 0) {
+    *value = 0;
+    return true;
   }
-  if (strcmp(fields[2], "allocate") != 0) {
+  *value = strtoull(field, &end, base);
+  return end != field;
+}
+
+static void add_line(trace_builder *b, const char *path, size_t number, char *line) {
+  char *fields[6];
+  size_t count = split_fields(line, fields, 6);
+  if (count < 5)
+    bad_line(path, number, "too few fields");
+  bool allocate = strcmp(fields[2], "allocate") == 0, free = strcmp(fields[2], "free") == 0;
+  if (!allocate && !free) {
     b->counts.other_actions++;
     return;
   }
-  unsigned long long bytes = strtoull(fields[4], &end, 10);
-  if (end == fields[4])
+  uint64_t trace_ptr, bytes, thread_id, stream_id = 0;
+  if (!read_number(fields[3], 16, &trace_ptr))
+    bad_line(path, number, "bad pointer");
+  if (!read_number(fields[4], 10, &bytes))
     bad_line(path, number, "bad size");
-  add_allocation(b, trace_ptr, (size_t)bytes);
+  if (!read_number(fields[0], 10, &thread_id))
+    bad_line(path, number, "bad thread");
+  if (count > 5 && !read_number(fields[5], 16, &stream_id))
+    bad_line(path, number, "bad stream");
+  uint16_t thread = index_of(&b->threads, thread_id, &b->trace->thread_count,
+                             BENCH_TRACE_MAX_THREADS, "threads", path, number);
+  uint16_t stream = index_of(&b->streams, stream_id, &b->trace->stream_count,
+                             BENCH_TRACE_MAX_STREAMS, "streams", path, number);
+  if (free)
+    add_free(b, trace_ptr, thread, stream);
+  else
+    add_allocation(b, trace_ptr, (size_t)bytes, thread, stream);
 }
 
 static void collect_leftovers(trace_builder *b) {
@@ -179,12 +229,47 @@ static void collect_leftovers(trace_builder *b) {
   seq->leftovers = malloc((seq->slot_count + 1) * sizeof *seq->leftovers);
   if (!seq->leftovers)
     out_of_host_memory();
+  b->trace->leftover_stream = malloc((seq->slot_count + 1) * sizeof *b->trace->leftover_stream);
+  if (!b->trace->leftover_stream)
+    out_of_host_memory();
   for (size_t i = 0; i <= b->map.mask; i++) {
     const pointer_entry *entry = &b->map.entries[i];
-    if (entry->used && entry->live)
+    if (entry->used && entry->live) {
+      b->trace->leftover_stream[seq->leftover_count] = b->slot_stream[entry->slot];
       seq->leftovers[seq->leftover_count++] =
           (bench_op){.bytes = b->slot_bytes[entry->slot], .slot = entry->slot, .is_free = 1};
+    }
   }
+}
+
+/* One thread or one stream needs no index per op. */
+static void drop_single_indices(bench_trace *trace) {
+  if (trace->thread_count <= 1) {
+    free(trace->op_thread);
+    trace->op_thread = NULL;
+  }
+  if (trace->stream_count <= 1) {
+    free(trace->op_stream);
+    free(trace->leftover_stream);
+    trace->op_stream = trace->leftover_stream = NULL;
+  }
+  if (trace->stream_count == 0)
+    trace->stream_count = 1;
+  if (trace->thread_count == 0)
+    trace->thread_count = 1;
+}
+
+/* Removes the zero bytes a killed process leaves in its log (at its end, and where a line
+ * was being copied when it died); returns the new length. */
+static size_t drop_zero_bytes(char *text, size_t length) {
+  char *out = memchr(text, '\0', length);
+  if (!out)
+    return length;
+  for (const char *in = out; in < text + length; in++)
+    if (*in)
+      *out++ = *in;
+  *out = '\0';
+  return (size_t)(out - text);
 }
 
 static void parse_lines(trace_builder *b, const char *path, char *text) {
@@ -205,67 +290,105 @@ static void parse_lines(trace_builder *b, const char *path, char *text) {
   }
 }
 
-static void read_trace(const char *path, bench_sequence *seq, trace_counts *counts) {
+static void read_trace(const char *path, bench_trace *trace, trace_counts *counts) {
   size_t length;
   char *text = read_whole_file(path, &length);
+  length = drop_zero_bytes(text, length);
   size_t lines = count_lines(text, length);
-  trace_builder b = {.seq = seq};
-  *seq = (bench_sequence){0};
-  seq->ops = malloc(lines * sizeof *seq->ops);
+  *trace = (bench_trace){0};
+  trace_builder b = {.trace = trace, .seq = &trace->seq};
+  trace->seq.ops = malloc(lines * sizeof *trace->seq.ops);
+  trace->op_thread = malloc(lines * sizeof *trace->op_thread);
+  trace->op_stream = malloc(lines * sizeof *trace->op_stream);
   b.slot_bytes = malloc(lines * sizeof *b.slot_bytes);
-  if (!seq->ops || !b.slot_bytes)
+  b.slot_stream = malloc(lines * sizeof *b.slot_stream);
+  if (!trace->seq.ops || !trace->op_thread || !trace->op_stream || !b.slot_bytes || !b.slot_stream)
     out_of_host_memory();
   pointer_map_init(&b.map, lines);
+  pointer_map_init(&b.threads, BENCH_TRACE_MAX_THREADS);
+  pointer_map_init(&b.streams, BENCH_TRACE_MAX_STREAMS);
   parse_lines(&b, path, text);
   collect_leftovers(&b);
+  drop_single_indices(trace);
   free(b.map.entries);
+  free(b.threads.entries);
+  free(b.streams.entries);
   free(b.slot_bytes);
+  free(b.slot_stream);
   free(text);
   *counts = b.counts;
+}
+
+static void trace_free(bench_trace *trace) {
+  bench_sequence_free(&trace->seq);
+  free(trace->op_thread);
+  free(trace->op_stream);
+  free(trace->leftover_stream);
 }
 
 /* ---- replaying ---- */
 
 /* One more pass on a fresh allocator, reading its reserved bytes after every allocation. */
 static uint64_t replay_tracking_reserved(const bench_context *ctx, const char *label,
-                                         const char *trace, const bench_sequence *seq, void **slots,
-                                         gpumem_stream stream) {
+                                         const char *name, const bench_trace *trace, void **slots,
+                                         gpumem_stream *streams) {
   bench_allocator *alloc = bench_open_or_die(label, ctx->device);
-  bench_failure failure = {.phase = "pass measuring reserved bytes"};
+  bench_failure failure = {0};
   uint64_t peak = 0;
-  if (bench_run_ops_tracking_reserved(alloc, stream, seq->ops, seq->count, slots, &peak,
-                                      &failure) ||
-      bench_finish_pass(alloc, stream, seq, slots, &failure))
-    bench_die_failure("replay", label, trace, &failure);
+  if (bench_replay_pass(alloc, trace, streams, slots, "pass measuring reserved bytes", &peak, NULL,
+                        &failure, name))
+    bench_die_failure("replay", label, name, &failure);
   bench_close_or_die(alloc);
   return peak;
 }
 
-static void replay_one(const bench_context *ctx, const char *label, const char *trace,
-                       const bench_sequence *seq, void **slots, gpumem_stream stream) {
+/* `count` warm passes, with the host's clock measured before and after each, as
+ * bench_run_passes does for a sequence. */
+static void replay_warm_passes(bench_allocator *alloc, const bench_trace *trace,
+                               gpumem_stream *streams, void **slots, int count, const char *name,
+                               bench_pass_times *times) {
+  uint64_t elapsed[BENCH_MAX_REPEAT];
+  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT];
+  for (int i = 0; i < count; i++) {
+    bench_failure failure = {0};
+    double before = bench_host_clock_ghz();
+    if (bench_replay_pass(alloc, trace, streams, slots, "warm pass", NULL, &elapsed[i], &failure,
+                          name))
+      bench_die_failure("replay", alloc->label, name, &failure);
+    clock_ghz[i] = (before + bench_host_clock_ghz()) / 2;
+    cycles[i] = (double)elapsed[i] * clock_ghz[i];
+  }
+  *times = bench_pass_times_of(elapsed, count);
+  times->clock_ghz = bench_median_of(clock_ghz, count);
+  times->median_cycles = bench_median_of(cycles, count);
+}
+
+static void replay_one(const bench_context *ctx, const char *label, const char *name,
+                       const bench_trace *trace, void **slots, gpumem_stream *streams) {
   bench_allocator *alloc = bench_open_or_die(label, ctx->device);
-  bench_failure failure;
-  uint64_t cold_ns, peak_reserved = 0;
+  bench_failure failure = {0};
+  uint64_t cold_ns = 0, peak_reserved = 0;
   bench_pass_times warm;
-  if (bench_run_pass(alloc, stream, seq, slots, "cold pass", &cold_ns, &failure))
-    bench_die_failure("replay", label, trace, &failure);
+  if (bench_replay_pass(alloc, trace, streams, slots, "cold pass", NULL, &cold_ns, &failure, name))
+    bench_die_failure("replay", label, name, &failure);
   bool peak_known = alloc->peak_reserved(alloc, &peak_reserved) == GPUMEM_OK;
   bool alloc_has_reserved = alloc->reserved != NULL;
-  if (bench_run_passes(alloc, stream, seq, slots, "warm pass", ctx->repeat, &warm, &failure))
-    bench_die_failure("replay", label, trace, &failure);
+  replay_warm_passes(alloc, trace, streams, slots, ctx->repeat, name, &warm);
   /* After the last pass, which freed what the trace left live: peaks and held memory. */
   char *stats = ctx->stats ? bench_stats_json(alloc) : NULL;
   bench_close_or_die(alloc);
+  const bench_sequence *seq = &trace->seq;
   /* An allocator with no reserved figure holds exactly what is live: its peak is the
    * trace's own, with no pass to count it. */
   if (!peak_known)
     peak_reserved = alloc_has_reserved
-                        ? replay_tracking_reserved(ctx, label, trace, seq, slots, stream)
+                        ? replay_tracking_reserved(ctx, label, name, trace, slots, streams)
                         : seq->peak_live_bytes;
   bench_result result = {.kind = BENCH_REPLAY,
                          .resource = label,
-                         .workload = trace,
-                         .threads = 1,
+                         .workload = name,
+                         .threads = (int)trace->thread_count,
+                         .streams = (int)trace->stream_count,
                          .ops = seq->count,
                          .ns = (double)cold_ns / (double)seq->count,
                          .ns_warm = warm.median_ns / (double)seq->count,
@@ -279,7 +402,7 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .peak_reserved_from = peak_known ? "query" : "replay"};
   bench_report(ctx, &result);
   if (stats)
-    bench_report_stats(label, trace, stats);
+    bench_report_stats(label, name, stats);
   free(stats);
 }
 
@@ -293,26 +416,46 @@ static void warn_about_skipped(const char *path, const trace_counts *counts) {
     fprintf(stderr, "gpumem-bench: %s: skipped %zu frees of pointers the trace never allocated\n",
             path, counts->unknown_frees);
   if (counts->other_actions > 0)
-    fprintf(stderr, "gpumem-bench: %s: skipped %zu lines that are neither allocate nor free\n",
+    fprintf(stderr,
+            "gpumem-bench: %s: skipped %zu lines that are neither allocate nor free (as "
+            "RMM's replay skips failed allocations)\n",
             path, counts->other_actions);
 }
 
+/* The trace's streams: the one every trace's first stream is, and as many more as it has. */
+static gpumem_stream *open_streams(const bench_context *ctx, gpumem_stream first, size_t count) {
+  gpumem_stream *streams = calloc(count, sizeof *streams);
+  if (!streams)
+    out_of_host_memory();
+  streams[0] = first;
+  for (size_t i = 1; i < count; i++) {
+    gpumem_status status = gpumem_stream_create(ctx->device, &streams[i]);
+    if (status != GPUMEM_OK)
+      bench_die(status, "creating the streams of a trace");
+  }
+  return streams;
+}
+
 static void replay_trace(const bench_context *ctx, const char *path, gpumem_stream stream) {
-  bench_sequence seq;
+  bench_trace trace;
   trace_counts counts;
-  read_trace(path, &seq, &counts);
+  read_trace(path, &trace, &counts);
   warn_about_skipped(path, &counts);
-  if (seq.count == 0) {
+  if (trace.seq.count == 0) {
     fprintf(stderr, "gpumem-bench: %s: no events to replay\n", path);
     exit(EXIT_FAILURE);
   }
-  void **slots = calloc(seq.slot_count + 1, sizeof *slots);
+  void **slots = calloc(trace.seq.slot_count + 1, sizeof *slots);
   if (!slots)
     out_of_host_memory();
+  gpumem_stream *streams = open_streams(ctx, stream, trace.stream_count);
   for (size_t i = 0; i < ctx->label_count; i++)
-    replay_one(ctx, ctx->labels[i], base_name(path), &seq, slots, stream);
+    replay_one(ctx, ctx->labels[i], base_name(path), &trace, slots, streams);
+  for (size_t i = 1; i < trace.stream_count; i++)
+    gpumem_stream_destroy(streams[i]);
+  free(streams);
   free(slots);
-  bench_sequence_free(&seq);
+  trace_free(&trace);
 }
 
 void bench_replay(const bench_context *ctx, char **traces, size_t trace_count) {
