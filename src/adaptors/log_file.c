@@ -86,10 +86,11 @@ struct gpumem__log_file {
   /* The rest under `lock` (the registry's fields under registry_lock). */
   _Alignas(128) pthread_mutex_t lock;
   int fd;
-  bool pipe;    /* a pipe or socket: SIGPIPE is held off around writes */
-  bool exiting; /* exit has run: extend exactly, write through */
-  int error;    /* errno of the write that failed: nothing more is written */
-  char *buffer; /* a stream's */
+  bool pipe;         /* a pipe or socket: SIGPIPE is held off around writes */
+  bool exiting;      /* exit has run: extend exactly, write through */
+  int error;         /* errno of the write that failed: nothing more is written */
+  bool ahead_failed; /* extending ahead of the writers failed: let them find out */
+  char *buffer;      /* a stream's */
   size_t buffered;
   uint64_t written; /* a stream's bytes written out */
   dev_t dev;
@@ -246,26 +247,34 @@ static GPUMEM_COLD void stop_writing(gpumem__log_file *file, int error, const ch
  * Writing a mapped file
  * ------------------------------------------------------------------------------------- */
 
-/* Makes the file at least `need` bytes long (under the mutex): a MiB more than asked, or
- * exactly as asked after exit. False when it cannot be (the file is stopped then). */
-static bool ensure_room(gpumem__log_file *file, uint64_t need) {
+/* Makes the file at least `need` bytes long (under the mutex): to the next MiB, or exactly
+ * as asked after exit. False when it cannot be; a writer that needs the room stops the
+ * file then, one extending ahead of need leaves the room there is to the writers. */
+static bool ensure_room(gpumem__log_file *file, uint64_t need, bool ahead) {
   uint64_t room = load(&file->extended_to);
   if (need <= room)
     return true;
-  if (file->error)
+  if (file->error || (ahead && file->ahead_failed))
     return false;
   if (need > file->map_size) {
-    stop_writing(file, EFBIG, "growing past the address space reserved for the log");
+    if (ahead)
+      file->ahead_failed = true;
+    else
+      stop_writing(file, EFBIG, "growing past the address space reserved for the log");
     return false;
   }
-  uint64_t target = file->exiting ? need : (need + 2 * EXTEND_STEP - 1) / EXTEND_STEP * EXTEND_STEP;
+  uint64_t target = file->exiting ? need : (need + EXTEND_STEP - 1) / EXTEND_STEP * EXTEND_STEP;
   if (target > file->map_size)
     target = file->map_size;
   int error = posix_fallocate(file->fd, (off_t)room, (off_t)(target - room));
   if (error) {
-    stop_writing(file, error, "extending the file");
+    if (ahead)
+      file->ahead_failed = true;
+    else
+      stop_writing(file, error, "extending the file");
     return false;
   }
+  file->ahead_failed = false;
   atomic_store_explicit(&file->extended_to, target, memory_order_release);
   return true;
 }
@@ -276,7 +285,7 @@ static GPUMEM_NOINLINE void extend_ahead(gpumem__log_file *file, uint64_t end) {
   if (pthread_mutex_trylock(&file->lock) != 0)
     return;
   if (!file->exiting && load(&file->extended_to) - end < EXTEND_STEP / 2)
-    ensure_room(file, end + EXTEND_STEP / 2);
+    ensure_room(file, end + EXTEND_STEP, true);
   pthread_mutex_unlock(&file->lock);
 }
 
@@ -286,7 +295,7 @@ static GPUMEM_NOINLINE void write_slowly(gpumem__log_file *file, uint64_t reserv
                                          const char *line, size_t length) {
   uint64_t at = reserved & POSITION_MASK;
   pthread_mutex_lock(&file->lock);
-  if (ensure_room(file, at + length))
+  if (ensure_room(file, at + length, false))
     memcpy(file->map + at, line, length);
   else
     atomic_fetch_add_explicit(&file->dropped, 1, memory_order_relaxed);
@@ -607,6 +616,14 @@ gpumem_status gpumem__log_file_open(const char *pattern, gpumem__log_file **out)
   if (fd < 0)
     return failed_to("open", path, errno);
   struct stat info;
+  if (fstat(fd, &info) == 0 && S_ISFIFO(info.st_mode) && readable) {
+    /* A pipe this log also reads would never tell it that its reader is gone (EPIPE): it
+     * would fill up and block. Written only, it fails once the reader has gone. */
+    close(fd);
+    readable = false;
+    if ((fd = open(path, O_WRONLY | flags, 0666)) < 0)
+      return failed_to("open", path, errno == ENXIO ? EPIPE : errno);
+  }
   if (fstat(fd, &info) != 0 || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
     int error = errno;
     close(fd);
