@@ -17,6 +17,7 @@
 
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const default_specs[] = {
     "cuda",
@@ -71,6 +72,10 @@ static const char *const default_specs[] = {
     "stats(pool(vmm))",
     "pool(stats(vmm))",
     "stats(arena(vmm), flush_bytes=1, flush_count=1)",
+    /* Logs write their files in the working directory, removed at the end (main). */
+    "log(cuda, file=conformance-log-%p.csv)",
+    "log(pool(vmm), file=conformance-log-%p.csv)",
+    "pool(log(vmm, file=conformance-log-%p.csv))",
 };
 
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the
@@ -340,5 +345,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof default_specs / sizeof default_specs[0]; i++)
       check_spec(default_specs[i]);
   }
+  char log[64];
+  snprintf(log, sizeof log, "conformance-log-%ld.csv", (long)getpid());
+  remove(log);
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "gpumem/sim.h"
 
 #include <string.h>
+#include <unistd.h>
 
 static gpumem_resource *sweep_resource; /* the workload's resource, for live-count checks */
 static int failures_seen;
@@ -209,7 +210,9 @@ int main(int argc, char **argv) {
                                       "tracking(arena(vmm))",
                                       "stats(pool(vmm))",
                                       "pool(stats(vmm(piece=2MiB)))",
-                                      "stats(arena(vmm))"};
+                                      "stats(arena(vmm))",
+                                      "log(pool(vmm), file=fault-sweep-log-%p.csv)",
+                                      "pool(log(vmm(piece=2MiB), file=fault-sweep-log-%p.csv))"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);
@@ -229,5 +232,11 @@ int main(int argc, char **argv) {
   sweep_faulty_allocations("prefetch(faulty(managed, fail_at=%llu))", false, 1, 8);
   sweep_faulty_allocations("tracking(faulty(pool(vmm), fail_at=%llu))", false, 1, 8);
   sweep_faulty_allocations("stats(faulty(pool(vmm), fail_at=%llu))", false, 1, 8);
+  sweep_faulty_allocations("log(faulty(cuda, fail_at=%llu), file=fault-sweep-log.csv)", false, 1,
+                           8);
+  char log[64];
+  snprintf(log, sizeof log, "fault-sweep-log-%ld.csv", (long)getpid());
+  remove(log);
+  remove("fault-sweep-log.csv");
   return 0;
 }

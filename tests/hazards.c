@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- a one-block cache, correct or not ---- */
 
@@ -206,7 +207,8 @@ int main(void) {
                                       "aligned(pool(vmm), alignment=64KiB)",
                                       "prefetch(pool(managed))",
                                       "tracking(pool(vmm), stacks=true)",
-                                      "stats(pool(vmm))"};
+                                      "stats(pool(vmm))",
+                                      "log(pool(vmm), file=hazards-log-%p.csv)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));
@@ -239,7 +241,9 @@ int main(void) {
                                       "tracking(arena(vmm))",
                                       "pool(tracking(vmm))",
                                       "stats(arena(vmm))",
-                                      "pool(stats(vmm))"};
+                                      "pool(stats(vmm))",
+                                      "log(pool(vmm), file=hazards-log-%p.csv)",
+                                      "pool(log(vmm, file=hazards-log-%p.csv))"};
   for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
     for (unsigned seed = 1; seed <= 3; seed++) {
       gpumem_resource *mr;
@@ -263,5 +267,8 @@ int main(void) {
     printf("%s with its waits lost: %llu hazards detected\n", forgetful[i],
            (unsigned long long)hazards);
   }
+  char log[64];
+  snprintf(log, sizeof log, "hazards-log-%ld.csv", (long)getpid());
+  remove(log);
   return 0;
 }

@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -72,6 +73,7 @@ static const resource_row resources[] = {
     {.spec = "stats(pool(vmm))", .stats = true},
     {.spec = "pool(stats(vmm(piece=2MiB)))"},
     {.spec = "stats(arena(vmm), flush_bytes=1, flush_count=1)", .stats = true},
+    {.spec = "log(pool(vmm), file=/tmp/gpumem-fuzz-ops-%p.csv)"}, /* removed at exit */
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
@@ -132,11 +134,19 @@ static uint32_t next_u16(run *r) {
   return low | (uint32_t)next_byte(r) << 8;
 }
 
+/* The file of the log row, named as its spec names it. */
+static void remove_log(void) {
+  char log[64];
+  snprintf(log, sizeof log, "/tmp/gpumem-fuzz-ops-%ld.csv", (long)getpid());
+  remove(log);
+}
+
 static void init_once(void) {
   static bool done;
   if (done)
     return;
   done = true;
+  atexit(remove_log);
   tracing = getenv("GPUMEM_FUZZ_TRACE") != NULL;
   /* 1 GiB: room for the 256 MiB limits to be what stops them; abort at the first hazard,
    * so that the crash's stack is the allocation that caused it. */

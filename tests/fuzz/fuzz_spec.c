@@ -9,21 +9,42 @@
  *   description is a spec of an equal resource. Every resource is released, and device
  *   memory in use is back to none.
  * A name defined with gpumem_spec_define ("mine") stands for a resource the program built.
+ * A log's file goes to a directory of the target's own, its working directory, removed at
+ * exit; an input with a '/' could name any file the fuzzer may write, and is not run.
  * Any broken promise aborts, which libFuzzer reports as a crash with the input. */
 #include "fuzz.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A value no successful call could leave in an out-parameter. */
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
+
+static char work_dir[64];
+
+/* Removes the files logs wrote, and the directory. */
+static void remove_work_dir(void) {
+  DIR *d = opendir(work_dir);
+  for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+      unlinkat(dirfd(d), e->d_name, 0);
+  if (d)
+    closedir(d);
+  rmdir(work_dir);
+}
 
 static void init_once(void) {
   static int done;
   if (done)
     return;
   done = 1;
+  unsetenv("GPUMEM_LOG_FILE"); /* a log given no file must not write the caller's */
+  snprintf(work_dir, sizeof work_dir, "/tmp/gpumem-fuzz-spec-XXXXXX");
+  FUZZ_CHECK(mkdtemp(work_dir) != NULL && chdir(work_dir) == 0, "no working directory");
+  atexit(remove_work_dir);
   gpumem_sim_config config = {.memory = (uint64_t)256 << 20, .no_pageable_access = 1};
   fuzz_sim_init(&config);
   gpumem_resource *mine;
@@ -73,6 +94,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(spec != NULL, "no host memory");
   memcpy(spec, data, size);
   spec[size] = '\0';
+  if (strchr(spec, '/')) {
+    free(spec);
+    return 0;
+  }
   gpumem_resource *mr = build(spec);
   if (mr) {
     static char first[16384], second[16384];
