@@ -116,6 +116,9 @@ def test_refused_options_change_nothing():
     assert current_spec() == "managed(prefetch=false)"
 
 
-def test_logging_is_not_available_yet():
-    with pytest.raises(NotImplementedError):
+def test_logging_needs_a_file_name(monkeypatch):
+    monkeypatch.delenv("GPUMEM_LOG_FILE", raising=False)
+    gpumem.reinitialize(managed_memory=True)
+    with pytest.raises(ValueError, match="GPUMEM_LOG_FILE"):
         gpumem.reinitialize(logging=True)
+    assert current_spec() == "managed(prefetch=false)"  # the devices keep their resources
