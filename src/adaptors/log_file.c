@@ -104,49 +104,60 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static gpumem__log_file *open_files;
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
 
-/* The kernel's id of the calling thread (as RMM's logs have it), asked once per thread:
- * the system call costs more than the rest of an event. */
-static _Thread_local pid_t thread_id;
+/* What a thread's lines start with, kept per thread: its kernel id (as RMM's logs have it;
+ * the system call costs more than the rest of an event) and the text of the time up to
+ * the second, "TID,HH:MM:SS.", made again when the second changes. A child of fork starts
+ * its own (after_fork_in_child). */
+typedef struct thread_prefix {
+  pid_t id;
+  time_t second;  /* of `text`, UTC; -1: none yet */
+  int64_t offset; /* the zone's offset `text` was made with */
+  size_t length;
+  char text[32];
+} thread_prefix;
 
-static inline pid_t current_thread_id(void) {
-  pid_t id = thread_id;
-  if (GPUMEM_UNLIKELY(id == 0))
-    thread_id = id = (pid_t)syscall(SYS_gettid);
-  return id;
-}
+static _Thread_local thread_prefix prefix = {.second = -1};
 
 /* ---------------------------------------------------------------------------------------
  * Formatting a line
  * ------------------------------------------------------------------------------------- */
 
+static const char digit_pairs[] = "00010203040506070809101112131415161718192021222324"
+                                  "25262728293031323334353637383940414243444546474849"
+                                  "50515253545556575859606162636465666768697071727374"
+                                  "75767778798081828384858687888990919293949596979899";
+
+/* Decimal, two digits a step from the right. */
 static char *put_decimal(char *p, uint64_t value) {
   char digits[20];
-  int n = 0;
-  do {
-    digits[n++] = (char)('0' + value % 10);
-    value /= 10;
-  } while (value);
-  while (n)
-    *p++ = digits[--n];
-  return p;
+  char *end = digits + sizeof digits, *d = end;
+  while (value >= 100) {
+    unsigned pair = (unsigned)(value % 100);
+    value /= 100;
+    d -= 2;
+    memcpy(d, &digit_pairs[2 * pair], 2);
+  }
+  if (value >= 10) {
+    d -= 2;
+    memcpy(d, &digit_pairs[2 * value], 2);
+  } else {
+    *--d = (char)('0' + value);
+  }
+  memcpy(p, d, (size_t)(end - d));
+  return p + (end - d);
 }
 
+/* Hexadecimal in lower case, without leading zeros ("0" for 0), as %p and std::hex. */
 static char *put_hex(char *p, uint64_t value) {
   static const char hex[] = "0123456789abcdef";
-  char digits[16];
-  int n = 0;
-  do {
-    digits[n++] = hex[value & 15];
-    value >>= 4;
-  } while (value);
-  while (n)
-    *p++ = digits[--n];
-  return p;
+  int digits = value ? (67 - __builtin_clzll(value)) / 4 : 1;
+  for (int i = digits - 1; i >= 0; i--, value >>= 4)
+    p[i] = hex[value & 15];
+  return p + digits;
 }
 
 static char *put_two(char *p, unsigned value) {
-  p[0] = (char)('0' + value / 10);
-  p[1] = (char)('0' + value % 10);
+  memcpy(p, &digit_pairs[2 * value], 2);
   return p + 2;
 }
 
@@ -172,14 +183,13 @@ static inline int64_t zone_offset(gpumem__log_file *file, time_t now) {
   return read_zone(file, now);
 }
 
-/* One event's line in `line` (LINE_MAX_BYTES); returns its length. */
-static size_t format_line(gpumem__log_file *file, char *line, gpumem__log_action action,
-                          const void *ptr, size_t bytes, gpumem_stream stream) {
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  int64_t local = (int64_t)now.tv_sec + zone_offset(file, now.tv_sec);
-  unsigned day_second = (unsigned)(((local % 86400) + 86400) % 86400);
-  char *p = put_decimal(line, (uint64_t)current_thread_id());
+/* Makes the thread's prefix for the second `now`: "TID,HH:MM:SS.", local time. */
+static GPUMEM_NOINLINE void make_prefix(gpumem__log_file *file, time_t now) {
+  if (prefix.id == 0)
+    prefix.id = (pid_t)syscall(SYS_gettid);
+  int64_t offset = zone_offset(file, now);
+  unsigned day_second = (unsigned)((((int64_t)now + offset) % 86400 + 86400) % 86400);
+  char *p = put_decimal(prefix.text, (uint64_t)prefix.id);
   *p++ = ',';
   p = put_two(p, day_second / 3600);
   *p++ = ':';
@@ -187,9 +197,28 @@ static size_t format_line(gpumem__log_file *file, char *line, gpumem__log_action
   *p++ = ':';
   p = put_two(p, day_second % 60);
   *p++ = '.';
+  prefix.length = (size_t)(p - prefix.text);
+  prefix.second = now;
+  prefix.offset = offset;
+}
+
+/* One event's line in `line` (LINE_MAX_BYTES); returns its length. */
+static size_t format_line(gpumem__log_file *file, char *line, gpumem__log_action action,
+                          const void *ptr, size_t bytes, gpumem_stream stream) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  /* Logs of several files may differ in zone only when one read it before a change and the
+   * other after: the offset is checked against the file's too. */
+  if (GPUMEM_UNLIKELY(now.tv_sec != prefix.second) ||
+      GPUMEM_UNLIKELY(prefix.offset !=
+                      atomic_load_explicit(&file->zone_offset, memory_order_relaxed)))
+    make_prefix(file, now.tv_sec);
+  memcpy(line, prefix.text, sizeof prefix.text);
+  char *p = line + prefix.length;
   unsigned micro = (unsigned)(now.tv_nsec / 1000);
-  for (unsigned scale = 100000; scale; scale /= 10)
-    *p++ = (char)('0' + micro / scale % 10);
+  p = put_two(p, micro / 10000);
+  p = put_two(p, micro / 100 % 100);
+  p = put_two(p, micro % 100);
   switch (action) {
   case GPUMEM__LOG_ALLOCATE:
     p = put_text(p, ",allocate,", 10);
@@ -275,6 +304,10 @@ static bool ensure_room(gpumem__log_file *file, uint64_t need, bool ahead) {
     return false;
   }
   file->ahead_failed = false;
+#ifdef MADV_POPULATE_WRITE
+  madvise(file->map + (room & ~(uint64_t)4095), target - (room & ~(uint64_t)4095),
+          MADV_POPULATE_WRITE);
+#endif
   atomic_store_explicit(&file->extended_to, target, memory_order_release);
   return true;
 }
@@ -467,7 +500,7 @@ static void after_fork_in_parent(void) {
 
 /* The child's copies of the files are its parent's files: closed, never written or cut. */
 static void after_fork_in_child(void) {
-  thread_id = 0;
+  prefix = (thread_prefix){.second = -1};
   for (gpumem__log_file *file = open_files; file; file = file->next) {
     file->forked = true;
     atomic_fetch_or(&file->reserved, CLOSED_BIT);
