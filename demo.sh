@@ -3,7 +3,8 @@
 # RMM's log format) through gpumem's default pool (what gpumem_reinitialize with the pool
 # switch builds: a pool over virtual memory where the device supports it) beside the CUDA
 # driver's own allocators (cuMemAlloc and the driver pool), then prints a table of time per
-# event and of memory reserved over memory in use.
+# event and of memory reserved over memory in use, and draws the trace's memory over time
+# (build/demo-timeline.png) where Python has gpumem and matplotlib.
 #
 # With a GPU it runs on the GPU; without one, on gpumem's simulated device, whose times
 # measure gpumem's host-side bookkeeping and the simulation, not a GPU. It needs gcc,
@@ -30,3 +31,16 @@ fi
 
 build/bin/gpumem-bench replay --compare --resource "reinitialize(pool)" --table \
   data/torch_resnet50_train.csv
+
+# The picture of where memory went (python -m gpumem.plot): bytes live over the trace, and
+# what gpumem's default pool and a pool of cuMemAlloc chunks hold replaying it. It needs a
+# Python with gpumem and matplotlib (test.sh's build/venv, or: pip install . matplotlib).
+for python in build/venv/bin/python python3; do
+  if "$python" -c "import gpumem, matplotlib" 2>/dev/null; then
+    "$python" -m gpumem.plot data/torch_resnet50_train.csv --resource "pool(vmm)" \
+      --resource "pool(cuda, initial=1)" --output build/demo-timeline.png
+    exit 0
+  fi
+done
+echo "For a picture of this trace over time: pip install . matplotlib, then run"
+echo "  python -m gpumem.plot data/torch_resnet50_train.csv --resource \"pool(vmm)\" --output timeline.png"

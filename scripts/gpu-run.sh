@@ -71,6 +71,15 @@ fi
       --repeat 3 --table
     "$bench" replay --resource "pool(vmm)" --resource "tracking(pool(vmm))" --repeat 3 --table \
       data/*.csv
+    # What the event log costs: a log over the pool and over the arena, to a file in /tmp.
+    log="file=/tmp/gpumem-bench-log-%p.csv"
+    "$bench" random --workload small,mixed,large --resource "pool(vmm)" \
+      --resource "log(pool(vmm), $log)" --repeat 5 --table
+    "$bench" threads --threads 1,4,16 --resource "arena(vmm)" --resource "log(arena(vmm), $log)" \
+      --repeat 3 --table
+    "$bench" replay --resource "pool(vmm)" --resource "log(pool(vmm), $log)" --repeat 3 --table \
+      data/*.csv
+    rm -f /tmp/gpumem-bench-log-*.csv
   fi
   # This machine's processor on the same host-side work as a simulated-device run elsewhere:
   # the pool's bookkeeping without a GPU, for comparing processors.

@@ -27,16 +27,18 @@
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
  * count (1, 4 and 16 by default) with every thread on its own stream and sequence, all on
- * one shared allocator. replay replays RMM-format traces on one stream: a cold pass on a
- * fresh allocator, then a warm pass on the same one.
+ * one shared allocator. replay replays RMM-format traces (gpumem's event logs among them),
+ * each traced thread on a thread and each traced stream on a stream of its own, the
+ * threads taking turns in the traced order: a cold pass on a fresh allocator, then a warm
+ * pass on the same one.
  *
  * Output: one JSON object per line on stdout. Every line has bench, resource, device
  * ("cuda" or "sim") and gpu (the GPU's name, null on the simulated device); random and
  * threads lines add workload, threads, ops, ns_per_op and mops; replay lines add trace,
- * events, ns_per_event, ns_per_event_warm, peak_live_bytes, peak_reserved_bytes,
- * reserved_over_live and peak_reserved_from. With --repeat above 1, repeats and the
- * fastest and slowest pass (ns_per_op_min and _max, ns_per_event_warm_min and _max). Where a
- * reference ran, speedup_vs_cuMemAlloc and speedup_vs_async give its time per operation over this
+ * events, threads, streams, ns_per_event, ns_per_event_warm, peak_live_bytes,
+ * peak_reserved_bytes, reserved_over_live and peak_reserved_from. With --repeat above 1, repeats
+ * and the fastest and slowest pass (ns_per_op_min and _max, ns_per_event_warm_min and _max). Where
+ * a reference ran, speedup_vs_cuMemAlloc and speedup_vs_async give its time per operation over this
  * allocator's. The first line on stderr says which backend runs the benchmark; GPUMEM_DEVICE=sim
  * selects gpumem's simulated device (no GPU needed, and its times say nothing about a GPU's).
  * Errors go to stderr with gpumem's message, and the exit status is then 1. */
@@ -57,8 +59,8 @@ static const char usage_text[] =
     "           (8 B-4 KiB), mixed (256 B-4 MiB), large (1-256 MiB); all three by default\n"
     "  threads  N threads, each on its own stream, on one shared allocator; N is a list\n"
     "           (default 1,4,16); the figure is aggregate millions of operations per second\n"
-    "  replay   traces in RMM's log format (Thread,Time,Action,Pointer,Size,Stream), every\n"
-    "           event on one stream: a cold pass on a fresh allocator, then a warm pass\n"
+    "  replay   traces in RMM's log format (Thread,Time,Action,Pointer,Size,Stream), threads\n"
+    "           and streams as traced: a cold pass on a fresh allocator, then a warm pass\n"
     "\n"
     "options:\n"
     "  --resource SPEC  a resource to measure, built by gpumem_resource_from_spec, e.g.\n"

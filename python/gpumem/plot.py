@@ -174,14 +174,14 @@ def draw(series, output, title=None, failure_times=()):
         peak = line.values[line.peak_index] / scale
         axes.plot([peak_time], [peak], "o", color=drawn[0].get_color(), markersize=5)
         axes.annotate(f"peak {peak:.3g} {unit}", (peak_time, peak), textcoords="offset points",
-                      xytext=(-50, 6 + 11 * index), fontsize=8, color=drawn[0].get_color())
+                      xytext=(-56, 5 + 10 * index), fontsize=8, color=drawn[0].get_color())
     for moment in failure_times:
         axes.axvline(moment, color="red", linewidth=0.8, linestyle=":")
     if failure_times:
         axes.plot([], [], color="red", linestyle=":", label="failed allocation")
     axes.set_xlabel("seconds from the log's first event")
     axes.set_ylabel(unit)
-    axes.set_ylim(bottom=0)
+    axes.set_ylim(0, largest / scale * (1.1 + 0.04 * len(series)) if largest else 1)
     axes.set_title(title or "Device memory over time")
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8, loc="best")
