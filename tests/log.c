@@ -267,14 +267,22 @@ static void test_names(void) {
   CHECK_OK(gpumem_log_file_name(mr, name, sizeof name));
   CHECK(strcmp(name, expected) == 0);
   CHECK(exists(expected));
+  /* The description names that file again: '%' written as "%%". */
+  char described[512], again[512];
+  CHECK_OK(gpumem_resource_describe(mr, described, sizeof described));
+  CHECK_CONTAINS(described, "-100%%.csv)");
   CHECK_OK(gpumem_resource_release(mr));
   CHECK_OK(gpumem_resource_release(up));
+  mr = check_build(described);
+  CHECK_OK(gpumem_resource_describe(mr, again, sizeof again));
+  CHECK(strcmp(described, again) == 0);
+  CHECK_OK(gpumem_resource_release(mr));
 
   /* A name with spaces, commas and parentheses, quoted in specs; the description builds an
    * equal resource. */
   const char *odd = in_dir("a log, (odd) = name.csv");
   mr = build_log("pool(cuda, initial=1)", odd);
-  char spec[512], again[512];
+  char spec[512];
   CHECK_OK(gpumem_resource_describe(mr, spec, sizeof spec));
   CHECK_CONTAINS(spec, ", file=\"");
   CHECK(exists(odd));

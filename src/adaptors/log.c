@@ -68,8 +68,9 @@ static gpumem_status log_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_
 }
 
 static void log_describe(const gpumem_resource *mr, char *buf, size_t size) {
-  char file[4200];
-  gpumem__log_spec_file(gpumem__log_file_path(((const log_resource *)mr)->file), file, sizeof file);
+  char file[8400]; /* a name of 4 KiB, every % doubled */
+  gpumem__log_spec_file(gpumem__log_file_path(((const log_resource *)mr)->file), true, file,
+                        sizeof file);
   gpumem__describe_over(mr, buf, size, ", %s", file);
 }
 
@@ -161,10 +162,18 @@ gpumem_status gpumem__log_device_name(const char *name, int device, char *out, s
   return GPUMEM_OK;
 }
 
-void gpumem__log_spec_file(const char *name, char *buf, size_t size) {
+void gpumem__log_spec_file(const char *name, bool as_pattern, char *buf, size_t size) {
   bool plain = *name != '\0';
   for (const char *c = name; *c && plain; c++)
     plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
             strchr("/._-+%~:@", *c);
-  snprintf(buf, size, plain ? "file=%s" : "file=\"%s\"", name);
+  size_t used = (size_t)snprintf(buf, size, "%s", plain ? "file=" : "file=\"");
+  for (const char *c = name; *c && used + 3 < size; c++) {
+    buf[used++] = *c;
+    if (*c == '%' && as_pattern)
+      buf[used++] = '%';
+  }
+  if (!plain && used + 1 < size)
+    buf[used++] = '"';
+  buf[used < size ? used : size - 1] = '\0';
 }

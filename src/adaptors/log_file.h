@@ -44,8 +44,9 @@ const char *gpumem__log_file_path(const gpumem__log_file *file);
 gpumem_status gpumem__log_device_name(const char *name, int device, char *out, size_t size);
 
 /* Writes "file=NAME" for a spec: NAME in double quotes when it holds a character the
- * grammar ends a value at (or any not plainly part of a path). */
-void gpumem__log_spec_file(const char *name, char *buf, size_t size);
+ * grammar ends a value at (or any not plainly part of a path). `as_pattern`: NAME is a file's
+ * name, written so that it names that file again ('%' as "%%"); else a pattern as given. */
+void gpumem__log_spec_file(const char *name, bool as_pattern, char *buf, size_t size);
 
 /* The most address space a file is mapped into (0: the default, 1 TiB), for tests that
  * reach the end of it. Read when a file is opened. */

@@ -41,7 +41,7 @@ static gpumem_status wrap_in_log(const gpumem_reinitialize_options *options, int
   gpumem_status status = gpumem__log_device_name(name, device, path, sizeof path);
   if (status != GPUMEM_OK)
     return status;
-  gpumem__log_spec_file(path, file, sizeof file);
+  gpumem__log_spec_file(path, false, file, sizeof file);
   snprintf(inner, sizeof inner, "%s", spec);
   int written = snprintf(spec, size, "log(%s, %s)", inner, file);
   if (written < 0 || (size_t)written >= size)

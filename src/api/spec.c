@@ -730,8 +730,8 @@ static gpumem_status parse_text(spec_parser *p, spec_node *node, int index, bool
     start++;
     length = (size_t)(close - (p->text + start));
     p->pos = (size_t)(close - p->text) + 1;
-  } else {
-    while (peek(p) && !isspace((unsigned char)peek(p)) && !strchr(",()=", peek(p)))
+  } else { /* a quote inside a word would make a name no description could quote */
+    while (peek(p) && !isspace((unsigned char)peek(p)) && !strchr(",()=\"", peek(p)))
       p->pos++;
     length = p->pos - start;
   }

@@ -73,7 +73,7 @@ static const resource_row resources[] = {
     {.spec = "stats(pool(vmm))", .stats = true},
     {.spec = "pool(stats(vmm(piece=2MiB)))"},
     {.spec = "stats(arena(vmm), flush_bytes=1, flush_count=1)", .stats = true},
-    {.spec = "log(pool(vmm), file=/tmp/gpumem-fuzz-ops-%p.csv)"}, /* removed at exit */
+    {.spec = "log(pool(vmm), file=/tmp/gpumem-fuzz-ops-%p.csv)"}, /* unlinked once open */
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
@@ -134,7 +134,8 @@ static uint32_t next_u16(run *r) {
   return low | (uint32_t)next_byte(r) << 8;
 }
 
-/* The file of the log row, named as its spec names it. */
+/* The file of the log row, named as its spec names it: unlinked as soon as the log has it
+ * open, so that no file is left however the fuzzer ends. */
 static void remove_log(void) {
   char log[64];
   snprintf(log, sizeof log, "/tmp/gpumem-fuzz-ops-%ld.csv", (long)getpid());
@@ -146,7 +147,6 @@ static void init_once(void) {
   if (done)
     return;
   done = true;
-  atexit(remove_log);
   tracing = getenv("GPUMEM_FUZZ_TRACE") != NULL;
   /* 1 GiB: room for the 256 MiB limits to be what stops them; abort at the first hazard,
    * so that the crash's stack is the allocation that caused it. */
@@ -696,6 +696,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r.size = size;
   r.row = &resources[next_byte(&r) % RESOURCE_COUNT];
   FUZZ_OK(gpumem_resource_from_spec(r.row->spec, &r.mr));
+  if (strncmp(r.row->spec, "log(", 4) == 0)
+    remove_log();
   if (r.row->tracking) {
     gpumem_tracking_options opts = {
         .capture_stacks = r.row->tracking == 2, .report = count_report, .user = &r};

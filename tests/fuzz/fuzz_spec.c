@@ -9,12 +9,14 @@
  *   description is a spec of an equal resource. Every resource is released, and device
  *   memory in use is back to none.
  * A name defined with gpumem_spec_define ("mine") stands for a resource the program built.
- * A log's file goes to a directory of the target's own, its working directory, removed at
- * exit; an input with a '/' could name any file the fuzzer may write, and is not run.
+ * A log's file goes to a directory of the target's own, the working directory while an
+ * input runs (libFuzzer's own paths are relative to the one it had), emptied after each
+ * input; an input with a '/' could name any file the fuzzer may write, and is not run.
  * Any broken promise aborts, which libFuzzer reports as a crash with the input. */
 #include "fuzz.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +26,20 @@
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
 
 static char work_dir[64];
+static int caller_dir = -1; /* the working directory libFuzzer had */
 
-/* Removes the files logs wrote, and the directory. */
-static void remove_work_dir(void) {
+/* Removes the files logs wrote. */
+static void empty_work_dir(void) {
   DIR *d = opendir(work_dir);
   for (struct dirent *e; d && (e = readdir(d)) != NULL;)
     if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
       unlinkat(dirfd(d), e->d_name, 0);
   if (d)
     closedir(d);
+}
+
+static void remove_work_dir(void) {
+  empty_work_dir();
   rmdir(work_dir);
 }
 
@@ -43,7 +50,8 @@ static void init_once(void) {
   done = 1;
   unsetenv("GPUMEM_LOG_FILE"); /* a log given no file must not write the caller's */
   snprintf(work_dir, sizeof work_dir, "/tmp/gpumem-fuzz-spec-XXXXXX");
-  FUZZ_CHECK(mkdtemp(work_dir) != NULL && chdir(work_dir) == 0, "no working directory");
+  caller_dir = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  FUZZ_CHECK(mkdtemp(work_dir) != NULL && caller_dir >= 0, "no working directory");
   atexit(remove_work_dir);
   gpumem_sim_config config = {.memory = (uint64_t)256 << 20, .no_pageable_access = 1};
   fuzz_sim_init(&config);
@@ -98,6 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(spec);
     return 0;
   }
+  FUZZ_CHECK(chdir(work_dir) == 0, "cannot enter %s", work_dir);
   gpumem_resource *mr = build(spec);
   if (mr) {
     static char first[16384], second[16384];
@@ -114,5 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   fuzz_check_device_idle();
   free(spec);
+  empty_work_dir();
+  FUZZ_CHECK(fchdir(caller_dir) == 0, "cannot go back to the fuzzer's directory");
   return 0;
 }
