@@ -128,4 +128,17 @@ static inline gpumem_resource *check_build(const char *spec) {
   return mr;
 }
 
+/* The spec's resource describes as a spec that builds a resource describing the same way. */
+static inline void check_describe_round_trip(const char *spec) {
+  char first[1024], second[1024];
+  gpumem_resource *mr = check_build(spec);
+  CHECK_OK(gpumem_resource_describe(mr, first, sizeof first));
+  CHECK_OK(gpumem_resource_release(mr));
+  mr = check_build(first);
+  CHECK_OK(gpumem_resource_describe(mr, second, sizeof second));
+  CHECK_OK(gpumem_resource_release(mr));
+  if (strcmp(first, second) != 0)
+    CHECK_FAIL_("\"%s\" describes as \"%s\", which builds \"%s\"", spec, first, second);
+}
+
 #endif /* GPUMEM_TESTS_CHECK_H */

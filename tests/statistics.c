@@ -363,17 +363,8 @@ static void test_round_trip(void) {
   static const char *const specs[] = {"stats(pool(vmm))",
                                       "stats(cuda, flush_bytes=4KiB, flush_count=8)",
                                       "pool(stats(vmm))", "stats(stats(arena(vmm)))"};
-  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-    char first[1024], second[1024];
-    gpumem_resource *mr = check_build(specs[i]);
-    CHECK_OK(gpumem_resource_describe(mr, first, sizeof first));
-    CHECK_OK(gpumem_resource_release(mr));
-    mr = check_build(first);
-    CHECK_OK(gpumem_resource_describe(mr, second, sizeof second));
-    CHECK_OK(gpumem_resource_release(mr));
-    if (strcmp(first, second) != 0)
-      CHECK_FAIL_("\"%s\" describes as \"%s\", which builds \"%s\"", specs[i], first, second);
-  }
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+    check_describe_round_trip(specs[i]);
   gpumem_resource *mr = check_build("stats(cuda)");
   char text[256];
   CHECK_OK(gpumem_resource_describe(mr, text, sizeof text));
