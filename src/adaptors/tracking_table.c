@@ -7,21 +7,14 @@
  * fail (a piece of an allocation cut off by a trim, recorded after the upstream has cut it). */
 #include "adaptors/tracking.h"
 
+#include "core/pointer_hash.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-/* Blocks are at least 256-byte aligned, so the low bits carry no information. */
-static uint64_t hash_pointer(uintptr_t ptr) {
-  uint64_t x = (uint64_t)ptr >> 8;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return x;
-}
-
 /* The top bits pick the shard; the low bits, a slot in it. */
 static int shard_index(uintptr_t ptr) {
-  return (int)((hash_pointer(ptr) >> 58) % GPUMEM__TRACKING_SHARDS);
+  return (int)((gpumem__hash_pointer(ptr) >> 58) % GPUMEM__TRACKING_SHARDS);
 }
 
 static gpumem__tracking_shard *shard_of(gpumem__tracking_table *table, uintptr_t ptr) {
@@ -63,7 +56,7 @@ void gpumem__tracking_table_destroy(gpumem__tracking_table *table) {
 /* Index of ptr's slot, or of the empty slot where it would go. Needs capacity > 0. */
 static size_t find_slot(const gpumem__tracking_shard *shard, uintptr_t ptr) {
   size_t mask = shard->capacity - 1;
-  size_t i = hash_pointer(ptr) & mask;
+  size_t i = gpumem__hash_pointer(ptr) & mask;
   while (shard->slots[i].ptr != 0 && shard->slots[i].ptr != ptr)
     i = (i + 1) & mask;
   return i;
@@ -203,10 +196,8 @@ static void remove_slot(gpumem__tracking_shard *shard, size_t hole) {
     i = (i + 1) & mask;
     if (shard->slots[i].ptr == 0)
       break;
-    size_t home = hash_pointer(shard->slots[i].ptr) & mask;
-    /* The entry at i may fill the hole if its home is not in (hole, i]. */
-    bool home_between = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
-    if (!home_between) {
+    size_t home = gpumem__hash_pointer(shard->slots[i].ptr) & mask;
+    if (gpumem__probe_fills_hole(hole, i, home)) {
       shard->slots[hole] = shard->slots[i];
       hole = i;
     }
@@ -359,13 +350,13 @@ static gpumem_status check_shard(const gpumem__tracking_shard *shard, int index)
                           (void *)e->ptr, index);
     /* Reachable from its home: no empty slot and no copy of itself before it. */
     size_t mask = shard->capacity - 1;
-    for (size_t j = hash_pointer(e->ptr) & mask; j != i; j = (j + 1) & mask) {
+    for (size_t j = gpumem__hash_pointer(e->ptr) & mask; j != i; j = (j + 1) & mask) {
       if (!shard->slots[j].ptr || shard->slots[j].ptr == e->ptr)
         return gpumem__fail(GPUMEM_ERR_INTERNAL,
                             "tracking: shard %d: %p in slot %zu cannot be found from its home "
                             "slot %zu (slot %zu is %s)",
-                            index, (void *)e->ptr, i, (size_t)(hash_pointer(e->ptr) & mask), j,
-                            shard->slots[j].ptr ? "a copy of it" : "empty");
+                            index, (void *)e->ptr, i, (size_t)(gpumem__hash_pointer(e->ptr) & mask),
+                            j, shard->slots[j].ptr ? "a copy of it" : "empty");
     }
     if (e->stack && (e->stack->depth < 0 || e->stack->depth > GPUMEM__TRACKING_MAX_DEPTH))
       return gpumem__fail(GPUMEM_ERR_INTERNAL, "tracking: %p has a stack of %d frames",

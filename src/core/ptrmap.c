@@ -4,20 +4,13 @@
  * that allocates and frees millions of times keeps short probe sequences. */
 #include "core/ptrmap.h"
 
+#include "core/pointer_hash.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Device pointers are at least 256-byte aligned, so the low bits carry no information. */
-static size_t hash_pointer(uintptr_t ptr) {
-  uint64_t x = (uint64_t)ptr >> 8;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  return (size_t)x;
-}
-
 static gpumem__ptrmap_shard *shard_of(gpumem__ptrmap *map, uintptr_t ptr) {
-  return &map->shards[(hash_pointer(ptr) >> 40) % GPUMEM__PTRMAP_SHARDS];
+  return &map->shards[(gpumem__hash_pointer(ptr) >> 40) % GPUMEM__PTRMAP_SHARDS];
 }
 
 void gpumem__ptrmap_init(gpumem__ptrmap *map) {
@@ -42,7 +35,7 @@ void gpumem__ptrmap_destroy(gpumem__ptrmap *map) {
 /* Index of ptr's slot, or of the empty slot where it would go. Needs capacity > 0. */
 static size_t find_slot(const gpumem__ptrmap_shard *shard, uintptr_t ptr) {
   size_t mask = shard->capacity - 1;
-  size_t i = hash_pointer(ptr) & mask;
+  size_t i = gpumem__hash_pointer(ptr) & mask;
   while (shard->slots[i].ptr != 0 && shard->slots[i].ptr != ptr)
     i = (i + 1) & mask;
   return i;
@@ -105,10 +98,8 @@ static void remove_slot(gpumem__ptrmap_shard *shard, size_t hole) {
     i = (i + 1) & mask;
     if (shard->slots[i].ptr == 0)
       break;
-    size_t home = hash_pointer(shard->slots[i].ptr) & mask;
-    /* The entry at i may fill the hole if its home is not in (hole, i]. */
-    bool home_between = hole <= i ? (home > hole && home <= i) : (home > hole || home <= i);
-    if (!home_between) {
+    size_t home = gpumem__hash_pointer(shard->slots[i].ptr) & mask;
+    if (gpumem__probe_fills_hole(hole, i, home)) {
       shard->slots[hole] = shard->slots[i];
       hole = i;
     }
