@@ -68,9 +68,7 @@ uint64_t gpumem__error_serial(void) {
 }
 
 void gpumem_set_error_message(const char *message) {
-  snprintf(last_message, sizeof last_message, "%s", message ? message : "");
-  long_in_use = false;
-  message_serial++;
+  (void)gpumem__fail(GPUMEM_OK, "%s", message ? message : "");
 }
 
 gpumem_status gpumem__fail(gpumem_status status, const char *format, ...) {
@@ -107,10 +105,7 @@ static void make_long_key(void) {
 
 bool gpumem__set_long_message(const char *text, size_t length) {
   if (length < sizeof last_message) {
-    memcpy(last_message, text, length);
-    last_message[length] = '\0';
-    long_in_use = false;
-    message_serial++;
+    (void)gpumem__fail(GPUMEM_OK, "%.*s", (int)length, text);
     return true;
   }
   if (length + 1 > long_capacity) {
@@ -145,10 +140,7 @@ gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...
   va_end(args);
   char old[GPUMEM__MESSAGE_SIZE];
   snprintf(old, sizeof old, "%s", gpumem_last_error_message());
-  long_in_use = false;
-  message_serial++;
-  snprintf(last_message, sizeof last_message, "%s: %s", context, old);
-  return status;
+  return gpumem__fail(status, "%s: %s", context, old);
 }
 
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size) {

@@ -153,11 +153,11 @@ void gpumem__resource_init_suballocator(gpumem_resource *mr, const gpumem__resou
 /* Takes placement out of mr's capabilities, keeping the rest:
  * for an adaptor that cannot keep placement's promise. */
 static inline void gpumem__drop_placement(gpumem_resource *mr) {
-  mr->caps = (gpumem__capabilities){.memory = mr->caps.memory,
-                                    .stream_ordered = mr->caps.stream_ordered,
-                                    .annotatable = mr->caps.annotatable,
-                                    .align_promise = mr->caps.align_promise,
-                                    .align_threshold = mr->caps.align_threshold};
+  mr->caps.places_at_address = false;
+  mr->caps.granularity = 0;
+  mr->caps.piece_size = 0;
+  mr->caps.range_base = 0;
+  mr->caps.range_size = 0;
 }
 
 /* True when mr can map memory at chosen addresses: its capabilities say so and its table is
