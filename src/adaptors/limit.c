@@ -15,26 +15,19 @@
  * Exactness: before refusing, the refuser reclaims the credit of every slot into the global
  * budget, so an allocation fails only if the bytes allocated plus the request exceed the
  * limit. Taking credit from a slot whose owner may be using it at that moment needs the
- * owner to be out, and the owner enters with plain stores: it stores `inside`, then loads
- * its slot's `reclaiming` flag; the reclaimer stores every slot's `reclaiming`, then loads
- * each slot's `inside`. A processor may reorder each side's store after its load; the reclaimer
- * therefore runs membarrier(2) between them, a barrier on every thread of the process, so
- * that either the owner sees the flag (and takes the mutex path, which the reclaimer holds)
- * or the reclaimer sees the owner inside (and waits for it to leave). Where membarrier is
- * missing, or under ThreadSanitizer, both sides use a sequentially consistent fence instead.
+ * owner to be out: the reclaimer closes every slot's gate and waits its owner out
+ * (core/thread_slots.h says why the owner's plain stores are safe against it).
  *
  * A thread finds its slot through core/thread_slots.h (no thread-local storage call, no
  * other thread's line touched). What an allocation reads of the resource sits in the slot
- * (the flag, whether membarrier is in use), so that a call touches the owners' line and its
- * slot's, and nothing else of the limit's that a busy pool above or below may have evicted. A
- * thread past the last slot (more than MAX_SLOTS threads used the resource) allocates under the
- * mutex. */
+ * (its gate), so that a call touches the owners' line and its slot's, and nothing else of the
+ * limit's that a busy pool above or below may have evicted. A thread past the last slot (more than
+ * MAX_SLOTS threads used the resource) allocates under the mutex. */
 #include "adaptors/adaptor.h"
 #include "core/thread_slots.h"
 #include "device/device.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,15 +35,13 @@
 #define MAX_SLOTS GPUMEM__THREAD_SLOTS
 #define SLOT_ALIGN GPUMEM__SLOT_ALIGN
 
-/* A thread's share of the budget. The owner writes `inside`, `credit` and `live_count` (a
- * reclaimer writes `credit` too, while the owner is out, and `reclaiming`); the rest is set
+/* A thread's share of the budget. The owner writes `credit` and `live_count` (a reclaimer
+ * writes `credit` too, while the owner is out of the gate); the rest is set
  * at creation. Relaxed atomics, which compile to plain moves. A slot's live count may go
  * below zero (frees of blocks another thread allocated); their sum is the resource's. */
 typedef struct limit_slot {
-  atomic_int inside;
-  atomic_int reclaiming; /* written by a reclaimer, under the mutex */
-  bool membarrier;       /* the resource's, copied: read by the owner on every entry */
-  int64_t credit_cap;    /* four batches: a slot holding more returns the surplus */
+  gpumem__slot_gate gate; /* closed by a reclaimer, under the mutex */
+  int64_t credit_cap;     /* four batches: a slot holding more returns the surplus */
   _Atomic int64_t credit;
   _Atomic int64_t live_count;
 } __attribute__((aligned(SLOT_ALIGN))) limit_slot;
@@ -68,26 +59,6 @@ typedef struct limit_resource {
   _Atomic int64_t shared_live_count; /* threads without a slot */
   limit_slot slots[MAX_SLOTS];
 } limit_resource;
-
-/* ---------------------------------------------------------------------------------------
- * The barrier between the owners' plain entry and a reclaim
- * ------------------------------------------------------------------------------------- */
-
-/* The owner's side: `inside` stored, `reclaiming` not yet loaded. */
-static inline void owner_fence(const limit_slot *slot) {
-  if (GPUMEM_LIKELY(slot->membarrier))
-    atomic_signal_fence(memory_order_seq_cst); /* the reclaimer's membarrier is the fence */
-  else
-    atomic_thread_fence(memory_order_seq_cst);
-}
-
-/* The reclaimer's side. A kernel that refuses the barrier it once offered (it should not)
- * would leave no safe way on: the process stops rather than overrun the limit. */
-static void reclaimer_fence(const limit_resource *self) {
-  atomic_thread_fence(memory_order_seq_cst);
-  if (self->membarrier && !gpumem__thread_barrier())
-    __builtin_trap();
-}
 
 /* ---------------------------------------------------------------------------------------
  * Slots
@@ -108,39 +79,22 @@ static inline void add(_Atomic int64_t *value, int64_t delta) {
   gpumem__slot_add(value, delta);
 }
 
-/* Enters the owner's slot for plain use; false while a reclaim runs (nothing held then). */
-static inline bool enter(limit_slot *slot) {
-  atomic_store_explicit(&slot->inside, 1, memory_order_relaxed);
-  owner_fence(slot);
-  if (GPUMEM_LIKELY(!atomic_load_explicit(&slot->reclaiming, memory_order_acquire)))
-    return true;
-  atomic_store_explicit(&slot->inside, 0, memory_order_release);
-  return false;
-}
-
-static inline void leave(limit_slot *slot) {
-  atomic_store_explicit(&slot->inside, 0, memory_order_release);
-}
-
 /* Moves every slot's credit to the global budget. Called with the mutex held. */
 static void reclaim(limit_resource *self) {
   /* Every slot, claimed or not: a thread claiming one now finds the flag too. */
   for (int i = 0; i < MAX_SLOTS; i++)
-    atomic_store_explicit(&self->slots[i].reclaiming, 1, memory_order_relaxed);
-  reclaimer_fence(self);
+    atomic_store_explicit(&self->slots[i].gate.closed, 1, memory_order_relaxed);
+  gpumem__gate_fence(self->membarrier);
   for (int i = 0; i < MAX_SLOTS; i++) {
     limit_slot *slot = &self->slots[i];
     if (!gpumem__thread_slot_used(&self->owners, i))
       continue; /* never claimed: no credit, and a claim now finds the mutex taken */
-    for (unsigned spins = 0; atomic_load_explicit(&slot->inside, memory_order_acquire); spins++) {
-      if (spins > 128)
-        sched_yield();
-    }
+    gpumem__gate_wait_out(&slot->gate);
     self->global += load(&slot->credit);
     atomic_store_explicit(&slot->credit, 0, memory_order_relaxed);
   }
   for (int i = 0; i < MAX_SLOTS; i++)
-    atomic_store_explicit(&self->slots[i].reclaiming, 0, memory_order_release);
+    atomic_store_explicit(&self->slots[i].gate.closed, 0, memory_order_release);
 }
 
 /* The credit a slot keeps around requests of `bytes`: the resource's batch, or room for two
@@ -179,15 +133,15 @@ static GPUMEM_NOINLINE bool take_slow(limit_resource *self, limit_slot *slot, in
 /* Takes the budget of one allocation of `bytes` from the slot's credit alone; false when it
  * does not cover it (or a reclaim runs, or the thread has no slot): nothing taken then. */
 static inline bool take_from_slot(limit_resource *self, limit_slot *slot, int64_t bytes) {
-  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(slot))) {
+  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(gpumem__gate_enter(&slot->gate))) {
     int64_t credit = load(&slot->credit);
     if (GPUMEM_LIKELY(credit >= bytes)) {
       atomic_store_explicit(&slot->credit, credit - bytes, memory_order_relaxed);
       add(&slot->live_count, 1);
-      leave(slot);
+      gpumem__gate_leave(&slot->gate);
       return true;
     }
-    leave(slot);
+    gpumem__gate_leave(&slot->gate);
   }
   return false;
 }
@@ -216,17 +170,17 @@ static GPUMEM_NOINLINE void put_slow(limit_resource *self, limit_slot *slot, int
 
 /* Gives back the budget of `bytes` freed; `allocations`: the change in live allocations. */
 static inline void put(limit_resource *self, limit_slot *slot, int64_t bytes, int64_t allocations) {
-  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(enter(slot))) {
+  if (GPUMEM_LIKELY(slot != NULL) && GPUMEM_LIKELY(gpumem__gate_enter(&slot->gate))) {
     int64_t credit = load(&slot->credit) + bytes;
     /* At most four batch_for(bytes), without its branch: 8 * bytes is the larger exactly
      * when requests are larger than half a batch. */
     if (GPUMEM_LIKELY(credit <= slot->credit_cap || credit <= 8 * bytes)) {
       atomic_store_explicit(&slot->credit, credit, memory_order_relaxed);
       add(&slot->live_count, allocations);
-      leave(slot);
+      gpumem__gate_leave(&slot->gate);
       return;
     }
-    leave(slot);
+    gpumem__gate_leave(&slot->gate);
   }
   put_slow(self, slot, bytes, allocations);
 }
@@ -394,7 +348,7 @@ gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_
   self->global = self->limit;
   self->membarrier = gpumem__thread_barrier_available();
   for (int i = 0; i < MAX_SLOTS; i++) {
-    self->slots[i].membarrier = self->membarrier;
+    self->slots[i].gate.membarrier = self->membarrier;
     self->slots[i].credit_cap = 4 * self->batch;
   }
   pthread_mutex_init(&self->lock, NULL);

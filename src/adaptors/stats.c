@@ -19,18 +19,16 @@
  * less than flush_bytes (flush_count) each, and so does the peak (docs/internals.md).
  *
  * Push, pop and reads are rare, and take the mutex. They need every slot still: the owner of
- * a slot enters it with plain stores (`inside`, then a load of `blocked`), the mutex holder
- * sets every joined slot's `blocked`, runs membarrier(2) (a barrier on every thread, so that
- * the owners need none) and waits until no owner is inside, as the limit's reclaim does
- * (limit.c says why that is safe); an owner that finds its slot blocked counts under the
- * mutex instead. A slot is blocked until its thread first takes the mutex (it joins then),
- * and when the only thread that joined pushes or pops itself, nobody needs stopping. Reads
+ * a slot enters it through the slot's gate (core/thread_slots.h), which the mutex holder
+ * closes for every joined slot, waiting the owners out, as the limit's reclaim does; an
+ * owner that finds its gate closed counts under the mutex instead. A slot's gate is closed
+ * until its thread first takes the mutex (it joins then), and when the only thread that
+ * joined pushes or pops itself, nobody needs stopping. Reads
  * stop the threads only once several have joined: with one, the sum it reads is exact. */
 #include "adaptors/adaptor.h"
 #include "core/thread_slots.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,12 +39,10 @@
 #define NEVER INT64_MAX /* a slot's thresholds while its thread is the only one */
 
 /* A thread's counts since the top counters were pushed (or last collected). The owner writes
- * `inside` and the figures; the mutex holder writes `blocked`, the thresholds and (with the
- * owner out) the figures. Relaxed atomics, which compile to plain moves. */
+ * its gate's `inside` and the figures; the mutex holder closes the gate and writes the thresholds
+ * and (with the owner out) the figures. Relaxed atomics, which compile to plain moves. */
 typedef struct stats_slot {
-  atomic_int inside;
-  atomic_int blocked; /* 1: not joined yet, or the mutex holder needs the slot still */
-  bool membarrier;    /* the resource's, copied: read on every entry */
+  gpumem__slot_gate gate; /* closed: not joined yet, or the mutex holder needs the slot still */
   _Atomic int64_t flush_bytes, flush_count;
   _Atomic int64_t bytes, count; /* current, not yet in the shared sums; may go below zero */
   _Atomic int64_t total_bytes, total_count;
@@ -159,28 +155,6 @@ static void slot_changed(stats_resource *self, stats_slot *slot, int64_t bytes, 
  * Owners and the mutex holder
  * ------------------------------------------------------------------------------------- */
 
-/* The owner's side of the barrier: `inside` stored, `blocked` not yet loaded. */
-static inline void owner_fence(const stats_slot *slot) {
-  if (GPUMEM_LIKELY(slot->membarrier))
-    atomic_signal_fence(memory_order_seq_cst); /* the stopper's membarrier is the fence */
-  else
-    atomic_thread_fence(memory_order_seq_cst);
-}
-
-/* Enters the owner's slot for plain use; false while it is blocked (nothing held then). */
-static inline bool enter(stats_slot *slot) {
-  atomic_store_explicit(&slot->inside, 1, memory_order_relaxed);
-  owner_fence(slot);
-  if (GPUMEM_LIKELY(!atomic_load_explicit(&slot->blocked, memory_order_acquire)))
-    return true;
-  atomic_store_explicit(&slot->inside, 0, memory_order_release);
-  return false;
-}
-
-static inline void leave(stats_slot *slot) {
-  atomic_store_explicit(&slot->inside, 0, memory_order_release);
-}
-
 /* The calling thread's slot, or NULL past the last one. */
 static inline stats_slot *thread_slot(stats_resource *self) {
   int i = gpumem__thread_slot(&self->owners);
@@ -217,23 +191,17 @@ static void stop_owners(stats_resource *self) {
   if (caller_is_alone(self))
     return;
   FOR_EACH_JOINED(self, i) {
-    atomic_store_explicit(&self->slots[i].blocked, 1, memory_order_relaxed);
+    atomic_store_explicit(&self->slots[i].gate.closed, 1, memory_order_relaxed);
   }
-  atomic_thread_fence(memory_order_seq_cst);
-  if (self->membarrier && !gpumem__thread_barrier())
-    __builtin_trap();
+  gpumem__gate_fence(self->membarrier);
   FOR_EACH_JOINED(self, i) {
-    for (unsigned spins = 0; atomic_load_explicit(&self->slots[i].inside, memory_order_acquire);
-         spins++) {
-      if (spins > 128)
-        sched_yield();
-    }
+    gpumem__gate_wait_out(&self->slots[i].gate);
   }
 }
 
 static void resume_owners(stats_resource *self) {
   FOR_EACH_JOINED(self, i) {
-    atomic_store_explicit(&self->slots[i].blocked, 0, memory_order_release);
+    atomic_store_explicit(&self->slots[i].gate.closed, 0, memory_order_release);
   }
 }
 
@@ -269,7 +237,7 @@ static GPUMEM_NOINLINE void count_slowly(stats_resource *self, stats_slot *slot,
       store(&slot->flush_bytes, self->shared ? self->flush_bytes : NEVER);
       store(&slot->flush_count, self->shared ? self->flush_count : NEVER);
       self->joined |= (uint64_t)1 << index;
-      atomic_store_explicit(&slot->blocked, 0, memory_order_release);
+      atomic_store_explicit(&slot->gate.closed, 0, memory_order_release);
     }
   }
   slot_changed(self, slot, bytes, count, total);
@@ -279,9 +247,9 @@ static GPUMEM_NOINLINE void count_slowly(stats_resource *self, stats_slot *slot,
 /* Counts a change in the calling thread's slot. */
 static void count_change(stats_resource *self, int64_t bytes, int64_t count, int64_t total) {
   stats_slot *slot = thread_slot(self);
-  if (slot && enter(slot)) {
+  if (slot && gpumem__gate_enter(&slot->gate)) {
     slot_changed(self, slot, bytes, count, total);
-    leave(slot);
+    gpumem__gate_leave(&slot->gate);
     return;
   }
   count_slowly(self, slot, bytes, count, total);
@@ -383,9 +351,9 @@ static gpumem_status stats_allocate(gpumem_resource *mr, size_t bytes, size_t al
   stats_slot *slot = thread_slot(self);
   if (GPUMEM_LIKELY(slot != NULL)) {
     stats_slot *own = in_register(slot);
-    if (GPUMEM_LIKELY(enter(own))) {
+    if (GPUMEM_LIKELY(gpumem__gate_enter(&own->gate))) {
       slot_allocated(self, own, (int64_t)bytes);
-      leave(own);
+      gpumem__gate_leave(&own->gate);
       return GPUMEM_OK;
     }
   }
@@ -403,9 +371,9 @@ static gpumem_status stats_deallocate(gpumem_resource *mr, void *ptr, size_t byt
   stats_slot *slot = thread_slot(self);
   if (GPUMEM_LIKELY(slot != NULL)) {
     stats_slot *own = in_register(slot);
-    if (GPUMEM_LIKELY(enter(own))) {
+    if (GPUMEM_LIKELY(gpumem__gate_enter(&own->gate))) {
       slot_freed(self, own, (int64_t)bytes);
-      leave(own);
+      gpumem__gate_leave(&own->gate);
       return GPUMEM_OK;
     }
   }
@@ -466,7 +434,7 @@ static gpumem_status stats_validate(const gpumem_resource *mr) {
     const stats_slot *slot = &self->slots[i];
     bool joined = self->joined >> i & 1;
     int64_t expected = self->shared ? self->flush_bytes : NEVER;
-    if (atomic_load_explicit(&slot->blocked, memory_order_relaxed) != !joined)
+    if (atomic_load_explicit(&slot->gate.closed, memory_order_relaxed) != !joined)
       wrong = "a slot is blocked outside a push, pop or read, or open before its thread joined";
     else if (joined && load(&slot->flush_bytes) != expected)
       wrong = "a joined slot's threshold does not match the resource's sharing";
@@ -520,8 +488,8 @@ gpumem_status gpumem_statistics_create(gpumem_resource *upstream,
   self->flush_count = options.flush_count ? (int64_t)options.flush_count : DEFAULT_FLUSH_COUNT;
   self->membarrier = gpumem__thread_barrier_available();
   for (int i = 0; i < MAX_SLOTS; i++) {
-    self->slots[i].membarrier = self->membarrier;
-    atomic_init(&self->slots[i].blocked, 1);
+    self->slots[i].gate.membarrier = self->membarrier;
+    atomic_init(&self->slots[i].gate.closed, 1);
   }
   store(&self->spill.flush_bytes, self->flush_bytes);
   store(&self->spill.flush_count, self->flush_count);

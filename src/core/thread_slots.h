@@ -14,6 +14,7 @@
 #include "core/thread_barrier.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #define GPUMEM__THREAD_SLOTS 64
 /* Two cache lines: the adjacent-line prefetcher pulls pairs. */
@@ -53,6 +54,52 @@ static inline int gpumem__thread_slot(gpumem__thread_slots *slots) {
 /* Whether slot i was ever claimed. */
 static inline bool gpumem__thread_slot_used(const gpumem__thread_slots *slots, int i) {
   return atomic_load_explicit(&slots->owners[i], memory_order_relaxed) != 0;
+}
+
+/* The gate of a slot, between its owner, which enters with plain stores, and a stopper that
+ * holds the resource's mutex and needs every owner out (the limit's reclaim, the statistics'
+ * reads). The owner stores `inside`, then loads `closed`; the stopper stores `closed`, then
+ * loads `inside`. A processor may reorder each side's store after its load, so the stopper
+ * runs membarrier(2) between them (a barrier on every thread, so that owners need none):
+ * either the owner sees the gate closed (and takes its caller's mutex path) or the stopper
+ * sees it inside (and waits). Where membarrier is missing, or under ThreadSanitizer, both
+ * sides use a sequentially consistent fence. */
+typedef struct gpumem__slot_gate {
+  atomic_int inside;
+  atomic_int closed; /* written by the stopper, under the resource's mutex */
+  bool membarrier;   /* gpumem__thread_barrier is in use: read by the owner on every entry */
+} gpumem__slot_gate;
+
+/* Enters the gate for plain use of the slot; false while it is closed (nothing held then). */
+static inline bool gpumem__gate_enter(gpumem__slot_gate *gate) {
+  atomic_store_explicit(&gate->inside, 1, memory_order_relaxed);
+  if (GPUMEM_LIKELY(gate->membarrier))
+    atomic_signal_fence(memory_order_seq_cst); /* the stopper's membarrier is the fence */
+  else
+    atomic_thread_fence(memory_order_seq_cst);
+  if (GPUMEM_LIKELY(!atomic_load_explicit(&gate->closed, memory_order_acquire)))
+    return true;
+  atomic_store_explicit(&gate->inside, 0, memory_order_release);
+  return false;
+}
+
+static inline void gpumem__gate_leave(gpumem__slot_gate *gate) {
+  atomic_store_explicit(&gate->inside, 0, memory_order_release);
+}
+
+/* The stopper's side, after closing the gates and before waiting owners out. A kernel that
+ * refuses the barrier it once offered would leave no safe way on: the process stops. */
+static inline void gpumem__gate_fence(bool membarrier) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (membarrier && !gpumem__thread_barrier())
+    __builtin_trap();
+}
+
+/* Waits until the owner is out of a closed gate. */
+static inline void gpumem__gate_wait_out(const gpumem__slot_gate *gate) {
+  for (unsigned spins = 0; atomic_load_explicit(&gate->inside, memory_order_acquire); spins++)
+    if (spins > 128)
+      sched_yield();
 }
 
 /* A counter only its slot's owner writes: a load and a store, no atomic instruction. */
