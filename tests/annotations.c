@@ -134,7 +134,7 @@ static void test_no_tool(void) {
   CHECK(!gpumem__annotating());
   CHECK_EQ(region_count, 0);
   CHECK_OK(gpumem_deallocate(mr, p, 1000, NULL));
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
   CHECK_EQ(heap_count, 0);
 }
 
@@ -162,7 +162,7 @@ static void check_pool_annotated(const char *spec) {
   CHECK_OK(gpumem_resource_trim(mr, &released));
   CHECK_EQ(heap_count, 1); /* the grown chunk went back, and its heap with it */
   CHECK_OK(gpumem_deallocate(mr, b, 3000, NULL));
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
   CHECK_EQ(heap_count, 0);
   CHECK_EQ(region_count, 0);
 }
@@ -188,7 +188,7 @@ static void test_arena_and_binning(void) {
   for (int i = 0; i < 64; i++)
     CHECK_OK(gpumem_deallocate(mr, p[i], 256 + 512 * (size_t)i, NULL));
   CHECK_EQ(region_count, 0);
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
   CHECK_EQ(heap_count, 0);
 
   printf("  binning(pool(cuda)) and binning(cuda)\n");
@@ -202,7 +202,7 @@ static void test_arena_and_binning(void) {
   CHECK_EQ(region_at(large), 3 * MiB);
   CHECK_OK(gpumem_deallocate(mr, small, 700, NULL));
   CHECK_OK(gpumem_deallocate(mr, large, 3 * MiB, NULL));
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
 
   reset_tool(true);
   mr = make("binning(cuda)");
@@ -212,7 +212,7 @@ static void test_arena_and_binning(void) {
   CHECK_EQ(region_at(large), 0); /* straight from the device: the tool knows it already */
   CHECK_OK(gpumem_deallocate(mr, small, 700, NULL));
   CHECK_OK(gpumem_deallocate(mr, large, 3 * MiB, NULL));
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
   CHECK_EQ(heap_count, 0);
 }
 
@@ -236,7 +236,7 @@ static void test_not_annotatable(void) {
   CHECK_OK(gpumem_allocate(mr, 1000, NULL, &p));
   CHECK_EQ(heap_registrations, 0);
   CHECK_OK(gpumem_deallocate(mr, p, 1000, NULL));
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
 
   /* A pool over a user's resource that takes its memory from a cuda pool: the inner pool's
    * chunk is the heap, and the inner front end's block (the outer pool's chunk) the region;
@@ -259,10 +259,10 @@ static void test_not_annotatable(void) {
   CHECK_EQ(region_count, 1); /* the outer pool's chunk, registered by the inner call */
   CHECK_EQ(region_at(p), 4 * MiB);
   CHECK_OK(gpumem_deallocate(outer, p, 1000, NULL));
-  gpumem_resource_release(outer);
-  gpumem_resource_release(user);
+  CHECK_OK(gpumem_resource_release(outer));
+  CHECK_OK(gpumem_resource_release(user));
   CHECK_EQ(region_count, 0);
-  gpumem_resource_release(inner);
+  CHECK_OK(gpumem_resource_release(inner));
   CHECK_EQ(heap_count, 0);
 }
 
@@ -280,7 +280,7 @@ static void test_failed_free_keeps_region(void) {
   CHECK_OK(gpumem_deallocate(mr, p, 1000, NULL));
   CHECK_EQ(region_at(p), 0);
   CHECK_STATUS(gpumem_deallocate(mr, p, 1000, NULL), GPUMEM_ERR_MISUSE); /* double free */
-  gpumem_resource_release(mr);
+  CHECK_OK(gpumem_resource_release(mr));
 }
 
 #define THREADS 8
@@ -317,15 +317,16 @@ static void test_threads(void) {
     for (int t = 0; t < THREADS; t++)
       CHECK_EQ(pthread_create(&threads[t], NULL, churn, mr), 0);
     for (int t = 0; t < THREADS; t++)
-      pthread_join(threads[t], NULL);
+      CHECK_EQ(pthread_join(threads[t], NULL), 0);
     CHECK_EQ(region_count, 0);
     CHECK(region_registrations >= THREADS * ROUNDS / 4);
-    gpumem_resource_release(mr);
+    CHECK_OK(gpumem_resource_release(mr));
     CHECK_EQ(heap_count, 0);
   }
 }
 
 int main(void) {
+  check_init_backend();
   printf("no tool\n");
   test_no_tool();
   printf("pools\n");

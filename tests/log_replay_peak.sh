@@ -21,11 +21,14 @@ same() {
   echo "$1: peak live $2 bytes, and the same replaying its log"
 }
 for trace in "$@"; do
-  first=$("$bench" replay --resource "log(pool(vmm), file=$tmp/log.csv)" "$trace" | field peak_live_bytes)
-  again=$("$bench" replay --resource "pool(vmm)" "$tmp/log.csv" | field peak_live_bytes)
+  out=$("$bench" replay --resource "log(pool(vmm), file=$tmp/log.csv)" "$trace")
+  first=$(printf '%s\n' "$out" | field peak_live_bytes)
+  out=$("$bench" replay --resource "pool(vmm)" "$tmp/log.csv")
+  again=$(printf '%s\n' "$out" | field peak_live_bytes)
   same "$(basename "$trace")" "$first" "$again"
 done
-written=$("$writer" threads-log "$tmp/threads.csv" | sed -n 's/.*peak live \([0-9]*\) bytes.*/\1/p')
+out=$("$writer" threads-log "$tmp/threads.csv")
+written=$(printf '%s\n' "$out" | sed -n 's/.*peak live \([0-9]*\) bytes.*/\1/p')
 line=$("$bench" replay --resource "log(pool(vmm), file=$tmp/again.csv)" "$tmp/threads.csv")
 case $line in
 *'"threads":5,"streams":5,'*) ;;
@@ -33,5 +36,6 @@ case $line in
 esac
 first=$(printf '%s\n' "$line" | field peak_live_bytes)
 same "test_log's own reading of its log" "$written" "$first"
-again=$("$bench" replay --resource "pool(vmm)" "$tmp/again.csv" | field peak_live_bytes)
+out=$("$bench" replay --resource "pool(vmm)" "$tmp/again.csv")
+again=$(printf '%s\n' "$out" | field peak_live_bytes)
 same "5 threads on 5 streams" "$first" "$again"

@@ -14,12 +14,13 @@ printf '%s\n' "$out" | awk '
   /"bench":"replay"/ {
     match($0, /"resource":"[^"]*"/); resource = substr($0, RSTART + 12, RLENGTH - 13)
     match($0, /"trace":"[^"]*"/); trace = substr($0, RSTART + 9, RLENGTH - 10)
-    match($0, /"peak_reserved_bytes":[0-9]+/); peak = substr($0, RSTART + 22, RLENGTH - 22)
+    if (!match($0, /"peak_reserved_bytes":[0-9]+/)) { print "no peak in: " $0; bad = 1; next }
+    peak = substr($0, RSTART + 22, RLENGTH - 22)
     if (resource == "pool(vmm)") plain[trace] = peak
     else { wrapped[trace, resource] = peak; names[resource] = 1 }
   }
   END {
-    traces = 0; bad = 0
+    traces = 0
     for (t in plain) {
       traces++
       for (r in names) {
@@ -29,6 +30,6 @@ printf '%s\n' "$out" | awk '
           printf "%s: %s peaks at %s bytes reserved, as pool(vmm)\n", t, r, plain[t]
       }
     }
-    if (traces == 0 || length(names) == 0) { print "no replay lines"; exit 1 }
+    if (traces == 0 || length(names) != 4) { print "expected pool(vmm) and 4 wrapped pools"; exit 1 }
     exit bad
   }'

@@ -11,8 +11,9 @@ tool=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitize
 nvidia-smi -L >/dev/null 2>&1 || { echo "no GPU: skipped"; exit 77; }
 
 failures=0
-run() { # spec case -> the tool's output in $log
+run() { # spec case -> the tool's output in $log, the program's exit status in $status
   log=$("$tool" --tool memcheck "$program" "$1" "$2" 2>&1)
+  status=$?
 }
 expect() { # spec case what(report|clean)
   run "$1" "$2"
@@ -23,6 +24,8 @@ expect() { # spec case what(report|clean)
     verdict="FAILED (no report)"
   elif [ "$3" = clean ] && ! grep -q "ERROR SUMMARY: 0 errors" <<<"$log"; then
     verdict="FAILED (reports on a clean run)"
+  elif [ "$3" = clean ] && { [ "$status" -ne 0 ] || ! grep -q "kernels: no error" <<<"$log"; }; then
+    verdict="FAILED (the clean run did not finish: exit status $status)"
   fi
   printf '%-40s %-10s %-7s %s\n' "$1" "$2" "$3" "$verdict"
   if [ "$verdict" != ok ]; then
