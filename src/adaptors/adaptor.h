@@ -9,6 +9,12 @@
 
 gpumem_status gpumem__forward_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream);
+/* An allocation the adaptor got from its upstream but cannot hand out: the block goes back
+ * to the upstream and `failure` is returned with the thread's message as it was before the
+ * give-back (which may overwrite it). */
+gpumem_status gpumem__forward_give_back(gpumem_resource *mr, void *ptr, size_t bytes,
+                                        size_t alignment, gpumem_stream stream,
+                                        gpumem_status failure);
 gpumem_status gpumem__forward_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out);
 gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
                                           void **ptr);

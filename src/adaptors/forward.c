@@ -3,12 +3,23 @@
  * table from being written again in each. */
 #include "adaptors/adaptor.h"
 
+#include <stdio.h>
+
 #include <stdlib.h>
 #include <string.h>
 
 gpumem_status gpumem__forward_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream) {
   return mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+}
+
+gpumem_status gpumem__forward_give_back(gpumem_resource *mr, void *ptr, size_t bytes,
+                                        size_t alignment, gpumem_stream stream,
+                                        gpumem_status failure) {
+  char message[512];
+  snprintf(message, sizeof message, "%s", gpumem_last_error_message());
+  mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
+  return gpumem__fail(failure, "%s", message);
 }
 
 gpumem_status gpumem__forward_query(const gpumem_resource *mr, gpumem_query what, uint64_t *out) {

@@ -17,10 +17,7 @@
 static GPUMEM_COLD gpumem_status give_back(gpumem_resource *mr, void *ptr, size_t bytes,
                                            size_t alignment, gpumem_stream stream,
                                            gpumem_status failure) {
-  char message[512];
-  snprintf(message, sizeof message, "%s", gpumem_last_error_message());
-  mr->upstream->ops->deallocate(mr->upstream, ptr, bytes, alignment, stream);
-  gpumem__fail(failure, "%s", message);
+  gpumem__forward_give_back(mr, ptr, bytes, alignment, stream, failure);
   return gpumem__fail_context(failure, "prefetch: prefetching %zu bytes at %p to device %d", bytes,
                               ptr, mr->device);
 }

@@ -114,8 +114,8 @@ static inline void slot_allocated(stats_resource *self, stats_slot *slot, int64_
   int64_t own_bytes = load(&slot->bytes) + bytes, own_count = load(&slot->count) + 1;
   store(&slot->bytes, own_bytes);
   store(&slot->count, own_count);
-  store(&slot->total_bytes, load(&slot->total_bytes) + bytes);
-  store(&slot->total_count, load(&slot->total_count) + 1);
+  gpumem__slot_add(&slot->total_bytes, bytes);
+  gpumem__slot_add(&slot->total_count, 1);
   raise_to(&slot->peak_bytes, load(&self->flushed_bytes) + own_bytes);
   raise_to(&slot->peak_count, load(&self->flushed_count) + own_count);
   if (GPUMEM_UNLIKELY(own_bytes >= load(&slot->flush_bytes)) ||

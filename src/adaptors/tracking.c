@@ -220,13 +220,9 @@ static gpumem_status record(tracking_resource *self, void *block, size_t bytes,
 static GPUMEM_COLD gpumem_status give_back(tracking_resource *self, void *block, size_t bytes,
                                            size_t alignment, gpumem_stream stream,
                                            gpumem__tracking_stack *stack, gpumem_status status) {
-  char message[512];
-  snprintf(message, sizeof message, "%s", gpumem_last_error_message());
-  gpumem_resource *up = self->header.upstream;
-  up->ops->deallocate(up, block, bytes, alignment, stream);
+  gpumem__forward_give_back(&self->header, block, bytes, alignment, stream, status);
   free(stack);
   gpumem__note_oom(GPUMEM__OOM_HOST, &self->header, bytes);
-  gpumem__fail(status, "%s", message);
   return gpumem__prefix_with_spec(&self->header, status);
 }
 
