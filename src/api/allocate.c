@@ -7,9 +7,7 @@
  * that reads NVTX memory annotations, each block handed out is annotated (core/annotate.h).
  * An allocation that fails for lack of memory gets the resource's report and verdict after
  * its message (src/core/report.c), on that rare path only. */
-#include "core/annotate.h"
-#include "core/internal.h"
-#include "device/device.h"
+#include "api/front_end.h"
 
 /* Level 3's call stacks start at the program's call: the return address of the public
  * function it called, taken there (where the compiler keeps gpumem_allocate's call of the
@@ -50,12 +48,8 @@ allocate(gpumem_resource *mr, size_t bytes, size_t alignment, gpumem_stream stre
   gpumem__debug_after(mr, "allocate");
 #endif
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
-    return status == GPUMEM_ERR_OUT_OF_MEMORY ? gpumem__report_out_of_memory(mr, bytes, alignment)
-                                              : status;
-  if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
-    mr->dev->note_handout(block, bytes, stream);
-  if (GPUMEM_UNLIKELY(gpumem__annotating()))
-    gpumem__annotate_block_add(block, bytes);
+    return gpumem__allocation_failed(mr, status, bytes, alignment);
+  gpumem__hand_out(mr, block, bytes, stream);
   *ptr = block;
   return GPUMEM_OK;
 }
@@ -71,21 +65,6 @@ gpumem_status gpumem_allocate(gpumem_resource *mr, size_t bytes, gpumem_stream s
 #else
   return gpumem_allocate_aligned(mr, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 #endif
-}
-
-/* A free while a tool watches: the block's annotation goes first (the resource may hand the
- * memory out again at once) and comes back if the free fails. */
-GPUMEM_COLD static gpumem_status deallocate_annotated(gpumem_resource *mr, void *ptr, size_t bytes,
-                                                      size_t alignment, gpumem_stream stream) {
-  size_t registered;
-  gpumem__annotate_block_remove(mr, ptr, stream, &registered);
-  gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
-  if (status != GPUMEM_OK)
-    gpumem__annotate_block_restore(ptr, registered);
-#if GPUMEM__DEBUG_LEVEL >= 2
-  gpumem__debug_after(mr, "deallocate");
-#endif
-  return status;
 }
 
 static inline __attribute__((always_inline)) gpumem_status
@@ -109,9 +88,10 @@ deallocate(gpumem_resource *mr, void *ptr, size_t bytes, size_t alignment, gpume
   if (gpumem__debug_level() >= 3)
     return gpumem__guarded_deallocate(mr, ptr, bytes, alignment, stream, caller);
 #endif
-  if (GPUMEM_UNLIKELY(gpumem__annotating()))
-    return deallocate_annotated(mr, ptr, bytes, alignment, stream);
-  gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+  /* While a tool watches, the block's annotation goes first (core/annotate.h). */
+  gpumem_status status = GPUMEM_UNLIKELY(gpumem__annotating())
+                             ? gpumem__annotated_deallocate(mr, ptr, bytes, alignment, stream)
+                             : mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
 #if GPUMEM__DEBUG_LEVEL >= 2
   gpumem__debug_after(mr, "deallocate");
 #endif

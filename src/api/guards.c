@@ -25,9 +25,7 @@
  * frees, with no guards to check. The figures of the resource a block was allocated from
  * (live bytes and count) leave out the guards and the quarantine, so a program sees what
  * it asked for; resources under it count them. */
-#include "core/annotate.h"
-#include "core/internal.h"
-#include "device/device.h"
+#include "api/front_end.h"
 
 #if GPUMEM__DEBUG_LEVEL >= 3
 
@@ -114,14 +112,11 @@ static gpumem_status resource_allocate(gpumem_resource *mr, size_t bytes, size_t
  * front end's does, and comes back if the free fails. */
 static gpumem_status resource_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
                                          size_t alignment, gpumem_stream stream) {
-  size_t registered = 0;
-  if (GPUMEM_UNLIKELY(gpumem__annotating()))
-    gpumem__annotate_block_remove(mr, ptr, stream, &registered);
   inside++;
-  gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+  gpumem_status status = GPUMEM_UNLIKELY(gpumem__annotating())
+                             ? gpumem__annotated_deallocate(mr, ptr, bytes, alignment, stream)
+                             : mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
   inside--;
-  if (status != GPUMEM_OK && registered)
-    gpumem__annotate_block_restore(ptr, registered);
   return status;
 }
 
@@ -569,12 +564,8 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
     gpumem_status status = resource_allocate(mr, bytes, alignment, stream, &block);
     gpumem__debug_after(mr, "allocate");
     if (status != GPUMEM_OK)
-      return status == GPUMEM_ERR_OUT_OF_MEMORY ? gpumem__report_out_of_memory(mr, bytes, alignment)
-                                                : status;
-    if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))
-      mr->dev->note_handout(block, bytes, stream);
-    if (GPUMEM_UNLIKELY(gpumem__annotating()))
-      gpumem__annotate_block_add(block, bytes);
+      return gpumem__allocation_failed(mr, status, bytes, alignment);
+    gpumem__hand_out(mr, block, bytes, stream);
     *ptr = block;
     return GPUMEM_OK;
   }
@@ -589,8 +580,7 @@ gpumem_status gpumem__guarded_allocate(gpumem_resource *mr, size_t bytes, size_t
   if (status != GPUMEM_OK) {
     free(e);
     /* Out of memory, the last try was the block without guards: the request as asked. */
-    return status == GPUMEM_ERR_OUT_OF_MEMORY ? gpumem__report_out_of_memory(mr, bytes, alignment)
-                                              : status;
+    return gpumem__allocation_failed(mr, status, bytes, alignment);
   }
   e->ptr = (uintptr_t)e->base + e->front;
   if (GPUMEM_UNLIKELY(mr->dev->note_handout != NULL))

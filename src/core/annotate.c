@@ -186,8 +186,10 @@ void gpumem__annotate_block_add(void *ptr, size_t bytes) {
   pthread_mutex_unlock(&lock);
 }
 
-void gpumem__annotate_block_remove(gpumem_resource *mr, void *ptr, gpumem_stream stream,
-                                   size_t *bytes_registered) {
+/* Waits for the stream and unregisters ptr's region; *bytes_registered gets its size (0:
+ * none). */
+static void block_remove(gpumem_resource *mr, void *ptr, gpumem_stream stream,
+                         size_t *bytes_registered) {
   *bytes_registered = 0;
   pthread_mutex_lock(&lock);
   bool known = gpumem__sorted_find(&regions, (uintptr_t)ptr) < regions.count;
@@ -208,7 +210,12 @@ void gpumem__annotate_block_remove(gpumem_resource *mr, void *ptr, gpumem_stream
   pthread_mutex_unlock(&lock);
 }
 
-void gpumem__annotate_block_restore(void *ptr, size_t bytes_registered) {
-  if (bytes_registered)
-    gpumem__annotate_block_add(ptr, bytes_registered);
+gpumem_status gpumem__annotated_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                           size_t alignment, gpumem_stream stream) {
+  size_t registered;
+  block_remove(mr, ptr, stream, &registered);
+  gpumem_status status = mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+  if (status != GPUMEM_OK && registered)
+    gpumem__annotate_block_add(ptr, registered);
+  return status;
 }

@@ -43,14 +43,11 @@ bool gpumem__annotate_heap_remove(void *base);
  * it, if any (a block already registered, by a nested front end call, is left as it is). */
 void gpumem__annotate_block_add(void *ptr, size_t bytes);
 
-/* The front end is about to free `ptr` on `stream` through `mr`: waits for the stream and
- * unregisters the block's region, if it has one. *bytes_registered gets its size (0: none),
- * for gpumem__annotate_block_restore when the free then fails. */
-void gpumem__annotate_block_remove(gpumem_resource *mr, void *ptr, gpumem_stream stream,
-                                   size_t *bytes_registered);
-
-/* The free after gpumem__annotate_block_remove failed: the block is live again. */
-void gpumem__annotate_block_restore(void *ptr, size_t bytes_registered);
+/* The front end's free of `ptr` through `mr` while a tool watches: waits for the stream and
+ * unregisters the block's region, if it has one (the resource may hand the memory out again
+ * at once), then frees it; if the free fails, the block is registered again. */
+gpumem_status gpumem__annotated_deallocate(gpumem_resource *mr, void *ptr, size_t bytes,
+                                           size_t alignment, gpumem_stream stream);
 
 /* The calls into the tool, replaceable so that tests can watch them without a tool. A
  * heap handle of NULL means the tool refused the heap (or there is no tool). */
