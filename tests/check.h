@@ -93,6 +93,20 @@ static inline void check_init_backend(void) {
   printf("backend: %s\n", gpumem_backend_name());
 }
 
+/* A debug level asked for in GPUMEM_DEBUG that the build has is in force (so that a variant
+ * run at level 2 or 3 cannot pass as a plain run if the variable stops being read). */
+static inline void check_debug_level_in_force(void) {
+#ifdef GPUMEM__DEBUG_LEVEL
+  const char *asked = getenv("GPUMEM_DEBUG");
+  if (asked && asked[0] >= '1' && asked[0] <= '3' && !asked[1] &&
+      asked[0] - '0' <= GPUMEM__DEBUG_LEVEL) {
+    char expected[32];
+    snprintf(expected, sizeof expected, "GPUMEM_DEBUG=%s", asked);
+    CHECK_CONTAINS(gpumem_settings(), expected);
+  }
+#endif
+}
+
 /* True when the tests run on the simulated device. */
 static inline bool check_on_sim(void) {
   return strcmp(gpumem_backend_name(), "sim") == 0;

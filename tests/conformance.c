@@ -333,6 +333,7 @@ static void check_spec(const char *spec) {
 
 int main(int argc, char **argv) {
   check_init_backend();
+  check_debug_level_in_force();
   /* A resource the program names for specs composes as any other (default_specs). */
   gpumem_resource *named;
   CHECK_OK(gpumem_cuda_create(0, &named));

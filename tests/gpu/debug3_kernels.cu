@@ -161,11 +161,17 @@ int main(int argc, char **argv) {
     return SKIP_CODE;
   }
   GPUMEM_CHECK(status);
-  if (!strstr(gpumem_settings(), "GPUMEM_DEBUG=3") ||
-      !strstr(gpumem_settings(), "GPUMEM_DEBUG_QUARANTINE_BLOCKS=8")) {
+  const char *asked = getenv("GPUMEM_DEBUG");
+  if (!asked || strcmp(asked, "3") != 0) {
     printf("skipped: needs GPUMEM_DEBUG=3 and GPUMEM_DEBUG_QUARANTINE_BLOCKS=8 in a build with "
            "GPUMEM_DEBUG_LEVEL=3\n");
     return SKIP_CODE;
+  }
+  /* Asked for (this test is registered only in level-3 builds): it must be in force. */
+  if (!strstr(gpumem_settings(), "GPUMEM_DEBUG=3") ||
+      !strstr(gpumem_settings(), "GPUMEM_DEBUG_QUARANTINE_BLOCKS=8")) {
+    fprintf(stderr, "GPUMEM_DEBUG=3 was asked for but is not in force:\n%s\n", gpumem_settings());
+    return 1;
   }
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
