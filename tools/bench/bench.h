@@ -108,6 +108,11 @@ typedef struct bench_failure {
 /* Runs `count` ops in order with `slots` as the pointer table. Returns GPUMEM_OK, or the
  * status of the first failed op (described in *failure, whose phase the caller sets;
  * nothing after it runs). */
+/* Records in *failure that step `step` (op) failed with `status`, and the thread's message;
+ * returns status. */
+gpumem_status bench_note_failure(gpumem_status status, size_t step, const bench_op *op,
+                                 bench_failure *failure);
+
 gpumem_status bench_run_ops(bench_allocator *alloc, gpumem_stream stream, const bench_op *ops,
                             size_t count, void **slots, bench_failure *failure);
 

@@ -39,16 +39,6 @@ static gpumem_stream stream_of(const bench_trace *trace, gpumem_stream *streams,
   return trace->op_stream ? streams[trace->op_stream[op]] : streams[0];
 }
 
-static gpumem_status failed(gpumem_status status, size_t step, const bench_op *op,
-                            bench_failure *failure) {
-  failure->step = step;
-  failure->bytes = op->bytes;
-  failure->is_free = op->is_free != 0;
-  failure->status = status;
-  snprintf(failure->message, sizeof failure->message, "%s", gpumem_last_error_message());
-  return status;
-}
-
 /* Runs op `i`, and with `peak` reads the reserved bytes after an allocation. */
 static inline gpumem_status run_op(bench_allocator *alloc, const bench_trace *trace,
                                    gpumem_stream *streams, void **slots, size_t i, uint64_t *peak,
@@ -61,7 +51,7 @@ static inline gpumem_status run_op(bench_allocator *alloc, const bench_trace *tr
   if (status == GPUMEM_OK && peak && !op->is_free &&
       (status = alloc->reserved(alloc, &reserved)) == GPUMEM_OK && reserved > *peak)
     *peak = reserved;
-  return status == GPUMEM_OK ? status : failed(status, i, op, failure);
+  return status == GPUMEM_OK ? status : bench_note_failure(status, i, op, failure);
 }
 
 /* ---- one thread ---- */
@@ -179,7 +169,7 @@ static gpumem_status free_leftovers(bench_allocator *alloc, const bench_trace *t
     gpumem_stream stream = trace->leftover_stream ? streams[trace->leftover_stream[i]] : streams[0];
     gpumem_status status = alloc->deallocate(alloc, slots[op->slot], op->bytes, stream);
     if (status != GPUMEM_OK)
-      return failed(status, i, op, failure);
+      return bench_note_failure(status, i, op, failure);
   }
   synchronize_all(trace, streams);
   return GPUMEM_OK;

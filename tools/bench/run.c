@@ -24,8 +24,8 @@ void bench_sequence_free(bench_sequence *seq) {
 }
 
 /* Kept out of line so that the loops stay small. */
-static __attribute__((noinline)) gpumem_status
-note_failure(gpumem_status status, size_t step, const bench_op *op, bench_failure *failure) {
+__attribute__((noinline)) gpumem_status
+bench_note_failure(gpumem_status status, size_t step, const bench_op *op, bench_failure *failure) {
   failure->step = step;
   failure->bytes = op->bytes;
   failure->is_free = op->is_free != 0;
@@ -46,7 +46,7 @@ gpumem_status bench_run_ops(bench_allocator *alloc, gpumem_stream stream, const 
     gpumem_status status = op->is_free ? deallocate(alloc, slots[op->slot], op->bytes, stream)
                                        : allocate(alloc, op->bytes, stream, &slots[op->slot]);
     if (BENCH_UNLIKELY(status != GPUMEM_OK))
-      return note_failure(status, i, op, failure);
+      return bench_note_failure(status, i, op, failure);
   }
   return GPUMEM_OK;
 }
@@ -59,7 +59,7 @@ gpumem_status bench_run_ops_tracking_reserved(bench_allocator *alloc, gpumem_str
     if (op->is_free) {
       gpumem_status status = alloc->deallocate(alloc, slots[op->slot], op->bytes, stream);
       if (status != GPUMEM_OK)
-        return note_failure(status, i, op, failure);
+        return bench_note_failure(status, i, op, failure);
       continue;
     }
     gpumem_status status = alloc->allocate(alloc, op->bytes, stream, &slots[op->slot]);
@@ -67,7 +67,7 @@ gpumem_status bench_run_ops_tracking_reserved(bench_allocator *alloc, gpumem_str
     if (status == GPUMEM_OK)
       status = alloc->reserved(alloc, &reserved);
     if (status != GPUMEM_OK)
-      return note_failure(status, i, op, failure);
+      return bench_note_failure(status, i, op, failure);
     if (reserved > *peak)
       *peak = reserved;
   }
