@@ -10,9 +10,8 @@
  * another pushes, reads and pops all along, and past the last per-thread slot; the peak
  * exact where the design says so (threads taking turns, flush_bytes=1) and within its
  * stated bound where it does not. */
+#include "adaptors/stats.h"
 #include "check.h"
-#include "core/internal.h"
-#include "core/thread_slots.h"
 #include "gpumem/sim.h"
 
 #include <pthread.h>
@@ -558,6 +557,36 @@ static void test_crowd(void) {
   printf("%d threads at once (%d slots): exact current and totals\n", crowd, GPUMEM__THREAD_SLOTS);
 }
 
+/* ---- the validator ---- */
+
+/* The level-2 validator finds a corrupted counter stack and a slot open before its thread
+ * joined, naming each; undone, the resource validates again. */
+static void test_validator(void) {
+  gpumem_resource *mr = check_build("stats(pool(cuda, initial=4MiB))");
+  stats_resource *self = (stats_resource *)mr;
+  void *p;
+  CHECK_OK(gpumem_allocate(mr, 1000, NULL, &p));
+  gpumem_statistics before = {.size = sizeof before};
+  CHECK_OK(gpumem_statistics_push(mr, &before));
+  CHECK_OK(gpumem__validate(mr));
+  int64_t peak = self->saved[0].bytes.peak;
+  self->saved[0].bytes.peak = self->saved[0].bytes.current - 1;
+  CHECK_FAILS_WITH(gpumem__validate(mr), GPUMEM_ERR_INTERNAL, "stats: saved counters");
+  self->saved[0].bytes.peak = peak;
+  CHECK_OK(gpumem__validate(mr));
+  int unjoined = 0;
+  while (self->joined >> unjoined & 1)
+    unjoined++;
+  atomic_store(&self->slots[unjoined].gate.closed, 0);
+  CHECK_FAILS_WITH(gpumem__validate(mr), GPUMEM_ERR_INTERNAL, "stats: a slot is blocked");
+  atomic_store(&self->slots[unjoined].gate.closed, 1);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_statistics_pop(mr, &before));
+  CHECK_OK(gpumem_deallocate(mr, p, 1000, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("the validator finds a corrupted stack and slot\n");
+}
+
 int main(void) {
   check_init_backend();
   if (!check_on_sim()) {
@@ -578,6 +607,7 @@ int main(void) {
   test_threads("stats(arena(vmm), flush_bytes=1, flush_count=1)", 1, 1);
   test_peak_bound();
   test_crowd();
+  test_validator();
   printf("statistics: all checks passed\n");
   return 0;
 }
