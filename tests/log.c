@@ -88,8 +88,12 @@ static long line_seconds(const log_line *l) {
   return l->hour * 3600L + l->minute * 60L + l->second;
 }
 
+/* The log reads CLOCK_REALTIME; time() reads the coarse clock, which may lag it by a tick
+ * past a second's turn, so the bounds read the log's clock. */
 static long now_seconds(void) {
-  time_t now = time(NULL);
+  struct timespec clock;
+  clock_gettime(CLOCK_REALTIME, &clock);
+  time_t now = clock.tv_sec;
   struct tm local;
   CHECK(localtime_r(&now, &local) != NULL);
   return local.tm_hour * 3600L + local.tm_min * 60L + local.tm_sec;
