@@ -9,8 +9,12 @@
  * allocation that its slot's credit covers takes it with plain loads and stores; a free
  * gives its bytes back to the freeing thread's slot. Only when a slot runs dry does its
  * thread take the resource's mutex and draw from the global budget, a batch more than it
- * needs (an eighth of what is left, at most limit/512), so that batches shrink as the limit
- * nears; a slot holding more than four batches returns the surplus.
+ * needs (an eighth of what is left, at most limit/128), so that batches shrink as the limit
+ * nears; a slot holding more than four batches returns the surplus. A slot's credit walks
+ * up and down with its thread's allocations and frees, and the mutex is taken when it
+ * leaves [0, four batches]: with requests of 1 to 256 MiB under a 64 GiB limit, batches of
+ * limit/512 sent 6% of calls there, limit/128 sends 0.4% (BENCHMARKS.md's "large" workload
+ * run through a model of these rules).
  *
  * Exactness: before refusing, the refuser reclaims the credit of every slot into the global
  * budget, so an allocation fails only if the bytes allocated plus the request exceed the
@@ -344,7 +348,7 @@ gpumem_status gpumem_limit_create(gpumem_resource *upstream, const gpumem_limit_
   memset(self, 0, sizeof *self);
   gpumem__resource_init_pass_through(&self->header, &limit_ops, upstream);
   self->limit = (int64_t)maximum;
-  self->batch = self->limit / 512;
+  self->batch = self->limit / 128;
   self->global = self->limit;
   self->membarrier = gpumem__thread_barrier_available();
   for (int i = 0; i < MAX_SLOTS; i++) {

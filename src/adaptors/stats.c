@@ -64,9 +64,9 @@ static GPUMEM_NOINLINE void flush(stats_resource *self, stats_slot *slot) {
   store(&slot->bytes, 0);
   store(&slot->count, 0);
   int64_t sum_bytes =
-      atomic_fetch_add_explicit(&self->flushed_bytes, bytes, memory_order_relaxed) + bytes;
+      atomic_fetch_add_explicit(&self->flushed.bytes, bytes, memory_order_relaxed) + bytes;
   int64_t sum_count =
-      atomic_fetch_add_explicit(&self->flushed_count, count, memory_order_relaxed) + count;
+      atomic_fetch_add_explicit(&self->flushed.count, count, memory_order_relaxed) + count;
   raise_to(&slot->peak_bytes, sum_bytes);
   raise_to(&slot->peak_count, sum_count);
 }
@@ -79,8 +79,8 @@ static inline void slot_allocated(stats_resource *self, stats_slot *slot, int64_
   store(&slot->count, own_count);
   gpumem__slot_add(&slot->total_bytes, bytes);
   gpumem__slot_add(&slot->total_count, 1);
-  raise_to(&slot->peak_bytes, load(&self->flushed_bytes) + own_bytes);
-  raise_to(&slot->peak_count, load(&self->flushed_count) + own_count);
+  raise_to(&slot->peak_bytes, load(&self->flushed.bytes) + own_bytes);
+  raise_to(&slot->peak_count, load(&self->flushed.count) + own_count);
   if (GPUMEM_UNLIKELY(own_bytes >= load(&slot->flush_bytes)) ||
       GPUMEM_UNLIKELY(own_count >= load(&slot->flush_count)))
     flush(self, slot);
@@ -107,7 +107,7 @@ static void slot_changed(stats_resource *self, stats_slot *slot, int64_t bytes, 
   store(&slot->bytes, own_bytes);
   store(&slot->count, own_count);
   if (count > 0) /* a piece unmapped from the middle: two allocations where one was */
-    raise_to(&slot->peak_count, load(&self->flushed_count) + own_count);
+    raise_to(&slot->peak_count, load(&self->flushed.count) + own_count);
   int64_t most_bytes = load(&slot->flush_bytes), most_count = load(&slot->flush_count);
   if (own_bytes <= -most_bytes || own_bytes >= most_bytes || own_count <= -most_count ||
       own_count >= most_count)
@@ -226,8 +226,8 @@ static void count_change(stats_resource *self, int64_t bytes, int64_t count, int
  * stopped, or while one thread alone counts (its slot holds all there is). */
 static stats_frame top_frame(const stats_resource *self) {
   stats_frame top = {
-      .bytes = {load(&self->flushed_bytes), self->peak_bytes, self->total_bytes},
-      .count = {load(&self->flushed_count), self->peak_count, self->total_count},
+      .bytes = {load(&self->flushed.bytes), self->peak_bytes, self->total_bytes},
+      .count = {load(&self->flushed.count), self->peak_count, self->total_count},
   };
   const stats_slot *spill = &self->spill;
   for (int i = -1; i < MAX_SLOTS; i++) {
@@ -257,8 +257,8 @@ static void set_top(stats_resource *self, const stats_frame *top) {
     store(&slot->peak_bytes, 0);
     store(&slot->peak_count, 0);
   }
-  store(&self->flushed_bytes, top->bytes.current);
-  store(&self->flushed_count, top->count.current);
+  store(&self->flushed.bytes, top->bytes.current);
+  store(&self->flushed.count, top->count.current);
   self->peak_bytes = top->bytes.peak;
   self->peak_count = top->count.peak;
   self->total_bytes = top->bytes.total;

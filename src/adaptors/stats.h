@@ -30,7 +30,9 @@ typedef struct stats_resource {
   gpumem__thread_slots owners;
   /* The shared sums of the top counters' current values: read at every allocation, written
    * when a thread adds its changes (rarely) or the stack moves. */
-  _Alignas(GPUMEM__SLOT_ALIGN) _Atomic int64_t flushed_bytes, flushed_count;
+  struct {
+    _Atomic int64_t bytes, count;
+  } __attribute__((aligned(GPUMEM__SLOT_ALIGN))) flushed; /* one line: one miss after a flush */
   _Alignas(GPUMEM__SLOT_ALIGN) pthread_mutex_t lock;
   /* The rest is under the lock. */
   uint64_t joined; /* a bit per slot whose thread has joined */

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# adaptor-overheads.sh: what the pass-through adaptors cost over their upstream, measured so
+# that a noisy host moves the figure little. One pass is milliseconds, and a host shared
+# with other jobs slows some passes several-fold, so a single run of each resource after the
+# other can put a quiet bare run beside a slowed adaptor run. Here each round runs every
+# resource of a set in one process (medians of --repeat passes each), the rounds alternate,
+# and the figure is the median over rounds of each round's difference (one thread: ns per
+# operation over the bare resource) or ratio (16 threads: share of the bare throughput).
+#
+# Usage: scripts/adaptor-overheads.sh [ROUNDS] (default 5); GPUMEM_DEVICE picks the device
+# as for gpumem-bench. Logs go to $OUT (or ./gpu-out); the table is printed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+bench=${GPUMEM_BENCH:-build/bin/gpumem-bench}
+log="$out/adaptor-overheads.jsonl"
+: >"$log"
+
+for ((round = 1; round <= rounds; round++)); do
+  "$bench" random --workload small,mixed,large --resource "pool(vmm)" \
+    --resource "limit(pool(vmm), max=64GiB)" --resource "stats(pool(vmm))" \
+    --resource "aligned(pool(vmm), alignment=256)" --resource "prefetch(pool(vmm))" \
+    --resource "retry(pool(vmm))" --repeat 7 |
+    sed "s/^{/{\"round\":$round,/" >>"$log"
+  "$bench" threads --threads 16 --resource "arena(vmm)" \
+    --resource "limit(arena(vmm), max=64GiB)" --resource "stats(arena(vmm))" --repeat 7 |
+    sed "s/^{/{\"round\":$round,/" >>"$log"
+done
+
+python3 - "$log" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+def figure(bench, resource, workload, rnd):
+    for r in rows:
+        if (r["bench"], r["resource"], r["workload"], r["round"]) == (bench, resource, workload, rnd):
+            return r["ns_per_op"] if bench == "random" else r["mops"]
+rounds = sorted({r["round"] for r in rows})
+print("One thread, ns per operation over pool(vmm): median over %d rounds (each round's figures)" % len(rounds))
+for resource in ["limit(pool(vmm), max=64GiB)", "stats(pool(vmm))", "aligned(pool(vmm), alignment=256)",
+                 "prefetch(pool(vmm))", "retry(pool(vmm))"]:
+    cells = []
+    for workload in ["small", "mixed", "large"]:
+        diffs = [figure("random", resource, workload, n) - figure("random", "pool(vmm)", workload, n)
+                 for n in rounds]
+        cells.append("%+.1f (%s)" % (statistics.median(diffs), " ".join("%+.1f" % d for d in diffs)))
+    print("  %-36s small %s | mixed %s | large %s" % (resource, *cells))
+bare = [figure("random", "pool(vmm)", w, n) for w in ["small", "mixed", "large"] for n in rounds]
+print("  pool(vmm) itself: %.1f to %.1f ns" % (min(bare), max(bare)))
+print("16 threads, share of arena(vmm)'s throughput: median over rounds (each round's)")
+for resource in ["limit(arena(vmm), max=64GiB)", "stats(arena(vmm))"]:
+    shares = [figure("threads", resource, "threads", n) / figure("threads", "arena(vmm)", "threads", n)
+              for n in rounds]
+    print("  %-36s %.0f%% (%s)" % (resource, 100 * statistics.median(shares),
+                                    " ".join("%.0f%%" % (100 * s) for s in shares)))
+arena = [figure("threads", "arena(vmm)", "threads", n) for n in rounds]
+print("  arena(vmm) itself: %.1f to %.1f Mops/s" % (min(arena), max(arena)))
+EOF
