@@ -46,6 +46,13 @@ for resource in ["limit(pool(vmm), max=64GiB)", "stats(pool(vmm))", "aligned(poo
                  for n in rounds]
         cells.append("%+.1f (%s)" % (statistics.median(diffs), " ".join("%+.1f" % d for d in diffs)))
     print("  %-36s small %s | mixed %s | large %s" % (resource, *cells))
+def fastest(resource, workload):
+    return min(r["ns_per_op_min"] for r in rows
+               if (r["bench"], r["resource"], r["workload"]) == ("random", resource, workload))
+print("  the same from each resource's fastest pass over all rounds (the host's least slowed):")
+for resource in ["limit(pool(vmm), max=64GiB)", "stats(pool(vmm))"]:
+    print("  %-36s %s" % (resource, " / ".join(
+        "%+.1f" % (fastest(resource, w) - fastest("pool(vmm)", w)) for w in ["small", "mixed", "large"])))
 bare = [figure("random", "pool(vmm)", w, n) for w in ["small", "mixed", "large"] for n in rounds]
 print("  pool(vmm) itself: %.1f to %.1f ns" % (min(bare), max(bare)))
 print("16 threads, share of arena(vmm)'s throughput: median over rounds (each round's)")
