@@ -14,6 +14,7 @@ import re
 import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
 
 
 def cuda_include_dir():
@@ -74,4 +75,23 @@ extension = Extension(
     libraries=["dl", "m", "pthread"],
 )
 
-setup(version=header_version(), ext_modules=[extension])
+
+
+class build_py_with_pth(build_py):
+    """Also puts python/gpumem_as_rmm.pth at the top of the built tree, so that it lands in
+    site-packages itself, where the interpreter runs .pth files at start: with
+    GPUMEM_AS_RMM=1 it installs gpumem's rmm layer (docs/rmm-compat.md); without, it does
+    nothing and imports nothing."""
+
+    PTH = "gpumem_as_rmm.pth"
+
+    def run(self):
+        super().run()
+        self.copy_file(os.path.join("python", self.PTH), os.path.join(self.build_lib, self.PTH))
+
+    def get_outputs(self, include_bytecode=True):
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, self.PTH)]
+
+
+setup(version=header_version(), ext_modules=[extension],
+      cmdclass={"build_py": build_py_with_pth})

@@ -23,6 +23,7 @@ from ._lib import (
     OutOfMemoryError,
     to_device,
 )
+from ._rmm_alias import install_as_rmm  # RMM's names for this process: docs/rmm-compat.md
 
 __all__ = [
     "DeviceBuffer",
@@ -33,6 +34,7 @@ __all__ = [
     "disable_logging",
     "enable_logging",
     "get_log_filenames",
+    "install_as_rmm",
     "is_initialized",
     "mr",
     "reinitialize",

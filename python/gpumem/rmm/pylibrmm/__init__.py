@@ -1,0 +1,8 @@
+"""rmm.pylibrmm: where RMM keeps its compiled classes (DeviceBuffer, streams, resources);
+here, gpumem's under RMM's names. CudaStreamPool is absent until gpumem has a stream pool
+(docs/rmm-compat.md)."""
+from . import memory_resource
+from .device_buffer import DeviceBuffer
+from .stream import CudaStreamFlags
+
+__all__ = ["CudaStreamFlags", "DeviceBuffer", "memory_resource"]
