@@ -3,6 +3,7 @@ the same names (they use rmm.mr.StatisticsResourceAdaptor, which is gpumem's).""
 from gpumem.statistics import (
     ProfilerRecords,
     Statistics,
+    _get_descriptive_name_of_object,  # RMM's tests name it: the profiler's record names
     default_profiler_records,
     enable_statistics,
     get_statistics,
