@@ -104,6 +104,22 @@ def test_resource_type_functions():
     assert rmm.mr.get_per_device_resource_type(0) is rmm.mr.PoolMemoryResource
 
 
+def test_flush_logs(tmp_path):
+    from gpumem.rmm.pylibrmm.memory_resource._memory_resource import _flush_logs
+
+    log = gpumem.mr.LoggingResourceAdaptor(gpumem.mr.CudaMemoryResource(),
+                                           str(tmp_path / "log.csv"))
+    gpumem.mr.set_per_device_resource(0, log)
+    buffer = gpumem.DeviceBuffer(size=1000)
+    _flush_logs()
+    # Flushed, the file holds the events and ends there (the log's unflushed tail is
+    # zeros of the space it reserves).
+    with open(log.get_file_name(), encoding="utf-8") as text:
+        lines = text.read().split("\n")
+    assert ",1000," in lines[1] and lines[2:] == [""]
+    del buffer
+
+
 def test_version_is_rmm_style():
     import gpumem.rmm as rmm
 
@@ -243,6 +259,19 @@ def test_old_names_and_allocator_modules(tmp_path):
                      if n in dir(rmm)))
         """, tmp_path).stdout.split("\n")
     assert output[:2] == ["True", "['RMMNumbaManager', 'rmm_cupy_allocator', 'to_device']"]
+
+
+def test_import_rmm_loads_what_rmm_loads(tmp_path):
+    # After a bare `import rmm`, RMM's code reaches these as attributes.
+    output = as_rmm("""
+        import rmm
+        print(rmm._cuda.gpu.getDevice(), rmm.statistics.statistics.__name__,
+              rmm.pylibrmm.stream.CudaStreamFlags.NON_BLOCKING.value,
+              rmm.pylibrmm.memory_resource._memory_resource.__name__,
+              rmm.pylibrmm.logger.level_enum.info.name, rmm.mr.experimental.__name__)
+        """, tmp_path).stdout.split()
+    assert output == ["0", "statistics", "1", "gpumem.rmm.pylibrmm.memory_resource._memory_resource",
+                      "info", "gpumem.rmm.mr.experimental"]
 
 
 def test_one_module_under_two_names(tmp_path):

@@ -13,7 +13,10 @@ import importlib
 
 import gpumem as _gpumem
 
-from . import mr
+# `import rmm` loads these in RMM too (its resources use them), and code relies on it:
+# rmm._cuda.gpu.getDevice() and rmm.statistics.statistics() work after `import rmm`.
+from . import _cuda, mr, pylibrmm, statistics
+from ._cuda import gpu as _gpu  # noqa: F401 -- makes rmm._cuda.gpu an attribute
 from ._version import __git_commit__, __version__
 from .mr import disable_logging, enable_logging, get_log_filenames
 from .pylibrmm.device_buffer import DeviceBuffer

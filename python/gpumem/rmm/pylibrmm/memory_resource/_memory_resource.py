@@ -1,6 +1,6 @@
 """rmm.pylibrmm.memory_resource._memory_resource: where RMM defines its resources (the
 package and rmm.mr re-export them). Every name is gpumem.mr's (or gpumem's) object under RMM's name; the only code of the layer
-is RMM's two `_type` functions. Resources RMM has and gpumem lacks (CudaAsyncViewMemoryResource,
+is RMM's two `_type` functions and _flush_logs, each a few calls of gpumem's public API. Resources RMM has and gpumem lacks (CudaAsyncViewMemoryResource,
 SamHeadroomMemoryResource) are absent, not faked: docs/rmm-compat.md lists them."""
 import gpumem as _gpumem
 from gpumem import mr as _mr
@@ -44,6 +44,15 @@ def get_per_device_resource_type(device):
 def get_current_device_resource_type():
     """The class of the current device's current resource."""
     return type(get_current_device_resource())
+
+
+def _flush_logs():
+    """Flushes the LoggingResourceAdaptor of every device whose resource was set (RMM's
+    private helper, which RMM's tests call before reading a log)."""
+    for device in get_log_filenames():  # the devices whose resource was set
+        resource = get_per_device_resource(device)
+        if isinstance(resource, LoggingResourceAdaptor):
+            resource.flush()
 
 
 __all__ = [
