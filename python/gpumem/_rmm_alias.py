@@ -88,17 +88,6 @@ def install_as_rmm():
         sys.meta_path.insert(0, _AliasFinder())
 
 
-def uninstall_as_rmm():
-    """Removes the finder and forgets the `rmm` names (for tests; modules that already hold
-    the layer keep it)."""
-    finder = _installed_finder()
-    if finder is not None:
-        sys.meta_path.remove(finder)
-    for name in [name for name in sys.modules if name == _ALIAS or name.startswith(_ALIAS + ".")]:
-        if getattr(sys.modules[name], "__name__", "").startswith(_TARGET):
-            del sys.modules[name]
-
-
 def _install_at_startup():
     """Run by gpumem_as_rmm.pth when the interpreter starts: installs the layer when
     GPUMEM_AS_RMM=1. Never raises: a broken start-up hook must not stop the interpreter, so

@@ -29,6 +29,9 @@ def main(argv):
     if argv[0] in ("-m", "-c") and len(argv) < 2:
         sys.stderr.write(f"gpumem.as_rmm: {argv[0]} needs an argument\n{_USAGE}")
         return 2
+    if argv[0] not in ("-m", "-c") and not os.path.exists(argv[0]):
+        sys.stderr.write(f"gpumem.as_rmm: can't open file {argv[0]!r}\n")
+        return 2
     os.environ[ENVIRONMENT_VARIABLE] = "1"
     install_as_rmm()
     if argv[0] == "-m":

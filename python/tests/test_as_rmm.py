@@ -2,9 +2,9 @@
 install_as_rmm(), `python -m gpumem.as_rmm`, and GPUMEM_AS_RMM=1 through the .pth file in
 site-packages (docs/rmm-compat.md). The layer is checked in this process as gpumem.rmm;
 everything that installs `rmm` runs in a fresh interpreter, so this process never has it.
-The snippets of RMM's user guides (/work/shared/seeds 000 and 001, copied into the test
-below as data) run as they are written under `python -m gpumem.as_rmm`, where they need no
-GPU library.
+The snippets of RMM's user guides that gpumem was started from (the seeds 000 and 001, read
+from /work/shared/seeds or GPUMEM_SEEDS; skipped where they are not) run as they are
+written under `python -m gpumem.as_rmm`, where they need no GPU library.
 """
 import ast
 import doctest
@@ -356,6 +356,8 @@ def test_runner_forms(tmp_path):
     assert result.returncode == 2 and "usage" in result.stderr
     result = run(["-m", "gpumem.as_rmm", "-m"], tmp_path, check=False)
     assert result.returncode == 2 and "-m needs an argument" in result.stderr
+    result = run(["-m", "gpumem.as_rmm", "missing.py"], tmp_path, check=False)
+    assert result.returncode == 2 and "can't open file 'missing.py'" in result.stderr
 
 
 # Left out of the seeds' snippets: those that need a GPU library (CuPy, Numba, PyTorch);
