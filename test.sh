@@ -48,7 +48,9 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 echo "== Python package =="
 python3 -m venv build/venv
 build/venv/bin/python -m pip install -q --upgrade pip
-GPUMEM_WERROR=1 build/venv/bin/python -m pip install -q pytest numpy .
+# distributed: python/tests/test_dask.py runs a cluster of worker processes (it skips
+# where distributed is absent); pinned to a release that supports Python 3.10 to 3.14.
+GPUMEM_WERROR=1 build/venv/bin/python -m pip install -q pytest numpy distributed==2026.8.0 .
 gpu_python=()
 [ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
 (cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
