@@ -195,13 +195,15 @@ def layer_installed_at_start():
     return probe.stdout.strip() == "gpumem.rmm"
 
 
-def test_rmm_program_runs_on_gpumem_under_as_rmm(tmp_path):
+@pytest.mark.parametrize("managed", [False, True], ids=["pool", "managed-pool"])
+def test_rmm_program_runs_on_gpumem_under_as_rmm(managed):
     if importlib.util.find_spec("rmm") is not None:
         pytest.skip("a module named rmm is installed here; the layer never replaces it")
     if not layer_installed_at_start():
         pytest.skip("gpumem's .pth file is not installed (pip install . installs it)")
     result = run_program("--cluster", "local", "--workers", "2", "--pool-size", "64MiB",
-                         "--chunks", "6", "--chunk-elements", str(64 * 1024))
+                         "--chunks", "6", "--chunk-elements", str(64 * 1024),
+                         *(["--managed"] if managed else []))
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     report = json.loads(result.stdout)
     assert report["failures"] == []
@@ -213,7 +215,7 @@ def test_rmm_program_runs_on_gpumem_under_as_rmm(tmp_path):
         assert Path(worker["rmm_file"]).parent == Path(gpumem.__file__).parent / "rmm"
         assert worker["GPUMEM_AS_RMM"] == "1"
         assert worker["resource_type"] == "gpumem.mr.StatisticsResourceAdaptor"
-        assert worker["pool_spec"].startswith("pool(")
+        assert worker["pool_spec"].startswith("pool(managed(" if managed else "pool(")
         assert ", initial=67108864, max=0)" in worker["pool_spec"]
     chunk_bytes = 64 * 1024 * 8
     assert sorted(held["chunks"] for held in report["held"].values()) == [3, 3]

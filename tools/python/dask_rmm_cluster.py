@@ -6,17 +6,19 @@ worker process, whose interpreter then installs the layer at start).
 
     python -m gpumem.as_rmm tools/python/dask_rmm_cluster.py --cluster cuda
         dask_cuda.LocalCUDACluster(rmm_pool_size="1GB", rmm_allocator_external_lib_list=
-        ["cupy"]): one worker per GPU, CuPy arrays (needs dask-cuda, CuPy and a GPU)
+        ["cupy"]): one worker per GPU, CuPy arrays (needs dask-cuda, CuPy and a GPU);
+        --managed adds rmm_managed_memory=True
     python -m gpumem.as_rmm tools/python/dask_rmm_cluster.py --cluster local [--arrays cupy]
         distributed.LocalCluster of --workers processes with a worker plugin making
-        dask-cuda's calls (RMMSetup's rmm.reinitialize, its CuPy allocator set-up); arrays are
-        rmm.DeviceBuffer (runs on the simulated device: the test suite runs it) or CuPy arrays
+        dask-cuda's calls (RMMSetup's rmm.reinitialize, its CuPy allocator set-up), or with
+        --setup dask-cuda dask-cuda's RMMSetup plugin itself; arrays are rmm.DeviceBuffer
+        (runs on the simulated device: the test suite runs it) or CuPy arrays
 
 Workers then make chunks of device memory, sum them on the worker, and one task combines
 every chunk on one worker (the others' chunks travel to it and land in its memory). Checks:
 the client's and every worker's `rmm` is gpumem.rmm; each worker's current resource is
-gpumem's pool with the requested initial size (under the statistics adaptor this program
-adds); CuPy's allocator is gpumem's; the sums equal NumPy's; while the chunks are held, each
+gpumem's pool with the requested initial size, over managed memory with --managed (under
+the statistics adaptor this program adds); CuPy's allocator is gpumem's; the sums equal NumPy's; while the chunks are held, each
 worker's gpumem resource holds at least their bytes, and after they are released it holds
 what it held before; the statistics read back from each worker count the allocations.
 Prints one JSON object (every figure) and exits 0 when every check passes, else 1 with the
@@ -38,8 +40,13 @@ def parse_args(argv):
     parser.add_argument("--arrays", choices=["cupy", "buffer"], default=None,
                         help="cupy (the default with --cluster cuda) or rmm.DeviceBuffer")
     parser.add_argument("--workers", type=int, default=2, help="--cluster local only")
+    parser.add_argument("--setup", choices=["own", "dask-cuda"], default="own",
+                        help="--cluster local only: this program's plugin making dask-cuda's "
+                        "calls, or dask_cuda.plugins.RMMSetup itself")
     parser.add_argument("--pool-size", default="1GB",
                         help="the pool's initial size, as rmm_pool_size takes it")
+    parser.add_argument("--managed", action="store_true",
+                        help="rmm_managed_memory=True: the pool over managed memory")
     parser.add_argument("--chunks", type=int, default=8)
     parser.add_argument("--chunk-elements", type=int, default=1 << 22, help="float64 each")
     args = parser.parse_args(argv)
@@ -71,14 +78,15 @@ class RMMLikeSetup(WorkerPlugin):
     idempotent = True
     name = "rmm-like-setup"
 
-    def __init__(self, pool_size, cupy_allocator):
+    def __init__(self, pool_size, managed_memory, cupy_allocator):
         self.pool_size = pool_size
+        self.managed_memory = managed_memory
         self.cupy_allocator = cupy_allocator
 
     def setup(self, worker=None):
         import rmm
 
-        rmm.reinitialize(pool_allocator=True, managed_memory=False,
+        rmm.reinitialize(pool_allocator=True, managed_memory=self.managed_memory,
                          initial_pool_size=self.pool_size, maximum_pool_size=None,
                          logging=False, log_file_name=None)
         if self.cupy_allocator:
@@ -86,6 +94,18 @@ class RMMLikeSetup(WorkerPlugin):
             from rmm.allocators.cupy import rmm_cupy_allocator
 
             cupy.cuda.set_allocator(rmm_cupy_allocator)
+
+
+def setup_plugin(args, pool_bytes):
+    cupy = args.arrays == "cupy"
+    if args.setup == "own":
+        return RMMLikeSetup(pool_bytes, args.managed, cupy)
+    from dask_cuda.plugins import RMMSetup
+
+    return RMMSetup(initial_pool_size=args.pool_size, maximum_pool_size=None,
+                    managed_memory=args.managed, async_alloc=False, release_threshold=None,
+                    log_directory=None, track_allocations=False,
+                    external_lib_list=["cupy"] if cupy else None)
 
 
 def enable_statistics():
@@ -176,7 +196,7 @@ def start_cluster(args):
     if args.cluster == "cuda":
         from dask_cuda import LocalCUDACluster
 
-        return LocalCUDACluster(rmm_pool_size=args.pool_size,
+        return LocalCUDACluster(rmm_pool_size=args.pool_size, rmm_managed_memory=args.managed,
                                 rmm_allocator_external_lib_list=["cupy"] if args.arrays == "cupy"
                                 else None, dashboard_address=None)
     from distributed import LocalCluster
@@ -200,7 +220,9 @@ def run(args):
 
     import rmm
 
-    result = {"client_rmm_module": rmm.__name__, "cluster": args.cluster, "arrays": args.arrays}
+    result = {"client_rmm_module": rmm.__name__, "cluster": args.cluster, "arrays": args.arrays,
+              "managed": args.managed,
+              "setup": "dask-cuda" if args.cluster == "cuda" else args.setup}
     failures = []
 
     def check(condition, what):
@@ -214,7 +236,7 @@ def run(args):
     started = time.monotonic()
     with start_cluster(args) as cluster, Client(cluster) as client:
         if args.cluster == "local":
-            client.register_plugin(RMMLikeSetup(pool_bytes, args.arrays == "cupy"))
+            client.register_plugin(setup_plugin(args, pool_bytes))
         result["start_s"] = round(time.monotonic() - started, 2)
         client.run(enable_statistics)
         before = client.run(worker_report)
@@ -225,8 +247,11 @@ def run(args):
                   f"{address}: rmm is {report['rmm_module']} ({report['rmm_file']})")
             check(report["resource_is_gpumem"], f"{address}: resource {report['resource_type']}")
             pool = report["pool_spec"] or ""
-            check(pool.startswith("pool(") and f"initial={pool_bytes}," in pool,
-                  f"{address}: expected gpumem's pool of initial={pool_bytes}, got {pool!r}")
+            upstream = "pool(managed(" if args.managed else "pool(vmm(" if report[
+                "backend"] == "sim" else "pool("  # on a GPU: vmm where the device has it
+            check(pool.startswith(upstream) and f"initial={pool_bytes}," in pool,
+                  f"{address}: expected gpumem's {upstream}...) of initial={pool_bytes}, got "
+                  f"{pool!r}")
             check(report["reserved_bytes"] >= pool_bytes,
                   f"{address}: reserves {report['reserved_bytes']} < {pool_bytes}")
             if args.arrays == "cupy":
@@ -293,7 +318,8 @@ def main(argv):
     print(json.dumps(result, indent=1, sort_keys=True))
     for failure in result["failures"]:
         print(f"FAILED: {failure}", file=sys.stderr)
-    print(f"{'ok' if not result['failures'] else 'FAILED'}: {args.cluster} cluster, "
+    print(f"{'ok' if not result['failures'] else 'FAILED'}: {args.cluster} cluster "
+          f"({result['setup']} set-up{', managed memory' if args.managed else ''}), "
           f"{len(result['workers'])} worker(s), {args.arrays} arrays on gpumem "
           f"({result['seconds']} s)", file=sys.stderr)
     return 1 if result["failures"] else 0
