@@ -3,7 +3,7 @@
 # no package registry): LocalCUDACluster(rmm_pool_size="1GB", rmm_allocator_external_lib_list=
 # ["cupy"]) started under `python -m gpumem.as_rmm`, whose workers (one per GPU) `import rmm`
 # and call rmm.reinitialize as dask-cuda does and get gpumem's layer through GPUMEM_AS_RMM=1;
-# the same with rmm_managed_memory=True; then a distributed.LocalCluster of two workers on GPU 0 making dask-cuda's calls, so that
+# the same with rmm_managed_memory=True, and with rmm_async=True; then a distributed.LocalCluster of two workers on GPU 0 making dask-cuda's calls, so that
 # CuPy arrays travel between workers on a one-GPU machine; then test_dask.py on the GPU. The
 # program, tools/python/dask_rmm_cluster.py, computes CuPy arrays across the workers and
 # checks that every worker's rmm is gpumem.rmm, its current resource gpumem's pool of the
@@ -115,6 +115,8 @@ if [ $gpu = 1 ]; then
     --chunk-elements $((1 << 24))
   run_program dask-cuda-managed --cluster cuda --pool-size 1GB --managed --arrays cupy \
     --chunks 8 --chunk-elements $((1 << 24))
+  run_program dask-cuda-async --cluster cuda --async --arrays cupy --chunks 8 \
+    --chunk-elements $((1 << 24))
   run_program local-cupy --cluster local --setup dask-cuda --workers 2 --pool-size 1GB \
     --arrays cupy --chunks 8 --chunk-elements $((1 << 24))
   test_env=(env GPUMEM_TEST_GPU=1)
@@ -123,6 +125,8 @@ else
     --chunks 8 --chunk-elements $((1 << 18))
   run_program local-buffer-managed --cluster local --setup dask-cuda --workers 2 --managed \
     --pool-size 64MiB --chunks 8 --chunk-elements $((1 << 18))
+  run_program local-buffer-async --cluster local --setup dask-cuda --workers 2 --async \
+    --chunks 8 --chunk-elements $((1 << 18))
   test_env=(env GPUMEM_DEVICE=sim)
 fi
 if "$py" -c 'import pytest' 2>/dev/null; then

@@ -195,15 +195,15 @@ def layer_installed_at_start():
     return probe.stdout.strip() == "gpumem.rmm"
 
 
-@pytest.mark.parametrize("managed", [False, True], ids=["pool", "managed-pool"])
-def test_rmm_program_runs_on_gpumem_under_as_rmm(managed):
+@pytest.mark.parametrize("option", [None, "--managed", "--async"])
+def test_rmm_program_runs_on_gpumem_under_as_rmm(option):
     if importlib.util.find_spec("rmm") is not None:
         pytest.skip("a module named rmm is installed here; the layer never replaces it")
     if not layer_installed_at_start():
         pytest.skip("gpumem's .pth file is not installed (pip install . installs it)")
     result = run_program("--cluster", "local", "--workers", "2", "--pool-size", "64MiB",
                          "--chunks", "6", "--chunk-elements", str(64 * 1024),
-                         *(["--managed"] if managed else []))
+                         *([option] if option else []))
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     report = json.loads(result.stdout)
     assert report["failures"] == []
@@ -215,8 +215,12 @@ def test_rmm_program_runs_on_gpumem_under_as_rmm(managed):
         assert Path(worker["rmm_file"]).parent == Path(gpumem.__file__).parent / "rmm"
         assert worker["GPUMEM_AS_RMM"] == "1"
         assert worker["resource_type"] == "gpumem.mr.StatisticsResourceAdaptor"
-        assert worker["pool_spec"].startswith("pool(managed(" if managed else "pool(")
-        assert ", initial=67108864, max=0)" in worker["pool_spec"]
+        if option == "--async":  # dask-cuda's rmm_async: rmm.mr.CudaAsyncMemoryResource
+            assert worker["pool_spec"].startswith("async(")
+        else:
+            assert worker["pool_spec"].startswith(
+                "pool(managed(" if option == "--managed" else "pool(")
+            assert ", initial=67108864, max=0)" in worker["pool_spec"]
     chunk_bytes = 64 * 1024 * 8
     assert sorted(held["chunks"] for held in report["held"].values()) == [3, 3]
     for held in report["held"].values():
@@ -226,6 +230,20 @@ def test_rmm_program_runs_on_gpumem_under_as_rmm(managed):
     assert report["total"] == expected
     assert report["combine_live_bytes"] >= 6 * chunk_bytes
     assert all(after["live_bytes"] == 0 for after in report["after"].values())
+
+
+def test_layer_at_interpreter_start_touches_no_device():
+    # A Dask nanny sets the worker's environment (dask-cuda: CUDA_VISIBLE_DEVICES) after the
+    # worker's interpreter has started and run gpumem's .pth file: the layer must not have
+    # chosen a backend or opened a device by then (select_backend fails once one is in use).
+    if not layer_installed_at_start():
+        pytest.skip("gpumem's .pth file is not installed (pip install . installs it)")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; loaded = 'gpumem' in sys.modules; import gpumem; "
+         f"gpumem.select_backend({gpumem.backend()!r}); print(loaded)"],
+        env=dict(os.environ, GPUMEM_AS_RMM="1"), capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "True"  # the layer was installed at start, yet no device
 
 
 def test_rmm_program_without_as_rmm_finds_no_rmm():
