@@ -91,7 +91,8 @@ py=$venv/bin/python
 pip_offline=($python -m pip --python "$py" install -q --no-index --find-links "$wheels")
 {
   "${pip_offline[@]}" --no-deps dask-cuda rapids-dask-dependency &&
-    "${pip_offline[@]}" dask distributed click nvidia-ml-py pandas zict cuda-core cuda-bindings &&
+    "${pip_offline[@]}" dask==2026.7.1 distributed==2026.7.1 click nvidia-ml-py pandas zict \
+      'cuda-core>=0.5.1,<2' cuda-bindings &&
     $python -m pip --python "$py" install -q --no-build-isolation --no-deps .
 } >"$out/pip-dask.log" 2>&1
 rc=$?
@@ -104,7 +105,7 @@ status=0
 run_program() { # name, then the program's arguments
   local name=$1
   shift
-  timeout 300 "$py" -m gpumem.as_rmm "$program" "$@" >"$out/$name.json" 2>"$out/$name.log"
+  timeout --kill-after=10 180 "$py" -m gpumem.as_rmm "$program" "$@" >"$out/$name.json" 2>"$out/$name.log"
   local rc=$?
   [ $rc -eq 0 ] || status=1
   summary "$name: rc=$rc; $(tail -1 "$out/$name.log")"
