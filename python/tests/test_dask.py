@@ -4,8 +4,9 @@ README shows, with client.run(gpumem.reinitialize, ...), or through a worker plu
 restarted workers run again); tasks allocate gpumem.DeviceBuffers, copy data through device
 memory and return what they compute from it, buffers travel between workers, and the
 statistics each worker keeps are read back. Last, a program written for RMM (dask-cuda's
-calls in a worker plugin: `import rmm`, rmm.reinitialize) runs under
-`python -m gpumem.as_rmm`, whose GPUMEM_AS_RMM=1 gives every worker gpumem's layer as rmm.
+calls in a worker plugin: `import rmm`, then rmm.reinitialize for a pool or a managed pool,
+or rmm.mr.CudaAsyncMemoryResource for rmm_async) runs under `python -m gpumem.as_rmm`, whose
+GPUMEM_AS_RMM=1 gives every worker gpumem's layer as rmm.
 
 Skipped where distributed is not installed (test.sh installs it).
 """
