@@ -38,7 +38,7 @@ def on_the_simulated_device():
     print(f"device memory: {total // MiB} MiB; allocating {size // MiB} MiB of managed memory")
     data = gpumem.DeviceBuffer(size=size)  # from the current resource: managed memory
     count = size // 4
-    data.copy_from_host(np.ones(count, dtype=np.float32))
+    data.copy_from_host(np.ones(count, dtype=np.float32).view(np.uint8))
     total_of_ones = data.copy_to_host().view(np.float32).sum(dtype=np.float64)
     print(f"sum of {count} ones read back: {total_of_ones:.0f}")
     try:

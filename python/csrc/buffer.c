@@ -1,14 +1,43 @@
 /* buffer.c: gpumem._lib.DeviceBuffer, RMM's DeviceBuffer over gpumem_buffer: an untyped,
- * resizable block of device memory with a stream, that exposes __cuda_array_interface__,
- * copies to and from host memory (anything with the buffer protocol) and other device
- * arrays, and pickles through host bytes. Copies from host memory wait for their stream
- * before returning, because the Python object lending the bytes may go away right after. */
+ * resizable block of device memory with a stream (a gpumem.Stream as .stream) and the
+ * resource it came from (.mr), that exposes __cuda_array_interface__, copies to and from
+ * host memory (1-D arrays of bytes, as RMM takes) and other device arrays, and pickles
+ * through host bytes (out of band with protocol 5). Copies from host memory wait for their
+ * stream before returning, because the Python object lending the bytes may go away right
+ * after. Also RMM's copy_ptr_to_host, copy_host_to_ptr and copy_device_to_ptr. */
 #include "lib.h"
 
 typedef struct py_buffer {
   PyObject_HEAD gpumem_buffer *buf;
   PyObject *mr; /* the resource object given, kept alive with the buffer (or NULL) */
+  /* What the buffer's stream was given as (a Stream, a CuPy stream, ...; NULL for None),
+   * kept alive with the buffer, and the gpumem.Stream .stream returns (made when asked). */
+  PyObject *stream_object, *stream_cache;
 } py_buffer;
+
+/* Records what the buffer's stream is now given as: `object`, None for the default. */
+static void set_stream_object(py_buffer *self, PyObject *object) {
+  Py_XSETREF(self->stream_object, object && object != Py_None ? Py_NewRef(object) : NULL);
+  Py_CLEAR(self->stream_cache);
+}
+
+/* Host memory for a copy: a 1-D array of 1-byte items, contiguous, as RMM takes (typed
+ * data is viewed as bytes first: array.view("u1"), memoryview(x).cast("B")). TypeError for
+ * what has no buffer, ValueError (InvalidArgumentError) for any other shape. */
+static int host_bytes(PyObject *object, Py_buffer *view, int writable) {
+  if (PyObject_GetBuffer(object, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0)
+    return 0;
+  Py_ssize_t stride = view->strides && view->ndim == 1 ? view->strides[0] : 1;
+  if (view->ndim == 1 && view->itemsize == 1 && (stride == 1 || view->shape[0] <= 1))
+    return 1;
+  PyErr_Format(gpumem_py_invalid_error,
+               "host memory must be a contiguous 1-D array of bytes; got %d dimension(s) of "
+               "%zd-byte items (view typed data as bytes: array.view(\"u1\"), "
+               "memoryview(x).cast(\"B\"))",
+               view->ndim, view->itemsize);
+  PyBuffer_Release(view);
+  return 0;
+}
 
 static int ok_or_raise(gpumem_status status) {
   if (status == GPUMEM_OK)
@@ -50,7 +79,7 @@ static py_buffer *new_object(void) {
 
 /* Fills `self` with a buffer of `size` bytes on `stream` from mr_object (None: current). */
 static int make_buffer(py_buffer *self, Py_ssize_t size, gpumem_stream stream,
-                       PyObject *mr_object) {
+                       PyObject *stream_object, PyObject *mr_object) {
   if (size < 0) {
     PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
     return 0;
@@ -65,6 +94,7 @@ static int make_buffer(py_buffer *self, Py_ssize_t size, gpumem_stream stream,
     return 0;
   if (given)
     self->mr = Py_NewRef(mr_object);
+  set_stream_object(self, stream_object);
   return 1;
 }
 
@@ -85,7 +115,7 @@ static int buffer_init(py_buffer *self, PyObject *args, PyObject *kwargs) {
     PyErr_SetString(gpumem_py_invalid_error, "DeviceBuffer is already initialized");
     return -1;
   }
-  if (!make_buffer(self, size, stream, mr_object))
+  if (!make_buffer(self, size, stream, stream_object, mr_object))
     return -1;
   if (ptr_object != Py_None && size > 0) {
     /* Copies `size` bytes from the address given (device or host memory). */
@@ -105,6 +135,8 @@ static void buffer_dealloc(py_buffer *self) {
   if (status != GPUMEM_OK) /* the memory stays allocated: say so, as a destructor can */
     gpumem_py_report_unraisable(status, (PyObject *)self);
   Py_XDECREF(self->mr);
+  Py_XDECREF(self->stream_object);
+  Py_XDECREF(self->stream_cache);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -112,11 +144,10 @@ static void buffer_dealloc(py_buffer *self) {
 static PyObject *from_host(PyObject *data, PyObject *stream_object, PyObject *mr_object) {
   Py_buffer view;
   gpumem_stream stream;
-  if (!gpumem_py_stream(stream_object, &stream) ||
-      PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS) < 0)
+  if (!gpumem_py_stream(stream_object, &stream) || !host_bytes(data, &view, 0))
     return NULL;
   py_buffer *self = new_object();
-  int ok = self && make_buffer(self, view.len, stream, mr_object) &&
+  int ok = self && make_buffer(self, view.len, stream, stream_object, mr_object) &&
            ok_or_raise(gpumem_buffer_copy_from_host(self->buf, 0, view.buf, (size_t)view.len)) &&
            gpumem_py_synchronize(stream);
   PyBuffer_Release(&view);
@@ -149,8 +180,51 @@ static PyObject *buffer_size(py_buffer *self, void *closure) {
   return need_buffer(self) ? PyLong_FromSize_t(gpumem_buffer_size(self->buf)) : NULL;
 }
 
+/* .stream: a gpumem.Stream (the one given, or one holding what was given: int(buf.stream)
+ * is the handle). */
 static PyObject *buffer_stream(py_buffer *self, void *closure) {
-  return need_buffer(self) ? PyLong_FromVoidPtr(gpumem_buffer_stream(self->buf)) : NULL;
+  if (!need_buffer(self))
+    return NULL;
+  if (!self->stream_cache) {
+    PyObject *module = PyImport_ImportModule("gpumem.stream");
+    self->stream_cache =
+        module ? PyObject_CallMethod(module, "_wrap", "(NO)",
+                                     PyLong_FromVoidPtr(gpumem_buffer_stream(self->buf)),
+                                     self->stream_object ? self->stream_object : Py_None)
+               : NULL;
+    Py_XDECREF(module);
+  }
+  return Py_XNewRef(self->stream_cache);
+}
+
+/* .mr: the resource object given, or the Python object of the resource the buffer came
+ * from (the one set as current where it still is, else a plain MemoryResource). */
+static PyObject *buffer_mr(py_buffer *self, void *closure) {
+  if (!need_buffer(self))
+    return NULL;
+  if (self->mr)
+    return Py_NewRef(self->mr);
+  gpumem_resource *resource = gpumem_buffer_resource(self->buf);
+  PyObject *module = PyImport_ImportModule("gpumem.mr");
+  PyObject *current = module ? PyObject_GetAttrString(module, "_current") : NULL;
+  Py_XDECREF(module);
+  if (current && PyDict_Check(current)) {
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (!self->mr && PyDict_Next(current, &position, &key, &value))
+      if (PyObject_TypeCheck(value, &gpumem_py_resource_type) &&
+          ((gpumem_py_resource *)value)->mr == resource)
+        self->mr = Py_NewRef(value);
+  }
+  Py_XDECREF(current);
+  PyErr_Clear(); /* without gpumem.mr's table: a plain resource object */
+  if (!self->mr)
+    self->mr = gpumem_py_wrap_resource(resource);
+  return Py_XNewRef(self->mr);
+}
+
+static PyObject *buffer_sizeof(py_buffer *self, PyObject *unused) {
+  return need_buffer(self) ? PyLong_FromSize_t(gpumem_buffer_size(self->buf)) : NULL;
 }
 
 static PyObject *buffer_capacity(py_buffer *self, PyObject *unused) {
@@ -176,8 +250,11 @@ static PyObject *sizing(py_buffer *self, PyObject *args, PyObject *kwargs, char 
     return NULL;
   if (size < 0)
     return PyErr_Format(gpumem_py_invalid_error, "size must not be negative (%zd)", size);
+  gpumem_stream before = gpumem_buffer_stream(self->buf);
   gpumem_status status;
   GPUMEM_PY_CALL(status, fn(self->buf, (size_t)size, stream));
+  if (gpumem_buffer_stream(self->buf) != before) /* a reallocation moved it to `stream` */
+    set_stream_object(self, stream_object);
   return gpumem_py_none_or_raise(status);
 }
 
@@ -208,7 +285,19 @@ static PyObject *buffer_copy(py_buffer *self, PyObject *args, PyObject *kwargs) 
     return NULL;
   }
   copy->mr = Py_XNewRef(self->mr);
+  PyObject *stream_object = PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, 0)
+                            : kwargs               ? PyDict_GetItemString(kwargs, "stream")
+                                                   : NULL;
+  set_stream_object(copy, stream_object && stream_object != Py_None ? stream_object
+                                                                    : self->stream_object);
   return (PyObject *)copy;
+}
+
+static PyObject *buffer_deepcopy(py_buffer *self, PyObject *memo) {
+  PyObject *args = PyTuple_New(0);
+  PyObject *copy = args ? buffer_copy(self, args, NULL) : NULL;
+  Py_XDECREF(args);
+  return copy;
 }
 
 /* Copies the whole buffer into host memory `view` (at least size bytes) on `stream`. */
@@ -274,6 +363,10 @@ static PyObject *buffer_tobytes(py_buffer *self, PyObject *args, PyObject *kwarg
   return only_stream_argument(self, args, kwargs, &stream) ? to_bytes(self, stream) : NULL;
 }
 
+static PyObject *buffer_bytes(py_buffer *self, PyObject *unused) {
+  return need_buffer(self) ? to_bytes(self, gpumem_buffer_stream(self->buf)) : NULL;
+}
+
 /* Copies `size` bytes from `src` (host or device) into the buffer's start on `stream`. */
 static PyObject *copy_in(py_buffer *self, const void *src, size_t size, gpumem_stream stream) {
   size_t capacity = gpumem_buffer_size(self->buf);
@@ -291,8 +384,7 @@ static PyObject *buffer_copy_from_host(py_buffer *self, PyObject *args, PyObject
   Py_buffer view;
   if (!need_buffer(self) ||
       !PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", keywords, &ary, &stream_object) ||
-      !stream_or_own(self, stream_object, &stream) ||
-      PyObject_GetBuffer(ary, &view, PyBUF_C_CONTIGUOUS) < 0)
+      !stream_or_own(self, stream_object, &stream) || !host_bytes(ary, &view, 0))
     return NULL;
   PyObject *result = copy_in(self, view.buf, (size_t)view.len, stream);
   PyBuffer_Release(&view);
@@ -302,8 +394,13 @@ static PyObject *buffer_copy_from_host(py_buffer *self, PyObject *args, PyObject
 /* The data pointer and byte count of a contiguous __cuda_array_interface__ object. */
 static int device_array(PyObject *array, void **data, size_t *bytes) {
   PyObject *cai = PyObject_GetAttrString(array, "__cuda_array_interface__");
-  if (!cai)
+  if (!cai) {
+    PyErr_Format(gpumem_py_invalid_error,
+                 "expected an object with __cuda_array_interface__, "
+                 "not %.100s",
+                 Py_TYPE(array)->tp_name);
     return 0;
+  }
   PyObject *module = PyImport_ImportModule("gpumem._interop");
   PyObject *extent = module ? PyObject_CallMethod(module, "contiguous_extent", "(O)", cai) : NULL;
   Py_XDECREF(module);
@@ -355,17 +452,25 @@ static PyObject *buffer_prefetch(py_buffer *self, PyObject *args, PyObject *kwar
 static PyObject *buffer_cuda_array_interface(py_buffer *self, void *closure) {
   if (!need_buffer(self))
     return NULL;
-  /* Version 3 names the stream the data is ready on; the legacy default stream is 1. */
-  uintptr_t stream = (uintptr_t)gpumem_buffer_stream(self->buf);
-  return Py_BuildValue(
-      "{s:(NO),s:(n),s:O,s:s,s:i,s:N}", "data", PyLong_FromVoidPtr(gpumem_buffer_data(self->buf)),
-      Py_False, "shape", (Py_ssize_t)gpumem_buffer_size(self->buf), "strides", Py_None, "typestr",
-      "|u1", "version", 3, "stream", PyLong_FromUnsignedLongLong(stream ? stream : 1));
+  /* As RMM's: version 0, no "stream" (consumers do not wait for the buffer's stream). */
+  return Py_BuildValue("{s:(NO),s:(n),s:O,s:s,s:i}", "data",
+                       PyLong_FromVoidPtr(gpumem_buffer_data(self->buf)), Py_False, "shape",
+                       (Py_ssize_t)gpumem_buffer_size(self->buf), "strides", Py_None, "typestr",
+                       "|u1", "version", 0);
 }
 
-/* Pickles as host bytes; unpickling copies them to a buffer of the current resource. */
-static PyObject *buffer_reduce(py_buffer *self, PyObject *unused) {
+/* Pickles as host bytes, out of band (a PickleBuffer over a bytearray) from protocol 5;
+ * unpickling copies them to a buffer of the current resource. */
+static PyObject *buffer_reduce_ex(py_buffer *self, PyObject *protocol_object) {
+  long protocol = protocol_object ? PyLong_AsLong(protocol_object) : 2;
+  if (protocol == -1 && PyErr_Occurred())
+    return NULL;
   PyObject *bytes = need_buffer(self) ? to_bytes(self, gpumem_buffer_stream(self->buf)) : NULL;
+  if (bytes && protocol >= 5) {
+    PyObject *host = PyByteArray_FromObject(bytes);
+    Py_SETREF(bytes, host ? PyPickleBuffer_FromObject(host) : NULL);
+    Py_XDECREF(host);
+  }
   if (!bytes)
     return NULL;
   PyObject *module = PyImport_ImportModule("gpumem._lib");
@@ -398,7 +503,13 @@ static PyMethodDef buffer_methods[] = {
      "prefetch(device=None, stream=None): move managed memory to the device"},
     {"to_device", (PyCFunction)(void (*)(void))buffer_to_device,
      METH_VARARGS | METH_KEYWORDS | METH_STATIC, "to_device(b, stream=None, mr=None)"},
-    {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, "pickles through host bytes"},
+    {"__reduce_ex__", (PyCFunction)buffer_reduce_ex, METH_O,
+     "pickles through host bytes (out of band from protocol 5)"},
+    {"__reduce__", (PyCFunction)buffer_reduce_ex, METH_NOARGS, "pickles through host bytes"},
+    {"__sizeof__", (PyCFunction)buffer_sizeof, METH_NOARGS, "the size in bytes, as RMM's"},
+    {"__bytes__", (PyCFunction)buffer_bytes, METH_NOARGS, "the contents, as tobytes()"},
+    {"__copy__", (PyCFunction)buffer_deepcopy, METH_NOARGS, "copy()"},
+    {"__deepcopy__", (PyCFunction)buffer_deepcopy, METH_O, "copy()"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -406,7 +517,9 @@ static PyGetSetDef buffer_getset[] = {
     {"ptr", (getter)buffer_ptr, NULL, "device address of the data", NULL},
     {"size", (getter)buffer_size, NULL, "size in bytes", NULL},
     {"nbytes", (getter)buffer_size, NULL, "size in bytes", NULL},
-    {"stream", (getter)buffer_stream, NULL, "the stream the buffer is ordered on", NULL},
+    {"stream", (getter)buffer_stream, NULL,
+     "the gpumem.Stream the buffer is ordered on (int(buf.stream): its handle)", NULL},
+    {"mr", (getter)buffer_mr, NULL, "the resource the buffer came from", NULL},
     {"__cuda_array_interface__", (getter)buffer_cuda_array_interface, NULL,
      "the CUDA array interface (version 3)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -427,8 +540,73 @@ PyTypeObject gpumem_py_buffer_type = {
     .tp_as_sequence = &buffer_sequence,
 };
 
+/* ---------------------------------------------------------------------------------------
+ * Copies between addresses (RMM's module functions); host copies wait for their stream.
+ * ------------------------------------------------------------------------------------- */
+
+/* An address given as an int. */
+static int address(PyObject *object, void **ptr) {
+  *ptr = PyLong_AsVoidPtr(object);
+  return !PyErr_Occurred();
+}
+
+/* copy_ptr_to_host(db, hb, stream=None): hb's length in bytes from device address db. */
+static PyObject *py_copy_ptr_to_host(PyObject *unused, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"db", "hb", "stream", NULL};
+  PyObject *db, *hb, *stream_object = Py_None;
+  gpumem_stream stream;
+  void *src;
+  Py_buffer view;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O", keywords, &db, &hb, &stream_object) ||
+      !address(db, &src) || !gpumem_py_stream(stream_object, &stream) || !host_bytes(hb, &view, 1))
+    return NULL;
+  int ok = ok_or_raise(gpumem_memcpy_async(view.buf, src, (size_t)view.len, stream)) &&
+           gpumem_py_synchronize(stream);
+  PyBuffer_Release(&view);
+  return ok ? Py_NewRef(Py_None) : NULL;
+}
+
+/* copy_host_to_ptr(hb, db, stream=None): hb's bytes to device address db. */
+static PyObject *py_copy_host_to_ptr(PyObject *unused, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"hb", "db", "stream", NULL};
+  PyObject *db, *hb, *stream_object = Py_None;
+  gpumem_stream stream;
+  void *dst;
+  Py_buffer view;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O", keywords, &hb, &db, &stream_object) ||
+      !address(db, &dst) || !gpumem_py_stream(stream_object, &stream) || !host_bytes(hb, &view, 0))
+    return NULL;
+  int ok = ok_or_raise(gpumem_memcpy_async(dst, view.buf, (size_t)view.len, stream)) &&
+           gpumem_py_synchronize(stream);
+  PyBuffer_Release(&view);
+  return ok ? Py_NewRef(Py_None) : NULL;
+}
+
+/* copy_device_to_ptr(d_src, d_dst, count, stream=None): ordered on stream, not waited for. */
+static PyObject *py_copy_device_to_ptr(PyObject *unused, PyObject *args, PyObject *kwargs) {
+  static char *keywords[] = {"d_src", "d_dst", "count", "stream", NULL};
+  PyObject *src_object, *dst_object, *stream_object = Py_None;
+  Py_ssize_t count;
+  gpumem_stream stream;
+  void *src, *dst;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOn|O", keywords, &src_object, &dst_object,
+                                   &count, &stream_object) ||
+      !address(src_object, &src) || !address(dst_object, &dst) ||
+      !gpumem_py_stream(stream_object, &stream))
+    return NULL;
+  if (count < 0)
+    return PyErr_Format(gpumem_py_invalid_error, "count must not be negative (%zd)", count);
+  return gpumem_py_none_or_raise(gpumem_memcpy_async(dst, src, (size_t)count, stream));
+}
+
 PyMethodDef gpumem_py_buffer_functions[] = {
     {"to_device", (PyCFunction)(void (*)(void))buffer_to_device, METH_VARARGS | METH_KEYWORDS,
      "to_device(b, stream=None, mr=None) -> DeviceBuffer holding a copy of host bytes"},
+    {"copy_ptr_to_host", (PyCFunction)(void (*)(void))py_copy_ptr_to_host,
+     METH_VARARGS | METH_KEYWORDS, "copy_ptr_to_host(db, hb, stream=None)"},
+    {"copy_host_to_ptr", (PyCFunction)(void (*)(void))py_copy_host_to_ptr,
+     METH_VARARGS | METH_KEYWORDS, "copy_host_to_ptr(hb, db, stream=None)"},
+    {"copy_device_to_ptr", (PyCFunction)(void (*)(void))py_copy_device_to_ptr,
+     METH_VARARGS | METH_KEYWORDS, "copy_device_to_ptr(d_src, d_dst, count, stream=None)"},
     {NULL, NULL, 0, NULL},
 };

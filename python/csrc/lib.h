@@ -69,9 +69,13 @@ PyObject *gpumem_py_none_or_raise(gpumem_status status);
 /* Waits for the stream's work with the GIL released: 1, or 0 with the exception raised. */
 int gpumem_py_synchronize(gpumem_stream stream);
 
-/* A stream given as None, an int, or an object with a CUDA stream (cupy .ptr, torch
- * .cuda_stream, numba .handle). Returns 0 and sets an exception when it is none of those. */
+/* A stream given as None, an int, an object with __cuda_stream__ (gpumem.Stream, cuda.core,
+ * recent Numba), a CuPy (.ptr), PyTorch (.cuda_stream) or Numba (.handle) stream, or a
+ * cuda.bindings CUstream/cudaStream_t (see stream.c). Returns 0 and sets an exception when
+ * it is none of those. */
 int gpumem_py_stream(PyObject *object, gpumem_stream *stream);
+/* Module-level functions of stream.c (stream_create, stream_destroy, stream_handle). */
+extern PyMethodDef gpumem_py_stream_functions[];
 
 /* A device index given as None (the current device) or an int. */
 int gpumem_py_device(PyObject *object, int *device);

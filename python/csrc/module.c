@@ -51,58 +51,6 @@ PyObject *gpumem_py_none_or_raise(gpumem_status status) {
   return status == GPUMEM_OK ? Py_NewRef(Py_None) : gpumem_py_raise(status);
 }
 
-/* The integer value of a stream-like attribute (an int, or a ctypes value with .value). */
-static int stream_from_attribute(PyObject *value, gpumem_stream *stream) {
-  PyObject *number = value;
-  if (!PyLong_Check(value) && PyObject_HasAttrString(value, "value"))
-    number = PyObject_GetAttrString(value, "value");
-  else
-    Py_INCREF(number);
-  if (!number)
-    return 0;
-  if (number != Py_None && !PyLong_Check(number)) {
-    PyErr_Format(gpumem_py_invalid_error, "a stream handle must be an integer, not %.100s",
-                 Py_TYPE(number)->tp_name);
-    Py_DECREF(number);
-    return 0;
-  }
-  uintptr_t handle = number == Py_None ? 0 : (uintptr_t)PyLong_AsUnsignedLongLong(number);
-  Py_DECREF(number);
-  if (PyErr_Occurred()) { /* negative or wider than a pointer */
-    PyErr_Clear();
-    PyErr_Format(gpumem_py_invalid_error, "%R is not a stream handle (0 to 2**64 - 1)", value);
-    return 0;
-  }
-  *stream = (gpumem_stream)handle;
-  return 1;
-}
-
-int gpumem_py_stream(PyObject *object, gpumem_stream *stream) {
-  if (object == NULL || object == Py_None) {
-    *stream = NULL;
-    return 1;
-  }
-  if (PyLong_Check(object))
-    return stream_from_attribute(object, stream);
-  /* torch.cuda.Stream.cuda_stream, cupy.cuda.Stream.ptr, numba's Stream.handle */
-  static const char *const attributes[] = {"cuda_stream", "ptr", "handle"};
-  for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++) {
-    PyObject *value = PyObject_GetAttrString(object, attributes[i]);
-    if (!value) {
-      PyErr_Clear(); /* no such attribute: try the next kind of stream */
-      continue;
-    }
-    int ok = stream_from_attribute(value, stream);
-    Py_DECREF(value);
-    return ok;
-  }
-  PyErr_Format(gpumem_py_invalid_error,
-               "a stream must be None, an int (a CUstream/cudaStream_t value) or a stream object "
-               "of CuPy, Numba or PyTorch; got %R",
-               object);
-  return 0;
-}
-
 int gpumem_py_device(PyObject *object, int *device) {
   if (object == NULL || object == Py_None) {
     *device = GPUMEM_CURRENT_DEVICE;
@@ -408,6 +356,7 @@ PyMODINIT_FUNC PyInit__lib(void) {
       add_functions(module, gpumem_py_hook_functions) < 0 ||
       add_functions(module, gpumem_py_callback_functions) < 0 ||
       add_functions(module, gpumem_py_log_functions) < 0 ||
+      add_functions(module, gpumem_py_stream_functions) < 0 ||
       PyType_Ready(&gpumem_py_resource_type) < 0 || PyType_Ready(&gpumem_py_buffer_type) < 0 ||
       PyType_Ready(&gpumem_py_allocation_type) < 0 ||
       PyModule_AddObjectRef(module, "Resource", (PyObject *)&gpumem_py_resource_type) < 0 ||

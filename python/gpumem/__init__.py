@@ -24,13 +24,21 @@ from ._lib import (
     to_device,
 )
 from ._rmm_alias import install_as_rmm  # RMM's names for this process: docs/rmm-compat.md
+# Streams (gpumem/stream.py) and RMM's copies between addresses (python/csrc/buffer.c).
+from . import stream
+from ._lib import copy_device_to_ptr, copy_host_to_ptr, copy_ptr_to_host
+from .stream import Stream
 
 __all__ = [
     "DeviceBuffer",
     "GpumemError",
     "InvalidArgumentError",
     "OutOfMemoryError",
+    "Stream",
     "backend",
+    "copy_device_to_ptr",
+    "copy_host_to_ptr",
+    "copy_ptr_to_host",
     "disable_logging",
     "enable_logging",
     "get_log_filenames",
@@ -40,6 +48,7 @@ __all__ = [
     "reinitialize",
     "select_backend",
     "statistics",
+    "stream",
     "to_device",
 ]
 

@@ -53,7 +53,7 @@ def test_limit_takes_a_size_string_and_refuses_bad_limits():
 def test_limit_over_a_pool_and_a_pool_over_a_limit():
     pool = mr.PoolMemoryResource(mr.CudaMemoryResource(), initial_pool_size="8MiB")
     limit = mr.LimitingResourceAdaptor(pool, 4 * MiB)
-    buf = gpumem.DeviceBuffer.to_device(np.arange(1000, dtype=np.uint32), mr=limit)
+    buf = gpumem.DeviceBuffer.to_device(np.arange(1000, dtype=np.uint32).view(np.uint8), mr=limit)
     assert limit.get_allocated_bytes() == 4000
     with pytest.raises(MemoryError):
         gpumem.DeviceBuffer(size=5 * MiB, mr=limit)
