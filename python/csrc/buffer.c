@@ -72,9 +72,10 @@ static int only_stream_argument(py_buffer *self, PyObject *args, PyObject *kwarg
          stream_or_own(self, stream_object, stream);
 }
 
-/* A new, empty DeviceBuffer object. */
-static py_buffer *new_object(void) {
-  return (py_buffer *)gpumem_py_buffer_type.tp_alloc(&gpumem_py_buffer_type, 0);
+/* A new, empty object of `type`, DeviceBuffer or a subclass (copies and to_device make
+ * their caller's class). */
+static py_buffer *new_object(PyTypeObject *type) {
+  return (py_buffer *)type->tp_alloc(type, 0);
 }
 
 /* Fills `self` with a buffer of `size` bytes on `stream` from mr_object (None: current). */
@@ -118,12 +119,15 @@ static int buffer_init(py_buffer *self, PyObject *args, PyObject *kwargs) {
   if (!make_buffer(self, size, stream, stream_object, mr_object))
     return -1;
   if (ptr_object != Py_None && size > 0) {
-    /* Copies `size` bytes from the address given (device or host memory). */
+    /* Copies `size` bytes from the address given (device or host memory); 0 copies
+     * nothing, as RMM's ptr=0 default. */
     void *src = PyLong_AsVoidPtr(ptr_object);
-    if (PyErr_Occurred() ||
-        !ok_or_raise(
-            gpumem_memcpy_async(gpumem_buffer_data(self->buf), src, (size_t)size, stream)) ||
-        !gpumem_py_synchronize(stream))
+    if (PyErr_Occurred())
+      return -1;
+    gpumem_status status =
+        src ? gpumem_memcpy_async(gpumem_buffer_data(self->buf), src, (size_t)size, stream)
+            : GPUMEM_OK;
+    if (!ok_or_raise(status) || (src && !gpumem_py_synchronize(stream)))
       return -1;
   }
   return 0;
@@ -141,12 +145,13 @@ static void buffer_dealloc(py_buffer *self) {
 }
 
 /* A buffer holding a copy of a host object's bytes (buffer protocol). */
-static PyObject *from_host(PyObject *data, PyObject *stream_object, PyObject *mr_object) {
+static PyObject *from_host(PyTypeObject *type, PyObject *data, PyObject *stream_object,
+                           PyObject *mr_object) {
   Py_buffer view;
   gpumem_stream stream;
   if (!gpumem_py_stream(stream_object, &stream) || !host_bytes(data, &view, 0))
     return NULL;
-  py_buffer *self = new_object();
+  py_buffer *self = new_object(type);
   int ok = self && make_buffer(self, view.len, stream, stream_object, mr_object) &&
            ok_or_raise(gpumem_buffer_copy_from_host(self->buf, 0, view.buf, (size_t)view.len)) &&
            gpumem_py_synchronize(stream);
@@ -158,14 +163,16 @@ static PyObject *from_host(PyObject *data, PyObject *stream_object, PyObject *mr
   return (PyObject *)self;
 }
 
-/* to_device(data, stream=None, mr=None): a new DeviceBuffer with a copy of host bytes. */
-static PyObject *buffer_to_device(PyObject *unused, PyObject *args, PyObject *kwargs) {
+/* to_device(data, stream=None, mr=None): a new DeviceBuffer with a copy of host bytes; as a
+ * class method, of the class it is called on. */
+static PyObject *buffer_to_device(PyObject *cls, PyObject *args, PyObject *kwargs) {
   static char *keywords[] = {"b", "stream", "mr", NULL};
   PyObject *data, *stream_object = Py_None, *mr_object = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|OO", keywords, &data, &stream_object,
                                    &mr_object))
     return NULL;
-  return from_host(data, stream_object, mr_object);
+  PyTypeObject *type = cls && PyType_Check(cls) ? (PyTypeObject *)cls : &gpumem_py_buffer_type;
+  return from_host(type, data, stream_object, mr_object);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -276,7 +283,7 @@ static PyObject *buffer_copy(py_buffer *self, PyObject *args, PyObject *kwargs) 
   gpumem_stream stream;
   if (!only_stream_argument(self, args, kwargs, &stream))
     return NULL;
-  py_buffer *copy = new_object();
+  py_buffer *copy = new_object(Py_TYPE(self));
   gpumem_status status = GPUMEM_OK;
   if (copy)
     GPUMEM_PY_CALL(status, gpumem_buffer_copy(self->buf, stream, NULL, &copy->buf));
@@ -473,8 +480,11 @@ static PyObject *buffer_reduce_ex(py_buffer *self, PyObject *protocol_object) {
   }
   if (!bytes)
     return NULL;
-  PyObject *module = PyImport_ImportModule("gpumem._lib");
-  PyObject *rebuild = module ? PyObject_GetAttrString(module, "to_device") : NULL;
+  /* gpumem._lib.to_device, or a subclass's own to_device (a bound class method pickles) */
+  int base = Py_TYPE(self) == &gpumem_py_buffer_type;
+  PyObject *module = base ? PyImport_ImportModule("gpumem._lib") : NULL;
+  PyObject *owner = base ? module : (PyObject *)Py_TYPE(self);
+  PyObject *rebuild = owner ? PyObject_GetAttrString(owner, "to_device") : NULL;
   Py_XDECREF(module);
   if (!rebuild) {
     Py_DECREF(bytes);
@@ -502,7 +512,7 @@ static PyMethodDef buffer_methods[] = {
     {"prefetch", (PyCFunction)(void (*)(void))buffer_prefetch, METH_VARARGS | METH_KEYWORDS,
      "prefetch(device=None, stream=None): move managed memory to the device"},
     {"to_device", (PyCFunction)(void (*)(void))buffer_to_device,
-     METH_VARARGS | METH_KEYWORDS | METH_STATIC, "to_device(b, stream=None, mr=None)"},
+     METH_VARARGS | METH_KEYWORDS | METH_CLASS, "to_device(b, stream=None, mr=None)"},
     {"__reduce_ex__", (PyCFunction)buffer_reduce_ex, METH_O,
      "pickles through host bytes (out of band from protocol 5)"},
     {"__reduce__", (PyCFunction)buffer_reduce_ex, METH_NOARGS, "pickles through host bytes"},

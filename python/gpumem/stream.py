@@ -72,12 +72,13 @@ class Stream:
             return
         protocol = getattr(obj, "__cuda_stream__", None)
         if protocol is not None:
-            version, handle = protocol() if callable(protocol) else protocol
+            version, _handle = protocol() if callable(protocol) else protocol
             if version != 0:
                 raise NotImplementedError(
                     f"gpumem reads version 0 of the CUDA stream protocol, not version: "
                     f"'{version}'")
-            self._handle, self._owner = int(handle), obj
+            # the C conversion checks the handle (and reads a cuda.bindings one)
+            self._handle, self._owner = _lib.stream_handle(obj), obj
             return
         try:
             self._handle = _lib.stream_handle(obj)
@@ -128,6 +129,17 @@ class Stream:
 
     def __repr__(self):
         return f"<gpumem.Stream 0x{self._handle:x}>"
+
+    def __reduce_ex__(self, protocol):
+        # A handle means nothing in another process, and an unpickled owner would destroy
+        # a stream it never created.
+        raise TypeError("a gpumem.Stream cannot be pickled")
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 DEFAULT_STREAM = Stream._from_handle(0)
