@@ -23,10 +23,17 @@ static void set_stream_object(py_buffer *self, PyObject *object) {
 
 /* Host memory for a copy: a 1-D array of 1-byte items, contiguous, as RMM takes (typed
  * data is viewed as bytes first: array.view("u1"), memoryview(x).cast("B")). TypeError for
- * what has no buffer, ValueError (InvalidArgumentError) for any other shape. */
+ * what has no buffer, ValueError (InvalidArgumentError) for any other shape, or for
+ * read-only memory where `writable`. */
 static int host_bytes(PyObject *object, Py_buffer *view, int writable) {
-  if (PyObject_GetBuffer(object, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0)
+  if (PyObject_GetBuffer(object, view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
+    if (writable && PyErr_ExceptionMatches(PyExc_BufferError)) { /* read-only memory */
+      PyErr_Clear();
+      PyErr_Format(gpumem_py_invalid_error, "host memory to copy into must be writable (%.100s)",
+                   Py_TYPE(object)->tp_name);
+    }
     return 0;
+  }
   Py_ssize_t stride = view->strides && view->ndim == 1 ? view->strides[0] : 1;
   if (view->ndim == 1 && view->itemsize == 1 && (stride == 1 || view->shape[0] <= 1))
     return 1;
