@@ -58,7 +58,8 @@ class CupyLikeStream:
 
 
 def stream_is_alive(handle):
-    """Whether the simulated device still knows the stream (it refuses destroyed ones)."""
+    """Whether the simulated device still knows the stream (it refuses destroyed ones):
+    for tests marked sim."""
     try:
         _lib.synchronize(handle)
     except gpumem.InvalidArgumentError:
@@ -87,6 +88,7 @@ def test_new_streams_differ_and_hash_apart():
     assert len({first, second, Stream(first)}) == 2
 
 
+@pytest.mark.sim  # the simulated device refuses destroyed streams
 def test_the_last_stream_object_destroys_the_stream():
     stream = Stream(flags=CudaStreamFlags.NON_BLOCKING)
     handle = stream.handle
@@ -99,6 +101,7 @@ def test_the_last_stream_object_destroys_the_stream():
     assert not stream_is_alive(handle)
 
 
+@pytest.mark.sim  # the simulated device refuses destroyed streams
 def test_a_buffer_keeps_its_stream_alive():
     stream = Stream()
     handle = stream.handle
@@ -231,6 +234,7 @@ def test_a_stream_pool_hands_out_its_streams_in_turn():
     assert CudaStreamPool().get_pool_size() == 16
 
 
+@pytest.mark.sim  # the simulated device refuses destroyed streams
 def test_pool_streams_outlive_the_pool_while_used():
     pool = CudaStreamPool(pool_size=2)
     stream = pool.get_stream(1)
