@@ -538,7 +538,7 @@ static PyGetSetDef buffer_getset[] = {
      "the gpumem.Stream the buffer is ordered on (int(buf.stream): its handle)", NULL},
     {"mr", (getter)buffer_mr, NULL, "the resource the buffer came from", NULL},
     {"__cuda_array_interface__", (getter)buffer_cuda_array_interface, NULL,
-     "the CUDA array interface (version 3)", NULL},
+     "the CUDA array interface (version 0, as RMM's)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
