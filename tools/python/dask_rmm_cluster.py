@@ -173,7 +173,7 @@ def make_chunk(index, elements, arrays):
 
     host = expected_chunk(index, elements)
     buffer = rmm.DeviceBuffer(size=host.nbytes)
-    buffer.copy_from_host(host)
+    buffer.copy_from_host(host.view(np.uint8))  # RMM copies from arrays of bytes
     return buffer
 
 
