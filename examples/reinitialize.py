@@ -3,7 +3,9 @@ several devices.
 
 Shows: what each combination of pool_allocator and managed_memory builds (printed as the
 resource's spec), sizes given as ints or strings ("1GiB", "50%" of the device's memory),
-several devices at once (all of them get their resource, or none does), is_initialized.
+several devices at once (all of them get their resource, or none does), is_initialized
+(true from the start, as RMM's: the default resource counts) and the class of the resource
+reinitialize builds.
 
     python3 examples/reinitialize.py
 """
@@ -23,6 +25,7 @@ print("is_initialized before:", gpumem.is_initialized())
 
 gpumem.reinitialize(pool_allocator=True)  # a pool that grows in place: no initial size
 print("pool_allocator=True:", current())
+print("its class:", type(gpumem.mr.get_current_device_resource()).__name__)
 
 gpumem.reinitialize(pool_allocator=True, initial_pool_size="256MiB", maximum_pool_size="50%")
 print("with sizes:", current())

@@ -850,7 +850,8 @@ GPUMEM_API gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options 
  * Reinitialize: the C twin of rmm.reinitialize. Builds one resource per listed device and
  * makes it that device's current resource (devices not listed keep theirs):
  *   pool_allocator, no managed memory: pool(vmm), or pool(cuda) where the device lacks
- *     virtual memory management (over vmm the pool grows in place: no initial size needed);
+ *     virtual memory management (over vmm the pool grows in place: no initial size needed),
+ *     or where the maximum cannot hold the initial size in whole granules of vmm (2 MiB);
  *   pool_allocator with managed memory: pool(managed); managed memory alone: managed;
  *   neither: cuda.
  * Either every listed device gets its new resource, or (on failure) none does.

@@ -14,7 +14,9 @@
  *   destroyed changes nothing; a binning resource whose release fails keeps the program's
  *   bins; an upstream that cannot be destroyed after the resource above it was is released
  *   again later, not lost with its memory.
- * - reinitialize: the resource each option set builds, per device, all or nothing. */
+ * - A pool's own refusal at creation carries its reason, never an earlier stale message.
+ * - reinitialize: the resource each option set builds, per device, all or nothing; a
+ *   maximum below what a pool over vmm can keep gives a pool over cuda. */
 #include "check.h"
 #include "gpumem/sim.h"
 
@@ -450,6 +452,32 @@ static void test_reinitialize(bool vmm_supported) {
   CHECK_FAILS_WITH(gpumem_reinitialize(&inverted), GPUMEM_ERR_INVALID_ARGUMENT,
                    "exceeds the maximum");
   CHECK_FAILS_WITH(gpumem_reinitialize(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
+
+  /* A maximum below a vmm granule (2 MiB), or one that cannot hold the initial size in
+   * whole granules, is kept by a pool over cuda; one that can stays over vmm. */
+  gpumem_reinitialize_options small = {
+      .pool_allocator = 1, .initial_pool_size = 2048, .maximum_pool_size = 8192};
+  CHECK_OK(gpumem_reinitialize(&small));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, "pool(cuda, initial=2048, max=8192)");
+  small.initial_pool_size = 0;
+  CHECK_OK(gpumem_reinitialize(&small));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, "pool(cuda, initial=8192, max=8192)"); /* the default, at most the max */
+  small.initial_pool_size = 3 << 20;
+  small.maximum_pool_size = 3 << 20;
+  CHECK_OK(gpumem_reinitialize(&small));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, "pool(cuda, initial=3145728");
+  small.initial_pool_size = 0;
+  CHECK_OK(gpumem_reinitialize(&small));
+  describe_current(0, spec, sizeof spec);
+  CHECK_CONTAINS(spec, vmm_supported ? "pool(vmm(" : "pool(cuda,");
+  gpumem_resource *current;
+  CHECK_OK(gpumem_get_per_device_resource(0, &current));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(current, 1 << 20, NULL, &ptr));
+  CHECK_OK(gpumem_deallocate(current, ptr, 1 << 20, NULL));
   printf("reinitialize passed (%s)\n", vmm_supported ? "vmm" : "no vmm");
 }
 
@@ -477,6 +505,32 @@ static void test_reinitialize_without_vmm(void) {
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* A pool's own refusal (at its maximum: over vmm no granule fits under 8 KiB) says so and
+ * nothing else: not the message of an earlier failure of another resource. */
+static void test_no_stale_message(void) {
+  gpumem_resource *cuda, *vmm, *pool = NULL;
+  void *ptr = (void *)0x1;
+  CHECK_OK(gpumem_cuda_create(0, &cuda));
+  CHECK_FAILS_WITH(gpumem_allocate(cuda, (size_t)1 << 60, NULL, &ptr), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "allocating 1 EiB (1152921504606846976 B) from cuda");
+  CHECK_OK(gpumem_vmm_create(0, NULL, &vmm));
+  gpumem_pool_options options = {.initial_size = 2048, .maximum_size = 8192};
+  CHECK_FAILS_WITH(gpumem_pool_create(vmm, &options, &pool), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "gpumem_pool_create: taking the initial 2048 bytes: the pool has reached its "
+                   "maximum size");
+  CHECK(strstr(gpumem_last_error_message(), "cuda") == NULL);
+  CHECK(strstr(gpumem_last_error_message(), "EiB") == NULL);
+  CHECK_PTR_EQ(pool, NULL);
+  /* An upstream's refusal still follows the pool's reason. */
+  options = (gpumem_pool_options){.initial_size = (size_t)1 << 50};
+  CHECK_FAILS_WITH(gpumem_pool_create(cuda, &options, &pool), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "taking the initial 1125899906842624 bytes: its upstream could not give "
+                   "more memory: out of memory: allocating 1 PiB");
+  CHECK_OK(gpumem_resource_release(vmm));
+  CHECK_OK(gpumem_resource_release(cuda));
+  printf("no stale message passed\n");
+}
+
 int main(void) {
   bool sim = getenv("GPUMEM_DEVICE") && strcmp(getenv("GPUMEM_DEVICE"), "sim") == 0;
   if (sim)
@@ -491,6 +545,7 @@ int main(void) {
   test_vmm_pieces(sim);
   if (sim)
     test_failed_releases();
+  test_no_stale_message();
   test_reinitialize(true);
   return 0;
 }

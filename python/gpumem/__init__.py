@@ -45,18 +45,21 @@ __all__ = [
     "install_as_rmm",
     "is_initialized",
     "mr",
+    "register_reinitialize_hook",
     "reinitialize",
     "select_backend",
     "statistics",
     "stream",
     "to_device",
+    "unregister_reinitialize_hook",
 ]
 
 # The C library's version (gpumem_version()), whose one source is include/gpumem.h; setup.py
 # gives the package the same.
 __version__ = _lib.version()
 
-_initialized = False
+# (func, args, kwargs) of register_reinitialize_hook, in the order registered.
+_reinitialize_hooks = []
 
 
 def select_backend(name):
@@ -82,13 +85,17 @@ def reinitialize(
 
     pool_allocator: a pool (over virtual memory where the device supports it: it grows in
     place, so no initial size is needed; else over cudaMalloc memory). managed_memory:
-    managed memory (with pool_allocator, a pool over it). Sizes are ints or strings such as
-    "1GiB" or "50%" of the device's memory; None is the default (half of free memory for a
+    managed memory (with pool_allocator, a pool over it). Sizes are ints or strings as
+    mr.parse_bytes reads them ("2kib", "1.5GB", "50%" of the device's memory); None is the
+    default (half of free memory for a
     pool over cudaMalloc memory, nothing up front over virtual memory). devices: an int or
     a list of ints. logging: each resource inside a LoggingResourceAdaptor writing
     log_file_name (None: GPUMEM_LOG_FILE's; ValueError without either) with ".dev<N>"
-    before its extension. Either every device gets its new resource, or none does.
+    before its extension. Either every device gets its new resource, or none does. The
+    hooks of register_reinitialize_hook run first, the last registered first.
     """
+    for func, args, kwargs in reversed(_reinitialize_hooks):
+        func(*args, **kwargs)
     device_list = [devices] if isinstance(devices, int) else list(devices)
     first = device_list[0] if device_list else None
     arguments = [bool(pool_allocator), bool(managed_memory), mr._size(initial_pool_size, first),
@@ -97,20 +104,21 @@ def reinitialize(
         arguments.append(mr._log_base_name(log_file_name))
     _lib.reinitialize(*arguments)
     mr._forget_current(device_list)
-    if logging:
-        for device in device_list:
-            mr._current[int(device)] = _as_logging_adaptor(_lib.get_per_device_resource(device))
-    global _initialized
-    _initialized = True
+    for device in device_list:  # as objects of their classes (a log a LoggingResourceAdaptor)
+        mr.get_per_device_resource(device)
 
 
-def _as_logging_adaptor(resource):
-    """The log a C call built, as a LoggingResourceAdaptor object (its upstream a plain
-    MemoryResource)."""
-    log = mr.LoggingResourceAdaptor.__new__(mr.LoggingResourceAdaptor)
-    _lib.adopt(log, resource)
-    log._upstream = resource.upstream
-    return log
+def register_reinitialize_hook(func, *args, **kwargs):
+    """Has reinitialize call func(*args, **kwargs) before it replaces any resource (to drop
+    references to memory of the old ones, say); hooks run the last registered first, and a
+    function registered twice runs twice. Returns func, so it serves as a decorator."""
+    _reinitialize_hooks.append((func, args, kwargs))
+    return func
+
+
+def unregister_reinitialize_hook(func):
+    """Removes every registration of func."""
+    _reinitialize_hooks[:] = [hook for hook in _reinitialize_hooks if hook[0] != func]
 
 
 def enable_logging(log_file_name=None):
@@ -140,5 +148,6 @@ def get_log_filenames():
 
 
 def is_initialized():
-    """Whether reinitialize has been called (as rmm.is_initialized)."""
-    return _initialized
+    """True, as rmm.is_initialized: each device has a current resource from the start (the
+    default, made on first use), set or not."""
+    return mr.is_initialized()

@@ -10,12 +10,17 @@ it does not know); report(nbytes) and stats() say where memory goes, as an OutOf
 None (the default stream), an int, or a CuPy, Numba or PyTorch stream object. Sizes may be
 ints or strings such as "1GiB" or "50%" (of the device's memory).
 """
+import functools
 import os
+import re
+from fractions import Fraction
 
 from . import _lib
 from ._lib import InvalidArgumentError
 
 MemoryResource = _lib.Resource
+# RMM's name for the base class.
+DeviceMemoryResource = MemoryResource
 
 __all__ = [
     "AlignedResourceAdaptor",
@@ -24,6 +29,7 @@ __all__ = [
     "CallbackMemoryResource",
     "CudaAsyncMemoryResource",
     "CudaMemoryResource",
+    "DeviceMemoryResource",
     "FailureCallbackResourceAdaptor",
     "FaultyMemoryResource",
     "FixedSizeMemoryResource",
@@ -39,27 +45,58 @@ __all__ = [
     "SystemMemoryResource",
     "TrackingResourceAdaptor",
     "UpstreamMemoryResource",
+    "UpstreamResourceAdaptor",
     "VmmMemoryResource",
     "available_device_memory",
     "define_spec_name",
     "from_spec",
     "get_current_device_resource",
+    "get_current_device_resource_type",
     "get_per_device_resource",
+    "get_per_device_resource_type",
+    "is_initialized",
+    "parse_bytes",
     "set_current_device_resource",
     "set_per_device_resource",
 ]
 
 
-def _size(value, device=None):
-    """Bytes from an int, a string ("1GiB", "50%") or None (0: the default)."""
-    if value is None:
-        return 0
+# Sizes as RMM's parse_bytes reads them (a number, optional blanks, an optional unit: b, kb
+# .. pb in powers of 1000, kib .. pib in powers of 1024, any case), or a percentage of the
+# device's memory.
+_SIZE_PATTERN = re.compile(r"([0-9]+(?:\.[0-9]*)?)[\t ]*(%|(?:[kmgtp]i?)?b)?", re.IGNORECASE)
+_SIZE_FACTORS = {"": 1, "b": 1, "%": 1}
+for _power, _prefix in enumerate("kmgtp", start=1):
+    _SIZE_FACTORS[_prefix + "b"] = 1000 ** _power
+    _SIZE_FACTORS[_prefix + "ib"] = 1024 ** _power
+
+
+def parse_bytes(value, device=None):
+    """Bytes from an int or a string: "2kb" (2000), "2kib" (2048), "1 GiB", "1.5GB", "4096"
+    (RMM's parse_bytes), or "50%" of `device`'s memory (None: the current device). A string
+    that is none of these raises InvalidArgumentError (a ValueError); so does a negative
+    int."""
     if isinstance(value, str):
-        return _lib.parse_size(value, device)
+        match = _SIZE_PATTERN.fullmatch(value)
+        if match is None:
+            raise InvalidArgumentError(
+                f"{value!r} is not a size (write e.g. 1000000, \"512MiB\", \"1.5GB\", "
+                f"\"1 GiB\" or \"50%\")")
+        number, unit = Fraction(match.group(1)), (match.group(2) or "").lower()
+        if unit != "%":
+            return int(number * _SIZE_FACTORS[unit])
+        if number > 100:
+            raise InvalidArgumentError(f"{value!r} is more than the device's memory")
+        return int(number * available_device_memory(device)[1] / 100)
     value = int(value)
     if value < 0:
         raise InvalidArgumentError(f"a size must not be negative: {value}")
     return value
+
+
+def _size(value, device=None):
+    """Bytes from an int, a string (parse_bytes) or None (0: the default)."""
+    return 0 if value is None else parse_bytes(value, device)
 
 
 class CudaMemoryResource(MemoryResource):
@@ -91,15 +128,19 @@ class ManagedMemoryResource(MemoryResource):
 
 class CudaAsyncMemoryResource(MemoryResource):
     """A driver memory pool of its own (cudaMallocAsync). release_threshold None keeps all
-    freed memory in the pool; enable_ipc makes its memory exportable (POSIX descriptors)."""
+    freed memory in the pool; enable_ipc makes its memory exportable as POSIX descriptors,
+    enable_fabric as fabric handles (one kind per pool)."""
 
     def __init__(self, initial_pool_size=None, release_threshold=None, enable_ipc=False,
-                 device=None):
+                 enable_fabric=False, *, device=None):
+        if enable_ipc and enable_fabric:
+            raise InvalidArgumentError("a gpumem driver pool exports one kind of handle: "
+                                       "enable_ipc or enable_fabric, not both")
         threshold = _size(release_threshold, device)
         if release_threshold is not None and threshold == 0:
             threshold = 1  # 0 means "the default: keep everything" to the C library
         _lib.init_base(self, "async", device, threshold, _size(initial_pool_size, device),
-                       1 if enable_ipc else 0)
+                       1 if enable_ipc else 2 if enable_fabric else 0)
 
 
 class PinnedHostMemoryResource(MemoryResource):
@@ -128,8 +169,36 @@ class VmmMemoryResource(MemoryResource):
                        _size(piece_size, device))
 
 
+_NO_UPSTREAM = object()
+
+
+def _upstream_keyword(init):
+    """Lets an adaptor's __init__ take its upstream as upstream= too (RMM's older keyword)
+    and refuses None with TypeError before anything is built."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, upstream=_NO_UPSTREAM, **kwargs):
+        if upstream is not _NO_UPSTREAM:
+            if args or "upstream_mr" in kwargs:
+                raise TypeError(f"{type(self).__name__}() got both upstream_mr and upstream")
+            kwargs["upstream_mr"] = upstream
+        given = args[0] if args else kwargs.get("upstream_mr", _NO_UPSTREAM)
+        if given is None:
+            raise TypeError(f"{type(self).__name__}: upstream_mr must be a memory resource, "
+                            "not None")
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
 class UpstreamMemoryResource(MemoryResource):
-    """A resource over another: the Python upstream object stays alive with it."""
+    """A resource over another: the Python upstream object stays alive with it. Every
+    subclass takes its upstream as upstream_mr (first) or upstream=."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _upstream_keyword(cls.__dict__["__init__"])
 
     @property
     def upstream_mr(self):
@@ -138,6 +207,10 @@ class UpstreamMemoryResource(MemoryResource):
 
     def get_upstream(self):
         return self._upstream
+
+
+# RMM's name for the base class of resources over another.
+UpstreamResourceAdaptor = UpstreamMemoryResource
 
 
 class SuballocatorMemoryResource(UpstreamMemoryResource):
@@ -162,6 +235,10 @@ class PoolMemoryResource(SuballocatorMemoryResource):
         _lib.init_adaptor(self, "pool", upstream_mr, _size(initial_pool_size, device),
                           _size(maximum_pool_size, device))
         self._upstream = upstream_mr
+
+    def pool_size(self):
+        """Bytes the pool holds from upstream_mr, free and allocated (as RMM's)."""
+        return self.reserved_bytes
 
 
 class ArenaMemoryResource(SuballocatorMemoryResource):
@@ -424,14 +501,62 @@ def _forget_current(devices):
         _current.pop(int(device), None)
 
 
+# The class of each kind of resource the C library builds (the default resource, a
+# reinitialize, GPUMEM_RESOURCE), for resources got back from it.
+_CLASS_OF_KIND = {
+    "cuda": CudaMemoryResource, "managed": ManagedMemoryResource,
+    "async": CudaAsyncMemoryResource, "pinned_host": PinnedHostMemoryResource,
+    "system": SystemMemoryResource, "vmm": VmmMemoryResource, "pool": PoolMemoryResource,
+    "arena": ArenaMemoryResource, "fixed_size": FixedSizeMemoryResource,
+    "binning": BinningMemoryResource, "faulty": FaultyMemoryResource,
+    "limit": LimitingResourceAdaptor, "aligned": AlignedResourceAdaptor,
+    "prefetch": PrefetchResourceAdaptor, "tracking": TrackingResourceAdaptor,
+    "stats": StatisticsResourceAdaptor, "log": LoggingResourceAdaptor,
+}
+
+
+def _typed(resource):
+    """The resource as an object of its kind's class (a pool a PoolMemoryResource whose
+    upstream_mr is typed too); kinds without a class stay plain MemoryResource objects."""
+    cls = _CLASS_OF_KIND.get(resource.name)
+    if cls is None:
+        return resource
+    typed = cls.__new__(cls)
+    _lib.adopt(typed, resource)
+    if issubclass(cls, UpstreamMemoryResource):
+        upstream = resource.upstream
+        typed._upstream = None if upstream is None else _typed(upstream)
+    if cls is BinningMemoryResource:
+        typed._bins = []
+    return typed
+
+
 def get_per_device_resource(device):
-    """The current resource of `device`."""
+    """The current resource of `device`: the object that was set, else (the default, or one
+    reinitialize built) an object of its class, the same one each time."""
     device = _device_index(device)
     resource = _lib.get_per_device_resource(device)
     kept = _current.get(device)
     if kept is not None and kept.handle == resource.handle:
         return kept
-    return resource
+    _current[device] = kept = _typed(resource)
+    return kept
+
+
+def get_per_device_resource_type(device):
+    """The class of the current resource of `device`."""
+    return type(get_per_device_resource(device))
+
+
+def get_current_device_resource_type():
+    """The class of the current device's resource."""
+    return type(get_current_device_resource())
+
+
+def is_initialized():
+    """True, as RMM's: every device has a current resource from the start (the default, made
+    on first use), so `if not is_initialized(): reinitialize()` never replaces one."""
+    return True
 
 
 def set_per_device_resource(device, mr):

@@ -25,7 +25,10 @@ def test_the_default_is_a_cuda_resource_of_each_device():
         assert resource.spec == "cuda"
         assert resource.device == device
     assert mr.get_current_device_resource().device == 0
-    assert type(mr.get_current_device_resource()) is mr.MemoryResource
+    assert type(mr.get_current_device_resource()) is mr.CudaMemoryResource
+    assert mr.get_current_device_resource() is mr.get_current_device_resource()
+    assert mr.get_current_device_resource_type() is mr.CudaMemoryResource
+    assert mr.get_per_device_resource_type(0) is mr.CudaMemoryResource
 
 
 def test_the_object_set_is_the_object_got_back(pool):
@@ -96,11 +99,37 @@ def test_the_current_resource_stays_alive_without_other_references():
     del buf
 
 
-def test_a_resource_set_from_c_comes_back_as_a_plain_resource():
-    gpumem.reinitialize(pool_allocator=True)
+def test_a_resource_set_from_c_comes_back_as_an_object_of_its_class():
+    gpumem.reinitialize(pool_allocator=True, initial_pool_size="4MiB")
     current = mr.get_current_device_resource()
-    assert type(current) is mr.MemoryResource
-    assert current.name == "pool"
+    assert type(current) is mr.PoolMemoryResource
+    assert mr.get_current_device_resource_type() is mr.PoolMemoryResource
+    assert current is mr.get_current_device_resource(), "the same object each time"
+    upstream = current.get_upstream()
+    assert upstream is current.upstream_mr
+    assert type(upstream) in (mr.VmmMemoryResource, mr.CudaMemoryResource)
+    assert upstream.handle == current.upstream.handle
+    assert current.pool_size() == current.reserved_bytes >= 4 * MiB
+    gpumem.reinitialize(managed_memory=True)
+    assert type(mr.get_current_device_resource()) is mr.ManagedMemoryResource
+    gpumem.reinitialize(pool_allocator=True, managed_memory=True, initial_pool_size="2MiB")
+    pool = mr.get_current_device_resource()
+    assert isinstance(pool, mr.PoolMemoryResource)
+    assert type(pool.upstream_mr) is mr.ManagedMemoryResource
+
+
+def test_kinds_get_their_classes_and_others_stay_plain_resources():
+    callback = mr.CallbackMemoryResource(lambda size, stream: 0, lambda ptr, size, stream: None)
+    mr.set_current_device_resource(callback)
+    assert mr.get_current_device_resource() is callback
+    assert type(mr._typed(gpumem._lib.get_per_device_resource(0))) is mr.MemoryResource
+    typed = mr._typed(mr.from_spec("tracking(stats(limit(pool(cuda, initial=2MiB), max=1GiB)))"))
+    assert type(typed) is mr.TrackingResourceAdaptor
+    chain = [type(typed.upstream_mr), type(typed.upstream_mr.upstream_mr),
+             type(typed.upstream_mr.upstream_mr.upstream_mr)]
+    assert chain == [mr.StatisticsResourceAdaptor, mr.LimitingResourceAdaptor,
+                     mr.PoolMemoryResource]
+    assert typed.upstream_mr.upstream_mr.get_allocation_limit() == 1 << 30
 
 
 def test_a_buffer_frees_to_the_resource_it_came_from():

@@ -35,7 +35,8 @@ def expected_lines(name):
             r"read back: in managed memory",
         ],
         "reinitialize.py": [
-            r"is_initialized before: False", r"pool_allocator=True: pool\((vmm\(reserve=\d+, piece=\d+\)|cuda), initial=0, max=0\)",
+            r"is_initialized before: True", r"pool_allocator=True: pool\((vmm\(reserve=\d+, piece=\d+\)|cuda), initial=0, max=0\)",
+            r"its class: PoolMemoryResource",
             rf"with sizes: pool\((vmm\(reserve=\d+, piece=\d+\)|cuda), initial=268435456, "
             rf"max={total // 2}\)",
             r"managed_memory=True: managed\(prefetch=false\)",

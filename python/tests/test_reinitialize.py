@@ -14,11 +14,14 @@ def current_spec(device=0):
     return mr.get_per_device_resource(device).spec
 
 
-def test_is_initialized_only_after_reinitialize(run_script):
-    # A fresh interpreter: this one may have called reinitialize in an earlier test.
-    assert run_script("import gpumem; print(gpumem.is_initialized())", timeout=60) == "False\n"
-    gpumem.reinitialize()
-    assert gpumem.is_initialized()
+def test_is_initialized_from_the_start_as_rmm(run_script, pool):
+    # A fresh interpreter: the default resource counts, as RMM's does.
+    assert run_script("import gpumem; print(gpumem.is_initialized(), gpumem.mr.is_initialized())",
+                      timeout=60) == "True True\n"
+    mr.set_current_device_resource(pool)
+    if not gpumem.is_initialized():
+        gpumem.reinitialize()
+    assert mr.get_current_device_resource() is pool, "a resource the user set stays"
 
 
 def test_no_options_give_cuda_memory():

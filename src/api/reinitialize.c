@@ -75,6 +75,16 @@ gpumem_status gpumem_reinitialize_spec(const gpumem_reinitialize_options *option
     if (status != GPUMEM_OK)
       return status;
     upstream = vmm ? "vmm" : "cuda";
+    /* Over vmm a pool grows in whole granules: a maximum that cannot hold the initial size
+     * rounded up to one (any maximum below a granule) is one only a pool over cuda keeps. */
+    int64_t granularity = 0;
+    if (vmm && options->maximum_pool_size)
+      status = dev->device_attribute(device, GPUMEM__ATTR_VMM_GRANULARITY, &granularity);
+    if (status != GPUMEM_OK)
+      return status;
+    size_t g = (size_t)granularity, least = options->initial_pool_size;
+    if (g > 0 && (least ? (least - 1) / g + 1 : 1) > options->maximum_pool_size / g)
+      upstream = "cuda";
   }
   snprintf(spec, size, "pool(%s, initial=%zu, max=%zu)", upstream, options->initial_pool_size,
            options->maximum_pool_size);

@@ -143,8 +143,8 @@ gpumem_status gpumem__fail_context(gpumem_status status, const char *format, ...
   return gpumem__fail(status, "%s: %s", context, old);
 }
 
-const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+const char *gpumem__format_bytes_short(uint64_t bytes, char *buf, size_t size) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (bytes < 1024) {
     snprintf(buf, size, "%llu B", (unsigned long long)bytes);
     return buf;
@@ -155,7 +155,16 @@ const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size) {
     value /= 1024.0;
     unit++;
   }
-  snprintf(buf, size, "%.4g %s (%llu B)", value, units[unit], (unsigned long long)bytes);
+  snprintf(buf, size, "%.4g %s", value, units[unit]);
+  return buf;
+}
+
+const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size) {
+  if (bytes < 1024)
+    return gpumem__format_bytes_short(bytes, buf, size);
+  char scaled[32];
+  snprintf(buf, size, "%s (%llu B)", gpumem__format_bytes_short(bytes, scaled, sizeof scaled),
+           (unsigned long long)bytes);
   return buf;
 }
 

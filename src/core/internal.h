@@ -257,8 +257,10 @@ typedef struct gpumem__holder {
 void gpumem__holder_add(gpumem__holder *holder, const gpumem_resource *mr);
 void gpumem__holder_remove(gpumem__holder *holder);
 
-/* Formats a byte count for messages: "512 B", "1.5 MiB". Returns buf. */
+/* Formats a byte count for messages: "512 B", "1.5 MiB (1572864 B)". Returns buf. */
 const char *gpumem__format_bytes(uint64_t bytes, char *buf, size_t size);
+/* The same without the exact figure ("1.5 MiB"), for lines that carry many figures. */
+const char *gpumem__format_bytes_short(uint64_t bytes, char *buf, size_t size);
 
 /* Writes the spec of a resource into buf (ops->describe or its kind), NUL-terminated and cut
  * at `size`. */

@@ -23,25 +23,9 @@
  * Lines
  * ------------------------------------------------------------------------------------- */
 
-/* "512 B", "1.5 MiB": short, for lines that carry many figures (the exact ones are in the
- * JSON dump). */
-static const char *bytes_text(uint64_t bytes, char *buf, size_t size) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) {
-    snprintf(buf, size, "%llu B", (unsigned long long)bytes);
-    return buf;
-  }
-  double value = (double)bytes;
-  size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < sizeof units / sizeof units[0]) {
-    value /= 1024.0;
-    unit++;
-  }
-  snprintf(buf, size, "%.4g %s", value, units[unit]);
-  return buf;
-}
-
-#define B(value) bytes_text((value), (char[32]){0}, 32)
+/* Short figures ("1.5 MiB") for lines that carry many (the exact ones are in the JSON
+ * dump). */
+#define B(value) gpumem__format_bytes_short((value), (char[32]){0}, 32)
 
 static const char *kind_of(const gpumem__report_walk *walk, int i) {
   return walk->nodes[i].mr->ops->kind;

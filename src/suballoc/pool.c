@@ -494,8 +494,8 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   gpumem_status status = gpumem__pool_grow(pool, &pool->fresh, GPUMEM__POOL_REGION_LARGE,
                                            options->initial_size, &why, &initial);
   if (status != GPUMEM_OK)
-    return gpumem__fail_context(status, "gpumem_pool_create: taking the initial %zu bytes (%s)",
-                                options->initial_size, why);
+    return gpumem__fail_context(status, "gpumem_pool_create: taking the initial %zu bytes",
+                                options->initial_size);
   return GPUMEM_OK;
 }
 

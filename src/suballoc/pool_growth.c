@@ -78,11 +78,12 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
   if (!block) {
     *why = no_host_memory;
     gpumem__note_oom(GPUMEM__OOM_HOST, &pool->header, size);
-    return GPUMEM_ERR_OUT_OF_MEMORY;
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "%s", no_host_memory);
   }
   region *r = &pool->regions[ri];
   void *memory;
   size_t step = 0;
+  uint64_t serial = gpumem__error_serial();
   gpumem_status status = take_from_upstream(pool, r, set, size, &memory, &step, why);
   chunk grown = {(uintptr_t)memory, step};
   if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
@@ -91,10 +92,16 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
     *why = no_host_memory;
     gpumem__note_oom(GPUMEM__OOM_HOST, &pool->header, size);
     status = GPUMEM_ERR_OUT_OF_MEMORY;
+    serial = gpumem__error_serial(); /* whatever the upstream said, it is not why */
   }
   if (status != GPUMEM_OK) {
     gpumem__block_delete(&pool->slab, block);
-    return status;
+    /* The thread's message says why: the upstream's own after the pool's reason, or the
+     * reason alone where nothing below set one (the pool's refusals, an upstream that
+     * refused quietly), so that a caller adding context never quotes a stale message. */
+    if (gpumem__error_serial() == serial)
+      return gpumem__fail(status, "%s", *why);
+    return gpumem__fail_context(status, "%s", *why);
   }
   gpumem__annotate_heap_add(pool->header.upstream, memory, step);
   block->addr = (uintptr_t)memory;

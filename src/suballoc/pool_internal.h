@@ -352,7 +352,7 @@ gpumem_status gpumem__pool_default_initial_size(const gpumem_resource *upstream,
 /* Takes memory for at least `size` bytes from the upstream for region `ri` on `set`'s
  * stream and files it in `set`; *grown_block: the free block holding it now (merged with
  * the region's free tail when it grew in place). On failure *why says why, for the
- * out-of-memory message. */
+ * out-of-memory message, and the thread's message starts with it (then the upstream's). */
 gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
                                 const char **why, gpumem__block **grown_block);
 
