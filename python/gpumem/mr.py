@@ -576,7 +576,7 @@ def get_current_device_resource():
 
 def set_current_device_resource(mr):
     """Makes mr the resource of its device (the current one, for resources made there)."""
-    set_per_device_resource(mr.device, mr)
+    set_per_device_resource(getattr(mr, "device", None), mr)  # not a resource: TypeError
 
 
 def available_device_memory(device=None):
