@@ -353,11 +353,24 @@ typedef struct gpumem_async_options {
   uint64_t release_threshold;
   size_t initial_size;          /* bytes to reserve at creation; 0: none */
   gpumem_ipc_handle ipc_handle; /* exportable handle type of the pool's memory */
+  /* An existing driver pool of `device` (a CUmemoryPool: the device's default pool, one the
+   * program made, or gpumem_async_pool_handle's) to allocate from instead of a pool of its
+   * own, as RMM's cuda_async_view_memory_resource: the resource never destroys it and
+   * leaves its release threshold as it is unless release_threshold is given; it must
+   * outlive the resource. ipc_handle must be GPUMEM_IPC_NONE (the pool's own handle types
+   * apply). Reserved bytes are then what the resource allocated from it. NULL: a pool of its
+   * own. */
+  void *pool;
 } gpumem_async_options;
 
-/* A driver memory pool of its own (cuMemPoolCreate, cuMemAllocFromPoolAsync). */
+/* A driver memory pool of its own (cuMemPoolCreate, cuMemAllocFromPoolAsync), or one
+ * given in options->pool. */
 GPUMEM_API gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
                                              gpumem_resource **out);
+
+/* The driver pool (CUmemoryPool) an async resource allocates from. GPUMEM_ERR_INVALID_ARGUMENT
+ * when mr is not an async resource or pool is NULL. */
+GPUMEM_API gpumem_status gpumem_async_pool_handle(const gpumem_resource *mr, void **pool);
 
 typedef enum gpumem_pinned_flags {
   GPUMEM_PINNED_PORTABLE = 1u << 0,      /* pinned for every context */

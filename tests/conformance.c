@@ -10,7 +10,8 @@
  *
  * Resources no spec can build have names of their own in the list: "user:SPEC" is a user
  * resource (gpumem_user_resource_create, public API only) that forwards to a resource built
- * from SPEC, and "pool:user:SPEC" a pool over one. */
+ * from SPEC, and "pool:user:SPEC" a pool over one. An async resource over the driver pool of
+ * another ("async(pool=HANDLE)") runs after the list, with the handle of the moment. */
 #include "check.h"
 #include "forwarding.h"
 #include "gpumem/sim.h"
@@ -345,6 +346,18 @@ int main(int argc, char **argv) {
   } else {
     for (size_t i = 0; i < sizeof default_specs / sizeof default_specs[0]; i++)
       check_spec(default_specs[i]);
+    /* async over a driver pool of the program's: here another async resource's. */
+    gpumem_resource *owner;
+    void *pool;
+    char spec[96];
+    CHECK_OK(gpumem_async_create(0, NULL, &owner));
+    CHECK_OK(gpumem_async_pool_handle(owner, &pool));
+    snprintf(spec, sizeof spec, "async(pool=%llu)", (unsigned long long)(uintptr_t)pool);
+    check_spec(spec);
+    snprintf(spec, sizeof spec, "pool(async(pool=%llu), initial=1)",
+             (unsigned long long)(uintptr_t)pool);
+    check_spec(spec);
+    CHECK_OK(gpumem_resource_release(owner));
   }
   char log[64];
   snprintf(log, sizeof log, "conformance-log-%ld.csv", (long)getpid());

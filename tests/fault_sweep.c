@@ -9,8 +9,8 @@
  * (the injected failure happens once). At the end nothing leaks (device memory in use is back where
  * it started) and no cross-stream hazard was seen. The same sweep runs through the faulty adaptor,
  * failing each allocation in turn, also under a pool over a user resource and under the retry
- * adaptor (where a failure for want of memory is retried and absorbed, and any other is not).
- * Simulated device only. */
+ * adaptor (where a failure for want of memory is retried and absorbed, and any other is not),
+ * and over a driver pool of the program's. Simulated device only. */
 #include "check.h"
 #include "forwarding.h"
 #include "gpumem/sim.h"
@@ -220,6 +220,19 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
     sweep_device_calls(specs[i]);
+  /* async over a driver pool of the program's (another async resource's, keeping nothing). */
+  gpumem_async_options keep_nothing = {.release_threshold = 1};
+  gpumem_resource *owner;
+  void *pool;
+  char spec[96];
+  CHECK_OK(gpumem_async_create(0, &keep_nothing, &owner));
+  CHECK_OK(gpumem_async_pool_handle(owner, &pool));
+  snprintf(spec, sizeof spec, "async(pool=%llu)", (unsigned long long)(uintptr_t)pool);
+  sweep_device_calls(spec);
+  snprintf(spec, sizeof spec, "pool(async(pool=%llu), initial=1)",
+           (unsigned long long)(uintptr_t)pool);
+  sweep_device_calls(spec);
+  CHECK_OK(gpumem_resource_release(owner));
   sweep_faulty_allocations("faulty(cuda, fail_at=%llu)", false, 1, 8);
   sweep_faulty_allocations("faulty(async, fail_at=%llu)", false, 1, 8);
   sweep_faulty_allocations("faulty(pool(cuda, initial=1), fail_at=%llu)", false, 1, 8);

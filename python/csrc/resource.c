@@ -299,15 +299,15 @@ static PyObject *py_init_spec(PyObject *module, PyObject *args) {
   return store(self, status, mr);
 }
 
-/* init_base(self, kind, device, a, b, c): the base resources, with up to three numeric
+/* init_base(self, kind, device, a, b, c, d): the base resources, with up to four numeric
  * options whose meaning depends on the kind (see gpumem/mr.py). */
 static PyObject *py_init_base(PyObject *module, PyObject *args) {
   PyObject *object, *device_object;
   const char *kind;
-  unsigned long long a = 0, b = 0, c = 0;
+  unsigned long long a = 0, b = 0, c = 0, d = 0;
   int device;
   gpumem_py_resource *self;
-  if (!PyArg_ParseTuple(args, "OsO|KKK", &object, &kind, &device_object, &a, &b, &c) ||
+  if (!PyArg_ParseTuple(args, "OsO|KKKK", &object, &kind, &device_object, &a, &b, &c, &d) ||
       !gpumem_py_device(device_object, &device) || !(self = empty_resource(object)))
     return NULL;
   gpumem_resource *mr = NULL;
@@ -318,8 +318,10 @@ static PyObject *py_init_base(PyObject *module, PyObject *args) {
     gpumem_managed_options options = {.prefetch = (int)a, .advice = (unsigned)b};
     status = gpumem_managed_create(device, &options, &mr);
   } else if (!strcmp(kind, "async")) {
-    gpumem_async_options options = {
-        .release_threshold = a, .initial_size = (size_t)b, .ipc_handle = (gpumem_ipc_handle)c};
+    gpumem_async_options options = {.release_threshold = a,
+                                    .initial_size = (size_t)b,
+                                    .ipc_handle = (gpumem_ipc_handle)c,
+                                    .pool = (void *)(uintptr_t)d};
     status = gpumem_async_create(device, &options, &mr);
   } else if (!strcmp(kind, "pinned_host")) {
     gpumem_pinned_host_options options = {.flags = (unsigned)a};
@@ -523,7 +525,18 @@ static PyObject *py_resource_trim(PyObject *module, PyObject *object) {
   return status == GPUMEM_OK ? PyLong_FromSize_t(released) : gpumem_py_raise(status);
 }
 
+/* async_pool_handle(mr) -> the driver pool (CUmemoryPool) of an async resource, as an int */
+static PyObject *py_async_pool_handle(PyObject *module, PyObject *object) {
+  gpumem_resource *mr = gpumem_py_resource_handle(object);
+  if (!mr)
+    return NULL;
+  void *pool = NULL;
+  gpumem_status status = gpumem_async_pool_handle(mr, &pool);
+  return status == GPUMEM_OK ? PyLong_FromVoidPtr(pool) : gpumem_py_raise(status);
+}
+
 PyMethodDef gpumem_py_resource_functions[] = {
+    {"async_pool_handle", py_async_pool_handle, METH_O, "async_pool_handle(mr) -> pool handle"},
     {"spec_define", py_spec_define, METH_VARARGS, "spec_define(name, mr or None)"},
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
     {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},

@@ -28,6 +28,7 @@ __all__ = [
     "BinningMemoryResource",
     "CallbackMemoryResource",
     "CudaAsyncMemoryResource",
+    "CudaAsyncViewMemoryResource",
     "CudaMemoryResource",
     "DeviceMemoryResource",
     "FailureCallbackResourceAdaptor",
@@ -141,6 +142,32 @@ class CudaAsyncMemoryResource(MemoryResource):
             threshold = 1  # 0 means "the default: keep everything" to the C library
         _lib.init_base(self, "async", device, threshold, _size(initial_pool_size, device),
                        1 if enable_ipc else 2 if enable_fabric else 0)
+
+    def pool_handle(self):
+        """The driver pool's handle (a CUmemoryPool value), for CudaAsyncViewMemoryResource."""
+        return _lib.async_pool_handle(self)
+
+
+class CudaAsyncViewMemoryResource(MemoryResource):
+    """Allocates from an existing driver memory pool, as RMM's: pool_handle is a
+    CUmemoryPool/cudaMemPool_t (an int, or an object int() takes: the device's default pool,
+    one the program made, a CudaAsyncMemoryResource's pool_handle()). The pool is neither
+    changed nor destroyed, and must outlive this resource; reserved_bytes counts what this
+    resource allocated from it."""
+
+    def __init__(self, pool_handle, *, device=None):
+        try:
+            handle = int(pool_handle)
+        except (TypeError, ValueError):  # a ValueError, as RMM's
+            raise InvalidArgumentError(f"pool_handle must be a driver pool handle (an int), "
+                                       f"not {type(pool_handle).__name__}") from None
+        if handle <= 0:
+            raise InvalidArgumentError(f"pool_handle {handle} is not a driver pool")
+        _lib.init_base(self, "async", device, 0, 0, 0, handle)
+
+    def pool_handle(self):
+        """The driver pool's handle, as given."""
+        return _lib.async_pool_handle(self)
 
 
 class PinnedHostMemoryResource(MemoryResource):
@@ -519,6 +546,8 @@ def _typed(resource):
     """The resource as an object of its kind's class (a pool a PoolMemoryResource whose
     upstream_mr is typed too); kinds without a class stay plain MemoryResource objects."""
     cls = _CLASS_OF_KIND.get(resource.name)
+    if cls is CudaAsyncMemoryResource and resource.spec.startswith("async(pool="):
+        cls = CudaAsyncViewMemoryResource
     if cls is None:
         return resource
     typed = cls.__new__(cls)

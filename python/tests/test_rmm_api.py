@@ -304,3 +304,50 @@ def test_bad_arguments_are_value_or_type_errors():
         mr.set_current_device_resource("not a resource")
     with pytest.raises(ValueError):
         mr.ManagedMemoryResource(advice=["nosuch"])
+
+
+# ---- a driver pool of the program's ------------------------------------------------------
+
+def test_a_view_of_an_async_resources_pool():
+    owner = mr.CudaAsyncMemoryResource()
+    handle = owner.pool_handle()
+    assert isinstance(handle, int) and handle > 0
+    view = mr.CudaAsyncViewMemoryResource(handle)
+    assert view.pool_handle() == handle
+    assert view.spec == f"async(pool={handle})"
+    before = owner.reserved_bytes
+    mr.set_current_device_resource(view)
+    assert type(mr.get_current_device_resource()) is mr.CudaAsyncViewMemoryResource
+    buffer = gpumem.DeviceBuffer(size=MiB)
+    assert view.live_bytes == MiB == view.reserved_bytes
+    assert owner.reserved_bytes >= before + MiB, "the same driver pool"
+    del buffer
+    assert type(mr._typed(mr.from_spec(view.spec))) is mr.CudaAsyncViewMemoryResource
+
+
+class Handle:
+    """A pool handle object of the kind CUDA's Python bindings give (int() reads it)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __int__(self):
+        return self.value
+
+
+def test_a_view_takes_a_handle_object_and_refuses_what_is_not_one():
+    owner = mr.CudaAsyncMemoryResource()
+    view = mr.CudaAsyncViewMemoryResource(Handle(owner.pool_handle()))
+    ptr = view.allocate(4096)
+    view.deallocate(ptr, 4096)
+    for bad in ("pool", None, 0, -3):
+        with pytest.raises(ValueError, match="pool_handle"):
+            mr.CudaAsyncViewMemoryResource(bad)
+    with pytest.raises(gpumem.InvalidArgumentError, match="not an async resource"):
+        gpumem._lib.async_pool_handle(mr.CudaMemoryResource())
+
+
+@pytest.mark.sim
+def test_a_view_of_a_pool_the_driver_does_not_know_is_refused():
+    with pytest.raises(gpumem.InvalidArgumentError, match="driver pool"):
+        mr.CudaAsyncViewMemoryResource(12345)

@@ -121,7 +121,7 @@ static gpumem_status build_managed(int device, gpumem_resource *upstream, const 
 
 /* ---- async ---- */
 
-enum { ASYNC_RELEASE_THRESHOLD, ASYNC_INITIAL, ASYNC_IPC };
+enum { ASYNC_RELEASE_THRESHOLD, ASYNC_INITIAL, ASYNC_IPC, ASYNC_POOL };
 
 static const spec_word ipc_words[] = {
     {"none", GPUMEM_IPC_NONE},
@@ -143,6 +143,7 @@ static gpumem_status build_async(int device, gpumem_resource *upstream, const sp
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "async: initial size too large");
   opts.initial_size = (size_t)initial;
   opts.ipc_handle = (gpumem_ipc_handle)value_or(values, ASYNC_IPC, GPUMEM_IPC_NONE);
+  opts.pool = (void *)(uintptr_t)value_or(values, ASYNC_POOL, 0);
   return gpumem_async_create(device, &opts, out);
 }
 
@@ -348,8 +349,9 @@ static const spec_kind spec_kinds[] = {
          [ASYNC_RELEASE_THRESHOLD] = {"release_threshold", SPEC_SIZE},
          [ASYNC_INITIAL] = {"initial", SPEC_SIZE},
          [ASYNC_IPC] = {"ipc", SPEC_ENUM, ipc_words},
+         [ASYNC_POOL] = {"pool", SPEC_COUNT, NULL, 0, UINTPTR_MAX},
      },
-     "a driver memory pool of its own (cuMemAllocFromPoolAsync)",
+     "a driver memory pool of its own, or the program's pool=HANDLE (cuMemAllocFromPoolAsync)",
      build_async},
     {"pinned_host",
      SPEC_NO_UPSTREAM,

@@ -3,7 +3,10 @@
  * Each async resource creates its own driver pool (cuMemPoolCreate) rather than using the
  * device's default pool, so its memory figures are its own and its release threshold does
  * not change anyone else's. The default threshold keeps all freed memory in the pool
- * (UINT64_MAX), the setting under which the driver pool is fastest. */
+ * (UINT64_MAX), the setting under which the driver pool is fastest. A resource given a pool
+ * of the program's (options.pool: the device's default pool, say) only allocates from it:
+ * it neither changes nor destroys the pool, and counts as reserved only what it allocated,
+ * since the pool's own figure is shared with whoever else uses it. */
 #include "upstream/base.h"
 
 #include <stdio.h>
@@ -13,6 +16,7 @@ typedef struct async_resource {
   gpumem__base_resource base;
   gpumem_async_options options;
   gpumem__mempool pool;
+  bool owned; /* false: the program's pool (options.pool), never destroyed here */
 } async_resource;
 
 static gpumem_status async_raw_allocate(gpumem__base_resource *base_self, size_t bytes,
@@ -38,12 +42,29 @@ static const gpumem__base_impl async_impl = {
     .reserved = async_reserved,
 };
 
+/* Over the program's pool the base counts the bytes this resource allocated. */
+static const gpumem__base_impl view_impl = {
+    .raw_allocate = async_raw_allocate,
+    .raw_free = async_raw_free,
+};
+
 static const char *ipc_name(gpumem_ipc_handle ipc) {
   return ipc == GPUMEM_IPC_POSIX_FD ? "posix_fd" : ipc == GPUMEM_IPC_FABRIC ? "fabric" : "none";
 }
 
 static void async_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const gpumem_async_options *o = &((const async_resource *)mr)->options;
+  if (o->pool) {
+    int n = snprintf(buf, size, "async(pool=%llu", (unsigned long long)(uintptr_t)o->pool);
+    if (o->release_threshold && n >= 0 && (size_t)n < size)
+      n += snprintf(buf + n, size - (size_t)n, ", release_threshold=%llu",
+                    (unsigned long long)o->release_threshold);
+    if (o->initial_size && n >= 0 && (size_t)n < size)
+      n += snprintf(buf + n, size - (size_t)n, ", initial=%zu", o->initial_size);
+    if (n >= 0 && (size_t)n < size)
+      snprintf(buf + n, size - (size_t)n, ")");
+    return;
+  }
   snprintf(buf, size, "async(release_threshold=%llu, initial=%zu, ipc=%s)",
            (unsigned long long)o->release_threshold, o->initial_size, ipc_name(o->ipc_handle));
 }
@@ -52,7 +73,7 @@ static gpumem_status async_destroy(gpumem_resource *mr) {
   async_resource *self = (async_resource *)mr;
   /* Off the list of holders first: a report reads the driver pool's figures. */
   gpumem__holder_remove(&self->base.holder);
-  gpumem_status status = mr->dev->pool_destroy(mr->device, self->pool);
+  gpumem_status status = self->owned ? mr->dev->pool_destroy(mr->device, self->pool) : GPUMEM_OK;
   if (status != GPUMEM_OK) {
     gpumem__holder_add(&self->base.holder, mr);
     return status;
@@ -90,6 +111,27 @@ static gpumem_status warm_pool(const gpumem__device_ops *dev, int device, gpumem
   return status != GPUMEM_OK ? status : synced != GPUMEM_OK ? synced : destroyed;
 }
 
+/* The driver pool the resource allocates from: a new one, or the program's (checked to be
+ * a pool the driver knows), with the release threshold set where it is the resource's to
+ * set. */
+static gpumem_status get_pool(const gpumem__device_ops *dev, int device,
+                              gpumem_async_options *options, gpumem__mempool *pool) {
+  if (options->pool) {
+    uint64_t reserved;
+    *pool = (gpumem__mempool)options->pool;
+    gpumem_status status = dev->pool_reserved(*pool, &reserved);
+    if (status == GPUMEM_OK && options->release_threshold)
+      status = dev->pool_set_release_threshold(*pool, options->release_threshold);
+    return status;
+  }
+  if (options->release_threshold == 0)
+    options->release_threshold = UINT64_MAX;
+  gpumem_status status = dev->pool_create(device, options->ipc_handle, pool);
+  if (status == GPUMEM_OK)
+    status = dev->pool_set_release_threshold(*pool, options->release_threshold);
+  return status;
+}
+
 gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
                                   gpumem_resource **out) {
   if (!out)
@@ -101,8 +143,10 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
                         "gpumem_async_create: unknown IPC handle "
                         "type %d",
                         (int)options.ipc_handle);
-  if (options.release_threshold == 0)
-    options.release_threshold = UINT64_MAX;
+  if (options.pool && options.ipc_handle != GPUMEM_IPC_NONE)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_async_create: an IPC handle type for a pool of the program's "
+                        "(its own handle types apply)");
   const gpumem__device_ops *dev;
   gpumem_status status = gpumem__device_for("gpumem_async_create", device, &dev, &device);
   if (status != GPUMEM_OK)
@@ -114,26 +158,35 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
                           device);
   gpumem__mempool pool = NULL;
   if (status == GPUMEM_OK)
-    status = dev->pool_create(device, options.ipc_handle, &pool);
-  if (status == GPUMEM_OK)
-    status = dev->pool_set_release_threshold(pool, options.release_threshold);
+    status = get_pool(dev, device, &options, &pool);
   if (status == GPUMEM_OK && options.initial_size > 0)
     status = warm_pool(dev, device, pool, options.initial_size);
   async_resource *self = NULL;
   if (status == GPUMEM_OK && !(self = calloc(1, sizeof *self)))
     status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "out of host memory");
   if (status != GPUMEM_OK) {
-    if (pool)
+    if (pool && !options.pool)
       dev->pool_destroy(device, pool);
     return gpumem__fail_context(status, "gpumem_async_create on device %d", device);
   }
-  gpumem__base_init(&self->base, &async_ops, &async_impl, device, dev);
+  gpumem__base_init(&self->base, &async_ops, options.pool ? &view_impl : &async_impl, device, dev);
   self->base.header.caps.stream_ordered = true;
   /* Not annotatable: compute-sanitizer refuses a heap over a driver pool's allocation
    * (measured with 2025.3), so a pool over async is seen only as the driver pool's blocks. */
   self->options = options;
   self->pool = pool;
+  self->owned = !options.pool;
   gpumem__holder_add(&self->base.holder, &self->base.header);
   *out = &self->base.header;
+  return GPUMEM_OK;
+}
+
+gpumem_status gpumem_async_pool_handle(const gpumem_resource *mr, void **pool) {
+  if (!mr || !pool || mr->ops != &async_ops)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_async_pool_handle: %s",
+                        !mr     ? "mr is NULL"
+                        : !pool ? "pool is NULL"
+                                : "not an async resource");
+  *pool = (void *)((const async_resource *)mr)->pool;
   return GPUMEM_OK;
 }
