@@ -8,7 +8,9 @@ and tells what it holds (live_bytes, reserved_bytes, peak_reserved_bytes, ...; N
 it does not know); report(nbytes) and stats() say where memory goes, as an OutOfMemoryError's
 .report and .verdict do (docs/reports.md). A resource built over another keeps that upstream alive. Streams may be
 None (the default stream), an int, or a CuPy, Numba or PyTorch stream object. Sizes may be
-ints or strings such as "1GiB" or "50%" (of the device's memory).
+ints or strings as parse_bytes reads them: RMM's ("2kb", "1.5 GiB") or "50%" (of the
+device's memory). The current-resource functions give back the object that was set, and for
+resources the C library built (the default, reinitialize's) an object of their class.
 """
 import functools
 import os
@@ -50,9 +52,12 @@ __all__ = [
     "VmmMemoryResource",
     "available_device_memory",
     "define_spec_name",
+    "disable_logging",
+    "enable_logging",
     "from_spec",
     "get_current_device_resource",
     "get_current_device_resource_type",
+    "get_log_filenames",
     "get_per_device_resource",
     "get_per_device_resource_type",
     "is_initialized",
@@ -580,6 +585,24 @@ def get_per_device_resource_type(device):
 def get_current_device_resource_type():
     """The class of the current device's resource."""
     return type(get_current_device_resource())
+
+
+def enable_logging(log_file_name=None):
+    """gpumem.enable_logging, also here as in rmm.mr."""
+    from . import enable_logging as enable
+    enable(log_file_name)
+
+
+def disable_logging():
+    """gpumem.disable_logging, also here as in rmm.mr."""
+    from . import disable_logging as disable
+    disable()
+
+
+def get_log_filenames():
+    """gpumem.get_log_filenames, also here as in rmm.mr."""
+    from . import get_log_filenames as names
+    return names()
 
 
 def is_initialized():

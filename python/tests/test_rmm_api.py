@@ -160,7 +160,7 @@ def test_a_failing_hook_stops_reinitialize(hooks, pool):
 
 # ---- classes and arguments ---------------------------------------------------------------
 
-def test_rmm_class_names():
+def test_rmm_class_and_function_names():
     assert mr.DeviceMemoryResource is mr.MemoryResource
     assert mr.UpstreamResourceAdaptor is mr.UpstreamMemoryResource
     pinned = mr.PinnedHostMemoryResource()
@@ -173,6 +173,21 @@ def test_rmm_class_names():
                  "is_initialized"):
         assert name in mr.__all__
     assert "register_reinitialize_hook" in gpumem.__all__
+    rmm_mr_names = ["ArenaMemoryResource", "BinningMemoryResource", "CallbackMemoryResource",
+                    "CudaAsyncMemoryResource", "CudaAsyncViewMemoryResource",
+                    "CudaMemoryResource", "DeviceMemoryResource",
+                    "FailureCallbackResourceAdaptor", "FixedSizeMemoryResource",
+                    "LimitingResourceAdaptor", "LoggingResourceAdaptor",
+                    "ManagedMemoryResource", "PinnedHostMemoryResource", "PoolMemoryResource",
+                    "PrefetchResourceAdaptor", "StatisticsResourceAdaptor",
+                    "SystemMemoryResource", "TrackingResourceAdaptor",
+                    "UpstreamResourceAdaptor", "available_device_memory", "disable_logging",
+                    "enable_logging", "get_current_device_resource",
+                    "get_current_device_resource_type", "get_log_filenames",
+                    "get_per_device_resource", "get_per_device_resource_type",
+                    "is_initialized", "set_current_device_resource",
+                    "set_per_device_resource"]
+    assert [name for name in rmm_mr_names if name not in mr.__all__] == []
     assert "unregister_reinitialize_hook" in gpumem.__all__
 
 
@@ -351,3 +366,11 @@ def test_a_view_takes_a_handle_object_and_refuses_what_is_not_one():
 def test_a_view_of_a_pool_the_driver_does_not_know_is_refused():
     with pytest.raises(gpumem.InvalidArgumentError, match="driver pool"):
         mr.CudaAsyncViewMemoryResource(12345)
+
+
+def test_logging_functions_in_mr_too(tmp_path):
+    mr.enable_logging(str(tmp_path / "log.csv"))
+    assert mr.get_log_filenames()[0] == str(tmp_path / "log.dev0.csv")
+    assert gpumem.get_log_filenames() == mr.get_log_filenames()
+    mr.disable_logging()
+    assert mr.get_log_filenames()[0] is None
