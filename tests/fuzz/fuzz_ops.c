@@ -79,6 +79,9 @@ static const resource_row resources[] = {
     {.spec = "user_fuzz", .named = true}, /* written through the public API: define_user_fuzz */
     {.spec = "pool(user_fuzz)"},
     {.spec = "pool(log(vmm, file=/tmp/gpumem-fuzz-ops-%p.csv))"},
+    /* Over the driver pool of another async resource, made for the input (%llu: its handle). */
+    {.spec = "async(pool=%llu)"},
+    {.spec = "pool(async(pool=%llu), initial=1)"},
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
@@ -740,7 +743,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   r.data = data;
   r.size = size;
   r.row = &resources[next_byte(&r) % RESOURCE_COUNT];
-  FUZZ_OK(gpumem_resource_from_spec(r.row->spec, &r.mr));
+  gpumem_resource *pool_owner = NULL;
+  if (strstr(r.row->spec, "%llu")) {
+    void *pool;
+    char spec[96];
+    FUZZ_OK(gpumem_async_create(0, NULL, &pool_owner));
+    FUZZ_OK(gpumem_async_pool_handle(pool_owner, &pool));
+    snprintf(spec, sizeof spec, r.row->spec, (unsigned long long)(uintptr_t)pool);
+    FUZZ_OK(gpumem_resource_from_spec(spec, &r.mr));
+  } else {
+    FUZZ_OK(gpumem_resource_from_spec(r.row->spec, &r.mr));
+  }
   if (strstr(r.row->spec, "log("))
     remove_log();
   if (r.row->tracking) {
@@ -765,6 +778,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(status == GPUMEM_OK || status == GPUMEM_ERR_UNSUPPORTED, "%s: final trim: %s: %s",
              r.row->spec, gpumem_status_name(status), gpumem_last_error_message());
   FUZZ_OK(gpumem_resource_release(r.mr));
+  FUZZ_OK(gpumem_resource_release(pool_owner)); /* its pool goes with it */
   fuzz_check_device_idle();
   return 0;
 }
