@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-format.sh: checks that every C and CUDA file of gpumem (library, headers, Python
+# check-format.sh: checks that every C, C++ and CUDA file of gpumem (library, headers, Python
 # extension, tools, tests) is formatted as .clang-format says, without changing any. Exits
 # 1 and names each file that differs; `scripts/check-format.sh --fix` formats them instead.
 # The files are the ones git knows (tracked, or new and not ignored), so build directories
@@ -14,10 +14,11 @@ command -v "$clang_format" >/dev/null || { echo "check-format.sh: no $clang_form
 # of the tree), every such file outside build directories.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files --cached --others --exclude-standard -- \
-    '*.c' '*.h' '*.cu' '*.cuh' | sort -u)
+    '*.c' '*.h' '*.cu' '*.cuh' '*.cpp' '*.hpp' | sort -u)
 else
   mapfile -t files < <(find . \( -path './build*' -o -path './.*' -o -name venv \) -prune -o \
-    -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print | sort)
+    -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \
+    -o -name '*.hpp' \) -print | sort)
 fi
 if [[ ${1:-} == --fix ]]; then
   "$clang_format" -i "${files[@]}"
