@@ -473,7 +473,9 @@ inline void set_per_device_resource(int device, const resource &mr) {
  * the buffer. Not for use from several threads at once. */
 class device_buffer {
 public:
-  /* An empty buffer on the default stream, over the current device's resource. */
+  /* An empty buffer on the default stream, over the current device's resource (the
+   * constructors without a resource throw gpumem::error where there is none to be had: no
+   * device, a bad GPUMEM_RESOURCE). */
   device_buffer() : mr_(get_current_device_resource()) {}
 
   /* `size` uninitialized bytes from the current device's resource, or from mr. */
@@ -752,7 +754,9 @@ public:
    * (src as set_element_async's value). */
   void copy_from_host(const T *src, std::size_t count, stream_view stream, std::size_t first = 0) {
     if (first > size() || count > size() - first)
-      check_index(first + count - 1, "copy_from_host");
+      throw std::out_of_range("gpumem::device_uvector::copy_from_host: " + std::to_string(count) +
+                              " elements from index " + std::to_string(first) + " of a vector of " +
+                              std::to_string(size()));
     buffer_.copy_from_host(src, count * sizeof(T), stream, first * sizeof(T));
   }
 

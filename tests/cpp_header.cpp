@@ -568,6 +568,7 @@ static void test_uvector(const resource &mr) {
   v.copy_from_host(patch, 3, s, 997);
   CHECK_EQ(v.back_element(s), 3);
   CHECK_THROWS(std::out_of_range, v.copy_from_host(patch, 3, s, 998));
+  CHECK_THROWS(std::out_of_range, v.copy_from_host(patch, SIZE_MAX, s, 2)); /* no wrap */
   host[997] = 1, host[998] = 2, host[999] = 3;
 
   /* Resizing keeps the first elements; capacity counts elements. */
