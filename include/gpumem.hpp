@@ -28,10 +28,11 @@
  * a stream_view takes any of them; stream_view{} is the legacy default stream. Every
  * container operation is stream-ordered as RMM's: memory a call allocates on stream S may be
  * used at once by work enqueued on S after the call; a container frees its memory on its
- * stream (the stream of its last allocating call, or set_stream), once the work already
- * enqueued there is done, without synchronizing. Calls that return host values (element,
- * value, to_host, copy_to_host) synchronize the stream they are given. Using a container on
- * another stream than its own is the caller's ordering to make (an event), as in CUDA.
+ * stream (the one its constructor or its last resize, reserve or shrink_to_fit was given, or
+ * set_stream's), once the work already enqueued there is done, without synchronizing. Calls
+ * that return host values (element, value, to_host, copy_to_host) synchronize the stream
+ * they are given. Using a container on another stream than its own is the caller's ordering
+ * to make (an event), as in CUDA.
  *
  * Compiles with any C++17 compiler and with nvcc (host code); it includes no CUDA header. */
 #ifndef GPUMEM_HPP
