@@ -296,18 +296,18 @@ public:
   resource(resource &&other) noexcept : mr_(std::exchange(other.mr_, nullptr)) {}
   resource &operator=(const resource &other) noexcept {
     gpumem_resource *mr = gpumem_resource_retain(other.mr_); /* first: self-assignment */
-    gpumem_resource_release(mr_);
+    drop();
     mr_ = mr;
     return *this;
   }
   resource &operator=(resource &&other) noexcept {
     if (this != &other) {
-      gpumem_resource_release(mr_);
+      drop();
       mr_ = std::exchange(other.mr_, nullptr);
     }
     return *this;
   }
-  ~resource() { gpumem_resource_release(mr_); }
+  ~resource() { drop(); }
 
   gpumem_resource *get() const noexcept { return mr_; }
   gpumem_resource *detach() noexcept { return std::exchange(mr_, nullptr); }
@@ -404,6 +404,13 @@ public:
 
 private:
   explicit resource(gpumem_resource *mr) noexcept : mr_(mr) {}
+
+  /* Moved-from handles are everywhere (parameters taken by value and moved on): they skip
+   * the library call. */
+  void drop() noexcept {
+    if (mr_)
+      gpumem_resource_release(mr_);
+  }
 
   std::uint64_t known(gpumem_query what) const {
     std::uint64_t value = 0;
