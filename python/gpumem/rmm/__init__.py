@@ -2,16 +2,16 @@
 gpumem. Programs written for RMM reach it as `rmm` through `python -m gpumem.as_rmm` or
 gpumem.install_as_rmm() (docs/rmm-compat.md); it can also be imported as gpumem.rmm.
 
-Every name here is one of gpumem's own objects under the name RMM gives it (rmm.DeviceBuffer
-is gpumem.DeviceBuffer, rmm.mr.PoolMemoryResource is gpumem.mr.PoolMemoryResource, ...);
-the layer adds only what is RMM's naming alone. Where gpumem lacks a feature, the name is
-absent, not faked: docs/rmm-compat.md lists them. Importing it imports no framework: the
-old top-level names of the framework hook-ups (rmm.rmm_cupy_allocator, rmm.RMMNumbaManager,
-rmm.rmm_torch_allocator) import their framework on first use.
+Every name here is one of gpumem's own objects under the name RMM gives it
+(rmm.statistics.statistics is gpumem.statistics.statistics, ...), except where RMM 26.06
+refuses stream=None, which gpumem takes: rmm.DeviceBuffer and the classes of rmm.mr are
+gpumem's with a thin override of their stream arguments (_streams.py). Where gpumem lacks
+a feature, the name is absent, not faked: docs/rmm-compat.md lists them. Importing it
+imports no framework: the old top-level names of the framework hook-ups
+(rmm.rmm_cupy_allocator, rmm.RMMNumbaManager, rmm.rmm_torch_allocator) import their
+framework on first use.
 """
 import importlib
-
-import gpumem as _gpumem
 
 # `import rmm` loads these in RMM too (its resources use them), and code relies on it:
 # rmm._cuda.gpu.getDevice() and rmm.statistics.statistics() work after `import rmm`.
@@ -29,7 +29,13 @@ from .pylibrmm.logger import (
     set_logging_level,
     should_log,
 )
-from .rmm import RMMError, is_initialized, reinitialize
+from .rmm import (
+    RMMError,
+    is_initialized,
+    register_reinitialize_hook,
+    reinitialize,
+    unregister_reinitialize_hook,
+)
 
 __all__ = [
     "DeviceBuffer",
@@ -43,14 +49,16 @@ __all__ = [
     "is_initialized",
     "level_enum",
     "mr",
+    "register_reinitialize_hook",
     "reinitialize",
     "set_flush_level",
     "set_logging_level",
     "should_log",
+    "unregister_reinitialize_hook",
 ]
 
 # RMM's older top-level names, kept by programs written for earlier releases.
-to_device = _gpumem.to_device
+to_device = pylibrmm.device_buffer.to_device
 
 # name -> (module of the layer, name there); imported on first use, so that `import rmm`
 # imports no framework.

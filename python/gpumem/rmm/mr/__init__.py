@@ -1,12 +1,12 @@
-"""rmm.mr: the memory resources and the per-device current resource, under RMM's names.
-Each is gpumem.mr's object (rmm.mr.PoolMemoryResource is gpumem.mr.PoolMemoryResource);
-RMM's names for gpumem's base classes are DeviceMemoryResource (gpumem.mr.MemoryResource)
-and UpstreamResourceAdaptor (gpumem.mr.UpstreamMemoryResource)."""
+"""rmm.mr: the memory resources and the per-device current resource, under RMM's names:
+those of rmm.pylibrmm.memory_resource (each class gpumem.mr's with RMM 26.06's stream
+arguments; the base classes DeviceMemoryResource and UpstreamResourceAdaptor gpumem.mr's)."""
 from ..pylibrmm.memory_resource import (
     ArenaMemoryResource,
     BinningMemoryResource,
     CallbackMemoryResource,
     CudaAsyncMemoryResource,
+    CudaAsyncViewMemoryResource,
     CudaMemoryResource,
     DeviceMemoryResource,
     FailureCallbackResourceAdaptor,
@@ -40,6 +40,7 @@ __all__ = [
     "BinningMemoryResource",
     "CallbackMemoryResource",
     "CudaAsyncMemoryResource",
+    "CudaAsyncViewMemoryResource",
     "CudaMemoryResource",
     "DeviceMemoryResource",
     "FailureCallbackResourceAdaptor",
