@@ -7,6 +7,7 @@ from /work/shared/seeds or GPUMEM_SEEDS; skipped where they are not) run as they
 written under `python -m gpumem.as_rmm`, where they need no GPU library.
 """
 import ast
+import copy
 import doctest
 import importlib
 import os
@@ -48,22 +49,26 @@ LAYOUT = {
     "": ["DeviceBuffer", "RMMError", "reinitialize", "is_initialized", "mr", "enable_logging",
          "disable_logging", "get_log_filenames", "level_enum", "set_logging_level",
          "get_logging_level", "should_log", "flush_logger", "set_flush_level",
-         "get_flush_level", "__version__", "__git_commit__"],
+         "get_flush_level", "__version__", "__git_commit__", "register_reinitialize_hook",
+         "unregister_reinitialize_hook"],
     ".mr": ["PoolMemoryResource", "CudaMemoryResource", "ManagedMemoryResource",
             "DeviceMemoryResource", "UpstreamResourceAdaptor", "StatisticsResourceAdaptor",
             "get_current_device_resource", "set_current_device_resource",
-            "get_per_device_resource_type", "get_current_device_resource_type", "experimental"],
+            "get_per_device_resource_type", "get_current_device_resource_type", "experimental",
+            "CudaAsyncViewMemoryResource", "_flush_logs"],
     ".mr.experimental": [],
     ".statistics": ["Statistics", "enable_statistics", "get_statistics", "push_statistics",
                     "pop_statistics", "statistics", "profiler", "ProfilerRecords",
                     "default_profiler_records"],
-    ".pylibrmm": ["DeviceBuffer", "CudaStreamFlags", "memory_resource"],
-    ".pylibrmm.stream": ["CudaStreamFlags"],
-    ".pylibrmm.device_buffer": ["DeviceBuffer", "to_device"],
+    ".pylibrmm": ["DeviceBuffer", "CudaStreamFlags", "CudaStreamPool", "memory_resource"],
+    ".pylibrmm.stream": ["CudaStreamFlags", "Stream", "DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM",
+                         "PER_THREAD_DEFAULT_STREAM"],
+    ".pylibrmm.device_buffer": ["DeviceBuffer", "to_device", "copy_ptr_to_host",
+                                "copy_host_to_ptr", "copy_device_to_ptr"],
     ".pylibrmm.memory_resource": ["PoolMemoryResource", "DeviceMemoryResource"],
     ".pylibrmm.memory_resource.experimental": [],
     ".pylibrmm.memory_resource._memory_resource": ["PoolMemoryResource", "enable_logging"],
-    ".pylibrmm.cuda_stream_pool": [],
+    ".pylibrmm.cuda_stream_pool": ["CudaStreamPool"],
     ".pylibrmm.logger": ["level_enum", "set_logging_level", "should_log", "flush_logger"],
     "._cuda.gpu": ["getDevice", "setDevice", "getDeviceCount", "CUDARuntimeError",
                    "runtimeGetVersion", "driverGetVersion", "getDeviceAttribute"],
@@ -83,16 +88,223 @@ def test_module_layout(module):
 def test_names_are_gpumems_objects():
     import gpumem.rmm as rmm
 
-    assert rmm.DeviceBuffer is gpumem.DeviceBuffer
-    assert rmm.mr.PoolMemoryResource is gpumem.mr.PoolMemoryResource
     assert rmm.mr.DeviceMemoryResource is gpumem.mr.MemoryResource
     assert rmm.mr.UpstreamResourceAdaptor is gpumem.mr.UpstreamMemoryResource
-    assert rmm.pylibrmm.memory_resource.CudaMemoryResource is gpumem.mr.CudaMemoryResource
     assert rmm.statistics.statistics is gpumem.statistics.statistics
     assert rmm.reinitialize is gpumem.reinitialize
+    assert rmm.register_reinitialize_hook is gpumem.register_reinitialize_hook
+    assert rmm.unregister_reinitialize_hook is gpumem.unregister_reinitialize_hook
     assert rmm.RMMError is gpumem.GpumemError
     assert issubclass(gpumem.OutOfMemoryError, rmm.RMMError)
-    assert rmm.to_device is gpumem.to_device
+    from gpumem.rmm.pylibrmm import cuda_stream_pool, stream
+
+    assert stream.Stream is gpumem.Stream
+    assert stream.CudaStreamFlags is gpumem.stream.CudaStreamFlags
+    assert rmm.pylibrmm.CudaStreamFlags is gpumem.stream.CudaStreamFlags
+    for name in ("DEFAULT_STREAM", "LEGACY_DEFAULT_STREAM", "PER_THREAD_DEFAULT_STREAM"):
+        assert getattr(stream, name) is getattr(gpumem.stream, name)
+    assert cuda_stream_pool.CudaStreamPool is gpumem.stream.CudaStreamPool
+    assert rmm.pylibrmm.CudaStreamPool is gpumem.stream.CudaStreamPool
+
+
+# The layer's classes: gpumem's, with RMM 26.06's stream arguments and nothing else.
+LAYER_RESOURCES = ["ArenaMemoryResource", "BinningMemoryResource", "CallbackMemoryResource",
+                   "CudaAsyncMemoryResource", "CudaAsyncViewMemoryResource",
+                   "CudaMemoryResource", "FailureCallbackResourceAdaptor",
+                   "FixedSizeMemoryResource", "LimitingResourceAdaptor",
+                   "LoggingResourceAdaptor", "ManagedMemoryResource",
+                   "PinnedHostMemoryResource", "PoolMemoryResource", "PrefetchResourceAdaptor",
+                   "StatisticsResourceAdaptor", "SystemMemoryResource",
+                   "TrackingResourceAdaptor"]
+
+
+@pytest.mark.parametrize("name", LAYER_RESOURCES)
+def test_resource_classes_are_gpumems_with_rmms_stream_arguments(name):
+    import gpumem.rmm as rmm
+
+    layer, own = getattr(rmm.mr, name), getattr(gpumem.mr, name)
+    assert layer.__mro__[2] is own and layer.__name__ == name  # the mixin, then gpumem's
+    assert getattr(rmm.pylibrmm.memory_resource, name) is layer
+    assert issubclass(layer, rmm.mr.DeviceMemoryResource)
+    assert set(layer.__dict__) <= {"__module__", "__qualname__", "__doc__"}
+
+
+def test_the_layers_buffer_refuses_stream_none():
+    import gpumem.rmm as rmm
+    from gpumem.rmm.pylibrmm import device_buffer
+
+    assert issubclass(rmm.DeviceBuffer, gpumem.DeviceBuffer)
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        rmm.DeviceBuffer(size=10, stream=None)
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        rmm.DeviceBuffer.to_device(b"abc", stream=None)
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        device_buffer.to_device(b"abc", None)
+    buffer = rmm.DeviceBuffer.to_device(b"abcd")
+    for call in (lambda: buffer.copy_to_host(stream=None),
+                 lambda: buffer.copy_to_host(None, None),
+                 lambda: buffer.copy_from_host(b"xy", stream=None),
+                 lambda: buffer.copy_from_device(rmm.DeviceBuffer.to_device(b"xy"), None),
+                 lambda: buffer.tobytes(stream=None),
+                 lambda: buffer.reserve(100, stream=None),
+                 lambda: buffer.resize(2, None)):
+        with pytest.raises(TypeError, match="stream argument cannot be None"):
+            call()
+    # a refusal leaves the buffer as it was
+    assert (buffer.size, buffer.capacity(), buffer.tobytes()) == (4, 4, b"abcd")
+    buffer.prefetch(stream=None)  # RMM 26.06 keeps prefetch's None
+    host = bytearray(2)
+    for call in (lambda: device_buffer.copy_ptr_to_host(buffer.ptr, host, stream=None),
+                 lambda: device_buffer.copy_host_to_ptr(b"zz", buffer.ptr, None),
+                 lambda: device_buffer.copy_device_to_ptr(buffer.ptr, buffer.ptr, 2, None)):
+        with pytest.raises(TypeError, match="stream argument cannot be None"):
+            call()
+    assert host == bytearray(2) and buffer.tobytes() == b"abcd"
+    # gpumem's own keeps taking None
+    own = gpumem.DeviceBuffer(size=4, stream=None)
+    own.copy_from_host(b"abcd", stream=None)
+    assert own.tobytes(stream=None) == b"abcd"
+
+
+def test_the_layers_buffer_defaults_to_the_default_stream():
+    import gpumem.rmm as rmm
+    from gpumem.rmm.pylibrmm import device_buffer
+    from gpumem.rmm.pylibrmm.stream import DEFAULT_STREAM, Stream
+
+    buffer = rmm.DeviceBuffer(size=4)
+    assert buffer.stream == DEFAULT_STREAM
+    buffer.copy_from_host(b"wxyz")
+    assert bytes(buffer.copy_to_host()) == b"wxyz" and buffer.tobytes() == b"wxyz"
+    buffer.resize(6)
+    buffer.reserve(16)
+    assert (buffer.size, buffer.capacity()) == (6, 16)
+    stream = Stream()
+    other = rmm.DeviceBuffer(size=4, stream=stream)
+    assert other.stream == stream
+    other.copy_from_device(rmm.DeviceBuffer.to_device(b"wxyz"), stream=stream)
+    assert other.tobytes(stream) == b"wxyz"
+    host = bytearray(4)
+    device_buffer.copy_ptr_to_host(other.ptr, host)
+    device_buffer.copy_host_to_ptr(b"ab", other.ptr)
+    device_buffer.copy_device_to_ptr(buffer.ptr, other.ptr + 2, 2)
+    DEFAULT_STREAM.synchronize()
+    assert host == b"wxyz" and other.tobytes() == b"abwx"
+
+
+def test_the_layers_buffer_class_is_kept():
+    import gpumem.rmm as rmm
+    from gpumem.rmm.pylibrmm import device_buffer
+
+    buffer = rmm.DeviceBuffer.to_device(b"abc")
+    made = [buffer, rmm.to_device(b"abc"), device_buffer.to_device(b"abc"), buffer.copy(),
+            copy.copy(buffer), copy.deepcopy(buffer)]
+    made += [pickle.loads(pickle.dumps(buffer, protocol=protocol)) for protocol in (2, 5)]
+    for each in made:
+        assert type(each) is rmm.DeviceBuffer and each.tobytes() == b"abc"
+
+    class Mine(rmm.DeviceBuffer):
+        pass
+
+    assert type(Mine.to_device(b"x")) is Mine
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        Mine.to_device(b"x", stream=None)
+
+
+def test_the_layers_resources_refuse_stream_none():
+    import gpumem.rmm as rmm
+
+    pool = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size="1MiB")
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        pool.allocate(256, stream=None)
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        pool.allocate(256, None)
+    assert pool.live_bytes == 0  # nothing was allocated
+    pointer = pool.allocate(256)
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        pool.deallocate(pointer, 256, stream=None)
+    assert pool.live_bytes == 256  # nor freed
+    pool.deallocate(pointer, 256)
+    pool.deallocate(pool.allocate(8, rmm.pylibrmm.stream.DEFAULT_STREAM), 8,
+                    rmm.pylibrmm.stream.Stream())
+    assert pool.live_bytes == 0
+    # gpumem's own keep taking None
+    own = gpumem.mr.CudaMemoryResource()
+    own.deallocate(own.allocate(8, None), 8, None)
+
+
+def test_resources_gpumem_built_come_as_the_layers():
+    import gpumem.rmm as rmm
+
+    gpumem.mr.set_per_device_resource(0, None)  # the default
+    default = rmm.mr.get_current_device_resource()
+    assert type(default) is rmm.mr.CudaMemoryResource
+    assert default is rmm.mr.get_per_device_resource(0)
+    assert rmm.DeviceBuffer(size=8).mr is default
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        default.allocate(8, stream=None)
+    own = gpumem.mr.get_current_device_resource()  # gpumem's object of it stays gpumem's
+    assert type(own) is gpumem.mr.CudaMemoryResource and own.handle == default.handle
+    own.deallocate(own.allocate(8, None), 8, None)
+
+    rmm.reinitialize(pool_allocator=True, initial_pool_size="1MiB")
+    pool = rmm.mr.get_current_device_resource()
+    assert type(pool) is rmm.mr.PoolMemoryResource
+    assert rmm.mr.get_current_device_resource_type() is rmm.mr.PoolMemoryResource
+    assert isinstance(pool, gpumem.mr.PoolMemoryResource) and pool.pool_size() >= 1 << 20
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        pool.upstream_mr.allocate(8, None)  # its upstream comes as the layer's too
+    assert pool.get_upstream() is pool.upstream_mr
+
+    with rmm.statistics.statistics():  # gpumem.statistics sets gpumem's adaptor
+        stats = rmm.mr.get_current_device_resource()
+        assert type(stats) is rmm.mr.StatisticsResourceAdaptor
+        assert stats.upstream_mr is pool
+        buffer = rmm.DeviceBuffer(size=20)
+        assert buffer.mr is stats
+        del buffer
+    assert rmm.mr.get_current_device_resource() is pool
+
+    mine = rmm.mr.CudaMemoryResource()  # what the program set comes back as it is
+    rmm.mr.set_current_device_resource(mine)
+    assert rmm.mr.get_current_device_resource() is mine
+
+
+def test_a_buffers_resource_read_before_anything_asked_for_the_current_one():
+    import gpumem.rmm as rmm
+
+    gpumem.mr.set_per_device_resource(0, None)  # the default, not yet asked for
+    first = rmm.DeviceBuffer(size=8)
+    assert first.mr is rmm.mr.get_current_device_resource()
+    second = rmm.DeviceBuffer(size=8)
+    rmm.mr.set_current_device_resource(rmm.mr.CudaMemoryResource())
+    # no longer current, and gpumem has no typed object of it: a plain view, still the
+    # layer's, over the buffer's resource
+    old = second.mr
+    assert isinstance(old, rmm.mr.DeviceMemoryResource) and old.handle == first.mr.handle
+    with pytest.raises(TypeError, match="stream argument cannot be None"):
+        old.allocate(8, None)
+    old.deallocate(old.allocate(8), 8)
+
+
+def test_one_view_per_resource_across_threads():
+    import threading
+
+    import gpumem.rmm as rmm
+
+    gpumem.mr.set_per_device_resource(0, None)
+    gpumem.mr.get_current_device_resource()  # gpumem's typed object, not yet viewed
+    seen, start = [], threading.Barrier(8)
+
+    def ask():
+        start.wait()
+        seen.append(rmm.mr.get_current_device_resource())
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 8 and all(each is seen[0] for each in seen)
 
 
 def test_resource_type_functions():
@@ -361,9 +573,9 @@ def test_runner_forms(tmp_path):
 
 
 # Left out of the seeds' snippets: those that need a GPU library (CuPy, Numba, PyTorch);
-# those whose text lost code when the page was saved (they do not compile); those passing
-# `upstream=` to a resource, RMM's keyword before `upstream_mr`, which RMM 26.06 refuses
-# too (docs/rmm-compat.md); and those using a name only a left-out snippet bound.
+# those whose text lost code when the page was saved (they do not compile); and those using
+# a name only a left-out snippet bound. (The 000 seed's pools built with `upstream=`, RMM's
+# older keyword, run: gpumem's adaptors take it.)
 GPU_LIBRARIES = ("cupy", "numba", "torch")
 SEED_DIRECTORY = os.environ.get("GPUMEM_SEEDS", "/work/shared/seeds")
 
@@ -395,8 +607,7 @@ def seed_program(text):
         except SyntaxError:
             left_out += 1
             continue
-        if (any(name in source.lower() for name in GPU_LIBRARIES) or "upstream=" in source
-                or used & lost):
+        if any(name in source.lower() for name in GPU_LIBRARIES) or used & lost:
             lost |= bound
             left_out += 1
             continue
@@ -411,7 +622,7 @@ def seed_program(text):
     return "\n".join(lines) + "\nprint('seed ran')\n", kept, left_out
 
 
-@pytest.mark.parametrize("seed, expected_kept", [("000_9a1a8a55bdb0bbe4.txt", 16),
+@pytest.mark.parametrize("seed, expected_kept", [("000_9a1a8a55bdb0bbe4.txt", 20),
                                                   ("001_cc65916db0bf862a.txt", 13)])
 def test_seed_snippets_run_unchanged(seed, expected_kept, tmp_path):
     path = os.path.join(SEED_DIRECTORY, seed)

@@ -33,7 +33,11 @@ from ..pylibrmm.memory_resource import (
     set_current_device_resource,
     set_per_device_resource,
 )
+from ..pylibrmm.memory_resource._memory_resource import _flush_logs  # noqa: F401 -- below
 from . import experimental
+
+# _flush_logs, RMM's private helper, is also here as in RMM 25.10's rmm.mr, whose tests call
+# rmm.mr._flush_logs(); 26.06's call it from _memory_resource. Not in __all__ (private).
 
 __all__ = [
     "ArenaMemoryResource",
