@@ -215,7 +215,9 @@ def test_rmm_program_runs_on_gpumem_under_as_rmm(option):
         assert worker["rmm_module"] == "gpumem.rmm"
         assert Path(worker["rmm_file"]).parent == Path(gpumem.__file__).parent / "rmm"
         assert worker["GPUMEM_AS_RMM"] == "1"
-        assert worker["resource_type"] == "gpumem.mr.StatisticsResourceAdaptor"
+        # the layer's class over gpumem's adaptor (docs/rmm-compat.md, stream arguments)
+        assert worker["resource_type"] == (
+            "gpumem.rmm.pylibrmm.memory_resource._memory_resource.StatisticsResourceAdaptor")
         if option == "--async":  # dask-cuda's rmm_async: rmm.mr.CudaAsyncMemoryResource
             assert worker["pool_spec"].startswith("async(")
         else:
