@@ -22,6 +22,7 @@
  * stream when allocated, so handing it to another stream too early is caught) and the device
  * holds no memory. */
 #include "fuzz.h"
+#include "../forwarding.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -38,7 +39,6 @@ typedef struct resource_row {
   size_t limit;       /* the outermost resource is a limit of this many bytes (0: not) */
   int tracking;       /* 1: a tracking adaptor over the spec's resource (2: keeping stacks) */
   bool stats;         /* the outermost resource is a statistics adaptor */
-  bool named;         /* a spec name holds the resource too: no release of ours is the last */
 } resource_row;
 
 static const resource_row resources[] = {
@@ -76,8 +76,8 @@ static const resource_row resources[] = {
     {.spec = "stats(arena(vmm), flush_bytes=1, flush_count=1)", .stats = true},
     {.spec = "log(pool(vmm), file=/tmp/gpumem-fuzz-ops-%p.csv)"}, /* unlinked once open */
     /* Rows are appended: an input's first byte picks its row, and the corpus keeps its. */
-    {.spec = "user_fuzz", .named = true}, /* written through the public API: define_user_fuzz */
-    {.spec = "pool(user_fuzz)"},
+    {.spec = "user:cuda"}, /* written through the public API (forwarding.h's names) */
+    {.spec = "pool:user:cuda"},
     {.spec = "pool(log(vmm, file=/tmp/gpumem-fuzz-ops-%p.csv))"},
     /* Over the driver pool of another async resource, made for the input (%llu: its handle). */
     {.spec = "async(pool=%llu)"},
@@ -150,45 +150,6 @@ static void remove_log(void) {
   remove(log);
 }
 
-/* "user_fuzz": a user-written resource (gpumem_user_resource_create, public API only) that
- * forwards to the simulated device's cuda resource, so that the front end's bookkeeping and
- * the pool run over the path a program's own allocator takes. */
-static gpumem_status user_allocate(void *state, size_t bytes, size_t alignment,
-                                   gpumem_stream stream, void **ptr) {
-  return gpumem_allocate_aligned(state, bytes, alignment, stream, ptr);
-}
-
-static gpumem_status user_deallocate(void *state, void *ptr, size_t bytes, size_t alignment,
-                                     gpumem_stream stream) {
-  return gpumem_deallocate_aligned(state, ptr, bytes, alignment, stream);
-}
-
-static gpumem_status user_query(void *state, gpumem_query what, uint64_t *out) {
-  return gpumem_resource_query(state, what, out);
-}
-
-static void user_destroy(void *state) {
-  gpumem_resource_release(state);
-}
-
-static void define_user_fuzz(void) {
-  gpumem_resource *cuda, *user;
-  FUZZ_OK(gpumem_cuda_create(0, &cuda));
-  gpumem_user_resource_ops ops = {
-      .size = sizeof ops,
-      .version = GPUMEM_USER_RESOURCE_OPS_VERSION,
-      .allocate = user_allocate,
-      .deallocate = user_deallocate,
-      .query = user_query,
-      .destroy = user_destroy,
-      .memory = GPUMEM_MEMORY_DEVICE,
-      .name = "user_fuzz",
-  };
-  FUZZ_OK(gpumem_user_resource_create(0, &ops, cuda, &user));
-  FUZZ_OK(gpumem_spec_define("user_fuzz", user));
-  FUZZ_OK(gpumem_resource_release(user));
-}
-
 static void init_once(void) {
   static bool done;
   if (done)
@@ -201,7 +162,6 @@ static void init_once(void) {
   fuzz_sim_init(&config);
   for (int i = 1; i < stream_count; i++)
     FUZZ_OK(gpumem_stream_create(0, &streams[i]));
-  define_user_fuzz();
 }
 
 /* ---- the model ---- */
@@ -596,7 +556,7 @@ static void op_misuse(run *r) {
     return;
   }
   case 4: /* the last release while blocks are live: refused, the resource stays usable */
-    if (b && !r->row->named) {
+    if (b) {
       figures before = figures_of(r);
       gpumem_status status = gpumem_resource_release(r->mr);
       TRACE("release with %d live blocks: %s\n", r->live_count, gpumem_status_name(status));
@@ -752,7 +712,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(spec, sizeof spec, r.row->spec, (unsigned long long)(uintptr_t)pool);
     FUZZ_OK(gpumem_resource_from_spec(spec, &r.mr));
   } else {
-    FUZZ_OK(gpumem_resource_from_spec(r.row->spec, &r.mr));
+    FUZZ_OK(make_resource(r.row->spec, &r.mr)); /* a spec, or a name of forwarding.h */
   }
   if (strstr(r.row->spec, "log("))
     remove_log();
