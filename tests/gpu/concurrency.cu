@@ -15,37 +15,18 @@
 #include <cuda_runtime.h>
 #include <gpumem.h>
 
+#include "gpu_check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define SKIP_CODE 77
 #define STREAMS 4
 #define ROUNDS 6
 #define BYTES ((size_t)1 << 20)
 /* About 10 ms at an H100's boost clock, long next to the microseconds of host work per
  * launch, short enough that the whole test takes well under a second. */
 #define SPIN_CYCLES 20000000LL
-
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    cudaError_t cuda_e_ = (call);                                                                  \
-    if (cuda_e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                         \
-              cudaGetErrorString(cuda_e_));                                                        \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define GPUMEM_CHECK(call)                                                                         \
-  do {                                                                                             \
-    gpumem_status gpumem_s_ = (call);                                                              \
-    if (gpumem_s_ != GPUMEM_OK) {                                                                  \
-      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,                     \
-              gpumem_status_name(gpumem_s_), gpumem_last_error_message());                         \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 /* One thread writes the block's first word, spins, and writes it again: the kernel uses the
  * memory it was given for its whole run. */

@@ -11,21 +11,11 @@
 #include <cuda_runtime.h>
 #include <gpumem.hpp>
 
+#include "gpu_check.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define SKIP_CODE 77
-
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    cudaError_t cuda_e_ = (call);                                                                  \
-    if (cuda_e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                    \
-                   cudaGetErrorString(cuda_e_));                                                   \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
 
 #define EXPECT(cond)                                                                               \
   do {                                                                                             \

@@ -12,33 +12,14 @@
 #include <cuda_runtime.h>
 #include <gpumem.h>
 
+#include "gpu_check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define SKIP_CODE 77
 #define SPIN_CYCLES 40000000LL /* ~20 ms at an H100's clock */
-
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    cudaError_t cuda_e_ = (call);                                                                  \
-    if (cuda_e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,                         \
-              cudaGetErrorString(cuda_e_));                                                        \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define GPUMEM_CHECK(call)                                                                         \
-  do {                                                                                             \
-    gpumem_status gpumem_s_ = (call);                                                              \
-    if (gpumem_s_ != GPUMEM_OK) {                                                                  \
-      fprintf(stderr, "%s:%d: %s failed: %s\n  %s\n", __FILE__, __LINE__, #call,                   \
-              gpumem_status_name(gpumem_s_), gpumem_last_error_message());                         \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 static int failures;
 
@@ -146,21 +127,8 @@ static void run_spec(const char *spec, cudaStream_t stream) {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    printf("skipped: no GPU (cudaGetDeviceCount: %s, %d devices)\n", cudaGetErrorString(e), count);
+  if (!gpu_test_start())
     return SKIP_CODE;
-  }
-  CUDA_CHECK(cudaSetDevice(0));
-  CUDA_CHECK(cudaFree(0));
-  GPUMEM_CHECK(gpumem_select_backend(GPUMEM_BACKEND_CUDA));
-  gpumem_status status = gpumem_init();
-  if (status == GPUMEM_ERR_NO_DRIVER || status == GPUMEM_ERR_NO_DEVICE) {
-    printf("skipped: %s\n", gpumem_last_error_message());
-    return SKIP_CODE;
-  }
-  GPUMEM_CHECK(status);
   const char *asked = getenv("GPUMEM_DEBUG");
   if (!asked || strcmp(asked, "3") != 0) {
     printf("skipped: needs GPUMEM_DEBUG=3 and GPUMEM_DEBUG_QUARANTINE_BLOCKS=8 in a build with "

@@ -26,12 +26,12 @@
 #include <cuda_runtime.h>
 #include <gpumem.h>
 
+#include "gpu_check.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SKIP_CODE 77
 
 /* 4 MiB: big enough that every thread owns many elements, small next to any GPU. */
 #define ELEMENTS ((size_t)1 << 20)
@@ -44,29 +44,6 @@
 #define SPIN_CYCLES 40000000LL
 
 #define THREADS 256
-
-#define CUDA_CHECK(call)                                                                           \
-  do {                                                                                             \
-    cudaError_t cuda_e_ = (call);                                                                  \
-    if (cuda_e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,                    \
-              cudaGetErrorName(cuda_e_), cudaGetErrorString(cuda_e_));                             \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-/* A launch reports configuration errors only through cudaGetLastError. */
-#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
-
-#define GPUMEM_CHECK(call)                                                                         \
-  do {                                                                                             \
-    gpumem_status gpumem_s_ = (call);                                                              \
-    if (gpumem_s_ != GPUMEM_OK) {                                                                  \
-      fprintf(stderr, "%s:%d: %s failed: %s\n  %s\n", __FILE__, __LINE__, #call,                   \
-              gpumem_status_name(gpumem_s_), gpumem_last_error_message());                         \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
 
 /* What one kernel saw: elements that did not hold its pattern, and the global-timer span
  * (ns) from its first block's start to its last block's end. */
@@ -298,24 +275,8 @@ static int run_spec(gpu *g, const char *spec) {
 }
 
 int main(int argc, char **argv) {
-  int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    printf("skipped: no GPU (cudaGetDeviceCount: %s, %d devices)\n", cudaGetErrorString(e), count);
+  if (!gpu_test_start())
     return SKIP_CODE;
-  }
-  /* The runtime and gpumem share device 0's primary context: make it current first, so
-   * gpumem's current device is the one the kernels run on. */
-  CUDA_CHECK(cudaSetDevice(0));
-  CUDA_CHECK(cudaFree(0));
-  /* Kernels need real device memory: the simulated device would hand out host memory. */
-  GPUMEM_CHECK(gpumem_select_backend(GPUMEM_BACKEND_CUDA));
-  gpumem_status status = gpumem_init();
-  if (status == GPUMEM_ERR_NO_DRIVER || status == GPUMEM_ERR_NO_DEVICE) {
-    printf("skipped: %s\n", gpumem_last_error_message());
-    return SKIP_CODE;
-  }
-  GPUMEM_CHECK(status);
 
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
