@@ -219,6 +219,24 @@ int main(void) {
     CHECK_OK(gpumem_resource_release(mr));
     printf("%-14s no hazard in 20 producer/other-stream rounds\n", specs[i]);
   }
+  /* The same over another async resource's driver pool, which no spec can name ahead of
+   * the run (its handle is made now). */
+  gpumem_resource *pool_owner;
+  void *driver_pool;
+  CHECK_OK(gpumem_async_create(0, NULL, &pool_owner));
+  CHECK_OK(gpumem_async_pool_handle(pool_owner, &driver_pool));
+  static const char *const over_pool[] = {"async(pool=%llu)", "pool(async(pool=%llu), initial=1)"};
+  for (size_t i = 0; i < sizeof over_pool / sizeof over_pool[0]; i++) {
+    char spec[96];
+    snprintf(spec, sizeof spec, over_pool[i], (unsigned long long)(uintptr_t)driver_pool);
+    gpumem_resource *mr;
+    CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+    for (int round = 0; round < 20; round++)
+      CHECK_EQ(producer_then_other_stream(mr, false), 0);
+    CHECK_OK(gpumem_resource_release(mr));
+    printf("%s: no hazard in 20 producer/other-stream rounds\n", over_pool[i]);
+  }
+  CHECK_OK(gpumem_resource_release(pool_owner));
 
   /* Multi-stream workloads: the pools (and what is built on them) wait before reusing
    * another stream's blocks, and do reuse them (the waits show it); the same pools with
