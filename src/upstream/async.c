@@ -16,7 +16,6 @@ typedef struct async_resource {
   gpumem__base_resource base;
   gpumem_async_options options;
   gpumem__mempool pool;
-  bool owned; /* false: the program's pool (options.pool), never destroyed here */
 } async_resource;
 
 static gpumem_status async_raw_allocate(gpumem__base_resource *base_self, size_t bytes,
@@ -73,7 +72,9 @@ static gpumem_status async_destroy(gpumem_resource *mr) {
   async_resource *self = (async_resource *)mr;
   /* Off the list of holders first: a report reads the driver pool's figures. */
   gpumem__holder_remove(&self->base.holder);
-  gpumem_status status = self->owned ? mr->dev->pool_destroy(mr->device, self->pool) : GPUMEM_OK;
+  /* A pool of the program's (options.pool) is never destroyed here. */
+  gpumem_status status =
+      self->options.pool ? GPUMEM_OK : mr->dev->pool_destroy(mr->device, self->pool);
   if (status != GPUMEM_OK) {
     gpumem__holder_add(&self->base.holder, mr);
     return status;
@@ -175,7 +176,6 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
    * (measured with 2025.3), so a pool over async is seen only as the driver pool's blocks. */
   self->options = options;
   self->pool = pool;
-  self->owned = !options.pool;
   gpumem__holder_add(&self->base.holder, &self->base.header);
   *out = &self->base.header;
   return GPUMEM_OK;
