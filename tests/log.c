@@ -33,19 +33,9 @@
 /* A value no successful call could leave in an out-parameter. */
 static gpumem_resource *const untouched = (gpumem_resource *)(uintptr_t)0x5eed;
 
-static char dir[64];
-
-static const char *in_dir(const char *name) {
-  static char path[4][256];
-  static int next;
-  char *p = path[next++ % 4];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
-
 static void make_dir(void) {
-  snprintf(dir, sizeof dir, "/tmp/gpumem-log-test-XXXXXX");
-  CHECK(mkdtemp(dir) != NULL);
+  snprintf(log_dir, sizeof log_dir, "/tmp/gpumem-log-test-XXXXXX");
+  CHECK(mkdtemp(log_dir) != NULL);
 }
 
 static void remove_dir(const char *path) {
@@ -67,12 +57,6 @@ static void remove_dir(const char *path) {
   }
   closedir(d);
   CHECK(rmdir(path) == 0);
-}
-
-static gpumem_resource *build_log(const char *upstream, const char *file) {
-  char spec[512];
-  snprintf(spec, sizeof spec, "log(%s, file=\"%s\")", upstream, file);
-  return check_build(spec);
 }
 
 static uint64_t device_used(void) {
@@ -190,11 +174,11 @@ static void test_bad_input(void) {
   CHECK_PTR_EQ(out, untouched);
   check_creation_fails(up, "", GPUMEM_ERR_INVALID_ARGUMENT, "empty");
   char missing[300];
-  snprintf(missing, sizeof missing, "%s/no/such/dir/log.csv", dir);
+  snprintf(missing, sizeof missing, "%s/no/such/dir/log.csv", log_dir);
   check_creation_fails(up, missing, GPUMEM_ERR_IO, missing);
   CHECK_CONTAINS(gpumem_last_error_message(), "No such file or directory");
-  check_creation_fails(up, dir, GPUMEM_ERR_IO, "Is a directory");
-  CHECK_CONTAINS(gpumem_last_error_message(), dir);
+  check_creation_fails(up, log_dir, GPUMEM_ERR_IO, "Is a directory");
+  CHECK_CONTAINS(gpumem_last_error_message(), log_dir);
   if (geteuid() != 0) { /* root writes anywhere */
     const char *locked = in_dir("locked");
     CHECK(mkdir(locked, 0500) == 0);
@@ -262,8 +246,8 @@ static void test_names(void) {
   check_device_name("x.", 0, "x.dev0.");
 
   char pattern[300], expected[300];
-  snprintf(pattern, sizeof pattern, "%s/pid-%%p-100%%%%.csv", dir);
-  snprintf(expected, sizeof expected, "%s/pid-%ld-100%%.csv", dir, (long)getpid());
+  snprintf(pattern, sizeof pattern, "%s/pid-%%p-100%%%%.csv", log_dir);
+  snprintf(expected, sizeof expected, "%s/pid-%ld-100%%.csv", log_dir, (long)getpid());
   gpumem_log_options opts = {.file_name = pattern};
   gpumem_resource *up = check_build("cuda"), *mr;
   CHECK_OK(gpumem_log_create(up, &opts, &mr));
@@ -589,6 +573,6 @@ int main(int argc, char **argv) {
   test_sharing_and_flush();
   test_placement();
   test_threads();
-  remove_dir(dir);
+  remove_dir(log_dir);
   return 0;
 }

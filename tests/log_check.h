@@ -2,7 +2,8 @@
  * RMM's format field by field (header, thread id, HH:MM:SS.microseconds, action, pointer as
  * %p prints it, size, stream in hex without a prefix); the zero bytes a killed process
  * leaves are counted and dropped first. log_check_pairs replays the lines as RMM's replay
- * does and fails on an allocation of a pointer that is live, or a free of one that is not. */
+ * does and fails on an allocation of a pointer that is live, or a free of one that is not.
+ * Also the log tests' directory and their way of building a log adaptor. */
 #ifndef GPUMEM_TESTS_LOG_CHECK_H
 #define GPUMEM_TESTS_LOG_CHECK_H
 
@@ -205,6 +206,25 @@ static inline size_t log_count(const log_read *r, int action) {
   for (size_t i = 0; i < r->count; i++)
     n += r->lines[i].action == action;
   return n;
+}
+
+/* The directory a log test writes its files in (the test makes it with mkdtemp), and a file
+ * there: four names may be in use at once. */
+static char log_dir[64];
+
+static inline const char *in_dir(const char *name) {
+  static char path[4][256];
+  static int next;
+  char *p = path[next++ % 4];
+  snprintf(p, 256, "%s/%s", log_dir, name);
+  return p;
+}
+
+/* A log adaptor over `upstream` (a spec) writing `file`. */
+static inline gpumem_resource *build_log(const char *upstream, const char *file) {
+  char spec[512];
+  snprintf(spec, sizeof spec, "log(%s, file=\"%s\")", upstream, file);
+  return check_build(spec);
 }
 
 #endif /* GPUMEM_TESTS_LOG_CHECK_H */

@@ -27,22 +27,6 @@
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static char dir[64];
-
-static const char *in_dir(const char *name) {
-  static char path[4][256];
-  static int next;
-  char *p = path[next++ % 4];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
-
-static gpumem_resource *build_log(const char *upstream, const char *file) {
-  char spec[512];
-  snprintf(spec, sizeof spec, "log(%s, file=\"%s\")", upstream, file);
-  return check_build(spec);
-}
-
 /* Runs `body` in a child whose stderr goes to `stderr_path` (when not NULL); returns how
  * the child ended (waitpid's status). */
 static int in_child(void (*body)(void), const char *stderr_path) {
@@ -331,7 +315,7 @@ static void remove_files(void) {
                                       "mapped.stderr", "full-at-start.csv"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     unlink(in_dir(names[i]));
-  CHECK(rmdir(dir) == 0);
+  CHECK(rmdir(log_dir) == 0);
 }
 
 int main(void) {
@@ -340,8 +324,8 @@ int main(void) {
     printf("skipped: these tests run on the simulated device\n");
     return CHECK_SKIP_CODE;
   }
-  snprintf(dir, sizeof dir, "/tmp/gpumem-log-death-XXXXXX");
-  CHECK(mkdtemp(dir) != NULL);
+  snprintf(log_dir, sizeof log_dir, "/tmp/gpumem-log-death-XXXXXX");
+  CHECK(mkdtemp(log_dir) != NULL);
   test_endings();
   test_full_disk();
   test_fork();
