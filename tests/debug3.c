@@ -28,49 +28,13 @@
  * GPUMEM_DEBUG_QUARANTINE_BLOCKS=8 (CTest sets it). */
 #include "check.h"
 #include "core/annotate.h"
+#include "capture_stderr.h"
 #include "forwarding.h"
 
 #include <unistd.h>
 
 #define ALLOCATOR_NAME "debug3_allocate_here"
 #define FREER_NAME "debug3_free_here"
-
-/* ---- stderr, captured around each case ---- */
-
-static FILE *captured;
-static int saved_stderr = -1;
-static char captured_text[1 << 16];
-
-static void capture_begin(void) {
-  fflush(stderr);
-  captured = tmpfile();
-  CHECK(captured != NULL);
-  saved_stderr = dup(STDERR_FILENO);
-  CHECK(saved_stderr >= 0);
-  CHECK(dup2(fileno(captured), STDERR_FILENO) >= 0);
-}
-
-/* Restores stderr and returns what was written to it (also echoed, indented, to stdout, so
- * that the log shows the reports). */
-static const char *capture_end(void) {
-  if (saved_stderr < 0)
-    return captured_text;
-  fflush(stderr);
-  dup2(saved_stderr, STDERR_FILENO);
-  close(saved_stderr);
-  saved_stderr = -1;
-  rewind(captured);
-  size_t length = fread(captured_text, 1, sizeof captured_text - 1, captured);
-  captured_text[length] = '\0';
-  fclose(captured);
-  for (const char *line = captured_text; *line;) {
-    const char *end = strchr(line, '\n');
-    int n = end ? (int)(end - line) : (int)strlen(line);
-    printf("    | %.*s\n", n, line);
-    line += n + (end != NULL);
-  }
-  return captured_text;
-}
 
 /* A failed check exits: what it wrote to the captured stderr must still be seen. */
 static void restore_at_exit(void) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <gpumem.h>
 
+#include "../capture_stderr.h"
 #include "gpu_check.h"
 
 #include <stdio.h>
@@ -41,30 +42,6 @@ __global__ void late_write(unsigned char *data, size_t first, size_t count, unsi
     __nanosleep(1000);
   for (size_t i = threadIdx.x; i < count; i += blockDim.x)
     data[first + i] = value;
-}
-
-/* stderr, captured into a file while a case runs. */
-static FILE *captured;
-static int saved_stderr = -1;
-static char captured_text[1 << 16];
-
-static void capture_begin(void) {
-  fflush(stderr);
-  captured = tmpfile();
-  saved_stderr = dup(2);
-  dup2(fileno(captured), 2);
-}
-
-static const char *capture_end(void) {
-  fflush(stderr);
-  dup2(saved_stderr, 2);
-  close(saved_stderr);
-  rewind(captured);
-  size_t length = fread(captured_text, 1, sizeof captured_text - 1, captured);
-  captured_text[length] = '\0';
-  fclose(captured);
-  printf("%s", captured_text); /* the reports, in the log */
-  return captured_text;
 }
 
 /* Not static, and the program is linked with -rdynamic: the reports can name it. */
