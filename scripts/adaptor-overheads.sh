@@ -22,7 +22,7 @@ for ((round = 1; round <= rounds; round++)); do
   "$bench" random --workload small,mixed,large --resource "pool(vmm)" \
     --resource "limit(pool(vmm), max=64GiB)" --resource "stats(pool(vmm))" \
     --resource "aligned(pool(vmm), alignment=256)" --resource "prefetch(pool(vmm))" \
-    --resource "retry(pool(vmm))" --repeat 7 |
+    --resource "retry(pool(vmm))" --resource "pool(cuda)" --resource "pool(user_cuda)" --repeat 7 |
     sed "s/^{/{\"round\":$round,/" >>"$log"
   "$bench" threads --threads 16 --resource "arena(vmm)" \
     --resource "limit(arena(vmm), max=64GiB)" --resource "stats(arena(vmm))" --repeat 7 |
@@ -46,6 +46,14 @@ for resource in ["limit(pool(vmm), max=64GiB)", "stats(pool(vmm))", "aligned(poo
                  for n in rounds]
         cells.append("%+.1f (%s)" % (statistics.median(diffs), " ".join("%+.1f" % d for d in diffs)))
     print("  %-36s small %s | mixed %s | large %s" % (resource, *cells))
+# A pool over a user-written resource (the cuda resource's calls through the public
+# operations struct) against the pool over cuda itself: the same once warm.
+cells = []
+for workload in ["small", "mixed", "large"]:
+    diffs = [figure("random", "pool(user_cuda)", workload, n) - figure("random", "pool(cuda)", workload, n)
+             for n in rounds]
+    cells.append("%+.1f (%s)" % (statistics.median(diffs), " ".join("%+.1f" % d for d in diffs)))
+print("  %-36s small %s | mixed %s | large %s" % ("pool(user_cuda) over pool(cuda)", *cells))
 def fastest(resource, workload):
     return min(r["ns_per_op_min"] for r in rows
                if (r["bench"], r["resource"], r["workload"]) == ("random", resource, workload))

@@ -5,7 +5,8 @@
 #
 # Usage: scripts/rmm-suite.sh RMM_TESTS_DIR [pytest args...]
 #   PYTHON: the interpreter with gpumem installed (default: build/venv/bin/python if there,
-#   else python3); GPUMEM_DEVICE: the device (default sim).
+#   else python3); GPUMEM_DEVICE: the device (default cuda where nvidia-smi sees a GPU, else
+#   sim).
 # The tests run under `python -m gpumem.as_rmm -m pytest`, so their `import rmm` gives the
 # layer. Printed at the end: passed / failed / skipped / errors, and apart from the failures
 # the test files that could not be imported because a GPU library (CuPy, Numba, PyTorch,
@@ -23,7 +24,12 @@ python=${PYTHON:-}
 if [ -z "$python" ]; then
   if [ -x "$root/build/venv/bin/python" ]; then python=$root/build/venv/bin/python; else python=python3; fi
 fi
-export GPUMEM_DEVICE=${GPUMEM_DEVICE:-sim}
+# The suite's CuPy, Numba and PyTorch tests hand gpumem's pointers to the driver: on a GPU
+# machine they must be real device memory.
+if [ -z "${GPUMEM_DEVICE:-}" ]; then
+  if nvidia-smi -L >/dev/null 2>&1; then GPUMEM_DEVICE=cuda; else GPUMEM_DEVICE=sim; fi
+fi
+export GPUMEM_DEVICE
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The plugin that classifies results; a file of its own so that pytest can load it by name.
