@@ -3,7 +3,8 @@
 # that a noisy host moves the figure little. One pass is milliseconds, and a host shared
 # with other jobs slows some passes several-fold, so a single run of each resource after the
 # other can put a quiet bare run beside a slowed adaptor run. Here each round runs every
-# resource of a set in one process (medians of --repeat passes each), the rounds alternate,
+# resource of a set in one process (medians of --repeat passes each, the set's order rotated
+# from round to round), the rounds alternate,
 # and the figure is the median over rounds of each round's difference (one thread: ns per
 # operation over the bare resource) or ratio (16 threads: share of the bare throughput).
 #
@@ -18,14 +19,26 @@ bench=${GPUMEM_BENCH:-build/bin/gpumem-bench}
 log="$out/adaptor-overheads.jsonl"
 : >"$log"
 
+single=("pool(vmm)" "limit(pool(vmm), max=64GiB)" "stats(pool(vmm))"
+  "aligned(pool(vmm), alignment=256)" "prefetch(pool(vmm))" "retry(pool(vmm))" "pool(cuda)"
+  "pool(user_cuda)")
+threaded=("arena(vmm)" "limit(arena(vmm), max=64GiB)" "stats(arena(vmm))")
+# Each round starts the list at another resource: a resource that always ran right after
+# another would carry whatever that one left behind (caches, the heap, the clock).
+rotated() { # ROUND NAME...: the names as --resource arguments, rotated by ROUND
+  local shift=$1
+  shift
+  local names=("$@") i
+  for ((i = 0; i < ${#names[@]}; i++)); do
+    printf '%s\0%s\0' --resource "${names[(i + shift) % ${#names[@]}]}"
+  done
+}
 for ((round = 1; round <= rounds; round++)); do
-  "$bench" random --workload small,mixed,large --resource "pool(vmm)" \
-    --resource "limit(pool(vmm), max=64GiB)" --resource "stats(pool(vmm))" \
-    --resource "aligned(pool(vmm), alignment=256)" --resource "prefetch(pool(vmm))" \
-    --resource "retry(pool(vmm))" --resource "pool(cuda)" --resource "pool(user_cuda)" --repeat 7 |
+  mapfile -d '' args < <(rotated "$round" "${single[@]}")
+  "$bench" random --workload small,mixed,large "${args[@]}" --repeat 7 |
     sed "s/^{/{\"round\":$round,/" >>"$log"
-  "$bench" threads --threads 16 --resource "arena(vmm)" \
-    --resource "limit(arena(vmm), max=64GiB)" --resource "stats(arena(vmm))" --repeat 7 |
+  mapfile -d '' args < <(rotated "$round" "${threaded[@]}")
+  "$bench" threads --threads 16 "${args[@]}" --repeat 7 |
     sed "s/^{/{\"round\":$round,/" >>"$log"
 done
 
