@@ -7,7 +7,7 @@ The package's version is the library's: include/gpumem.h's GPUMEM_VERSION_* line
 one source of it. GPUMEM_WERROR=1 in the environment (test.sh sets it) makes compiler
 warnings errors, as CI wants; users' builds never set it. GPUMEM_DEBUG_LEVEL=0|1|2|3 in the
 environment compiles the C library's debug checks in, as the CMake option of that name does
-(README "Debug levels"); unset, none are, and the extension carries no cost for them."""
+(docs/reference.md, "Debug levels"); unset, none are, and the extension carries no cost for them."""
 import glob
 import os
 import re

@@ -55,7 +55,7 @@ gpu_python=()
 [ ${#gpu_options[@]} -gt 0 ] && gpu_python=(env GPUMEM_TEST_GPU=1)
 (cd build && "${gpu_python[@]}" venv/bin/python -m pytest -q -rs ../python/tests)
 
-# The ASan+UBSan build also compiles in debug level 3 (README "Debug levels"): its tests run
+# The ASan+UBSan build also compiles in debug level 3 (docs/reference.md, "Debug levels"): its tests run
 # with the internal assertions on, the suballocators' tests once more validating every
 # structure after each call (the *_debug2 tests), and the conformance suite once more with
 # guards, poison and quarantine around every block, beside the test of what they catch

@@ -157,7 +157,7 @@ GPUMEM_API gpumem_status gpumem_device_name(int device, char *name, size_t size)
 
 /* The effective settings (backend, environment options) as text, one "name=value" a line.
  * The string is static and built once. Setting GPUMEM_VERBOSE=1 prints it to stderr at
- * initialization. GPUMEM_DEBUG's line names the debug level built in (README "Debug
+ * initialization. GPUMEM_DEBUG's line names the debug level built in (docs/reference.md "Debug
  * levels"), the most that GPUMEM_DEBUG can choose. */
 GPUMEM_API const char *gpumem_settings(void);
 
