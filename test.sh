@@ -39,7 +39,19 @@ else
   echo "No GPU here: the tests run on gpumem's simulated device; GPU-only tests are skipped."
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_WERROR=ON "${gpu_options[@]}" >/dev/null
+# RMM's C++ library (the librmm wheel of PyPI) for the tests of gpumem inside RMM and RMM under
+# gpumem (tests/cpp_rmm.cu): scripts/librmm.sh pip-installs it into build/librmm, downloading
+# it into wheels/librmm the first time. Where it cannot (no nvcc, no registry), those tests
+# are skipped, and CMake says so.
+rmm_options=()
+if rmm_root=$(scripts/librmm.sh); then
+  rmm_options=(-DGPUMEM_RMM_ROOT="$rmm_root")
+else
+  echo "No librmm: the RMM interop tests are skipped."
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_WERROR=ON "${gpu_options[@]}" \
+  "${rmm_options[@]}" >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 

@@ -5,7 +5,7 @@
 #
 # GPUMEM_RMM_ROOT: a directory holding the librmm and rapids_logger packages (that script's,
 # or a site-packages); empty: where python3 imports them from, if it does. Sets
-# GPUMEM_RMM_FOUND, and on success the imported target gpumem_rmm (RMM's headers, its CCCL
+# GPUMEM_RMM_FOUND, and on success the interface target gpumem_rmm (RMM's headers, its CCCL
 # and librmm.so); otherwise says why, once.
 #
 # The wheel's own CMake package (lib64/cmake/rmm) is not used: it asks for CMake 4, and this
@@ -45,7 +45,9 @@ if(gpumem_rmm_dirs)
     file(STRINGS ${gpumem_rmm_prefix}/include/rmm/version_config.hpp gpumem_rmm_version
       REGEX "define RMM_VERSION \"")
     string(REGEX REPLACE ".*\"(.*)\".*" "\\1" gpumem_rmm_version "${gpumem_rmm_version}")
-    add_library(gpumem_rmm INTERFACE IMPORTED)
+    # Not an IMPORTED target: CMake would pass an imported target's include directories as
+    # -isystem, behind the toolkit's own, whose older nv/target would then win over CCCL's.
+    add_library(gpumem_rmm INTERFACE)
     set_target_properties(gpumem_rmm PROPERTIES
       INTERFACE_INCLUDE_DIRECTORIES
         "${gpumem_rmm_prefix}/include/rapids;${gpumem_rmm_prefix}/include;${gpumem_logger_prefix}/include"
@@ -56,6 +58,11 @@ if(gpumem_rmm_dirs)
       # linker drops libraries it does not call (--as-needed, Debian's and Ubuntu's default).
       INTERFACE_LINK_LIBRARIES
         "${gpumem_rmm_so};-Wl,--no-as-needed;${gpumem_logger_so};-Wl,--as-needed;${CMAKE_DL_LIBS}")
+    # CMake 3.25 does not know nvcc 13's C++20 flag.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(GPUMEM_RMM_FOUND ON)
     message(STATUS "gpumem: RMM ${gpumem_rmm_version} from ${gpumem_rmm_prefix}: the RMM interop tests are built")
   else()

@@ -14,11 +14,11 @@
  *
  * CCCL versions. CCCL 3.1 renamed the concepts and their members; both sets are served,
  * chosen by CCCL_VERSION (GPUMEM_CCCL_STREAM_FIRST says which):
- *   CCCL >= 3.1 (RAPIDS 25.10 and later; CUDA 13.1 and later):
+ *   CCCL >= 3.1 (RMM 26.10 bundles 3.5):
  *     cuda::mr::resource: allocate(stream, bytes, alignment), deallocate(stream, ptr, bytes,
  *     alignment), allocate_sync(bytes, alignment), deallocate_sync(ptr, bytes, alignment);
  *     refs cuda::mr::resource_ref<...> (stream-ordered) and synchronous_resource_ref<...>.
- *   CCCL 2.x and 3.0 (CUDA 12.x, CUDA 13.0):
+ *   CCCL 2.x and 3.0 (CUDA 12's, CUDA 13.0's):
  *     cuda::mr::async_resource: allocate_async(bytes, alignment, stream),
  *     deallocate_async(ptr, bytes, alignment, stream), allocate(bytes, alignment),
  *     deallocate(ptr, bytes, alignment); refs async_resource_ref<...> and resource_ref<...>.

@@ -15,9 +15,25 @@ summary "gpu: $(cat "$out/gpu.txt")"
 # The device machine gets the working tree without .git: the caller passes the commit.
 summary "commit: ${GPUMEM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
 
+# RMM's C++ library for the RMM interop tests (tests/cpp_rmm.cu, tests/gpu/cpp_rmm.cu): this
+# machine reaches no registry, so the wheels come with the tree in wheels/librmm (run
+# scripts/librmm.sh once where there is one, and carry that folder); scripts/librmm.sh
+# installs them offline. Without them those tests are skipped.
+rmm_options=()
+if compgen -G "wheels/librmm/librmm_*.whl" >/dev/null; then
+  if rmm_root=$(scripts/librmm.sh 2>"$out/librmm.log"); then
+    rmm_options=(-DGPUMEM_RMM_ROOT="$rmm_root")
+    summary "librmm: $(cd wheels/librmm && echo librmm_*.whl)"
+  else
+    summary "librmm: install FAILED (see librmm.log): the RMM interop tests are skipped"
+  fi
+else
+  summary "librmm: no wheels in wheels/librmm: the RMM interop tests are skipped"
+fi
+
 jobs=$(nproc)
 if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_GPU_TESTS=ON \
-         -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build build -j "$jobs"; } >"$out/build.log" 2>&1; then
+         -DCMAKE_CUDA_ARCHITECTURES=90 "${rmm_options[@]}" && cmake --build build -j "$jobs"; } >"$out/build.log" 2>&1; then
   summary "build FAILED (see build.log)"
   tail -30 "$out/build.log"
   exit 1

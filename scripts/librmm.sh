@@ -13,6 +13,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 target=${1:-$root/build/librmm}
 python=${PYTHON:-python3}
+export PIP_ROOT_USER_ACTION=ignore # root in containers and on the GPU machine
 wheels=$root/wheels/librmm
 # The release the tests were written against; rapids-logger as its metadata pins it.
 rmm_version="26.10.*"
@@ -33,7 +34,7 @@ rmm_wheels=("$wheels"/librmm_cu"$cuda_major"-*.whl)
 logger_wheels=("$wheels"/rapids_logger-*.whl)
 if [ ${#rmm_wheels[@]} -eq 0 ] || [ ${#logger_wheels[@]} -eq 0 ]; then
   mkdir -p "$wheels"
-  "$python" -m pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+  "$python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d "$wheels" \
     "librmm-cu$cuda_major==$rmm_version" "rapids-logger==$logger_version" >&2 ||
     fail "pip could not download librmm-cu$cuda_major and rapids-logger into $wheels"
   rmm_wheels=("$wheels"/librmm_cu"$cuda_major"-*.whl)
@@ -52,7 +53,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ] &&
 fi
 rm -rf "$target"
 mkdir -p "$target"
-"$python" -m pip install -q --no-deps --no-index --target "$target" \
+"$python" -m pip install -q --disable-pip-version-check --no-deps --no-index --target "$target" \
   "${rmm_wheels[0]}" "${logger_wheels[0]}" >&2 ||
   fail "pip could not install $wanted into $target"
 [ -f "$target/librmm/lib64/cmake/rmm/rmm-config.cmake" ] ||

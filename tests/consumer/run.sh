@@ -44,7 +44,7 @@ pcfile=$(find "$prefix" -name gpumem.pc -path '*/pkgconfig/*' | head -n 1)
 [[ -n $pcfile ]] || die "the install has no gpumem.pc under $prefix"
 libdir=$(dirname "$(dirname "$pcfile")")
 [[ -f $prefix/include/gpumem.h ]] || die "the install has no include/gpumem.h"
-for header in gpumem.hpp gpumem_thrust.hpp; do # the C++ layer's, header-only
+for header in gpumem.hpp gpumem_thrust.hpp gpumem_cccl.hpp; do # the C++ layer's, header-only
   [[ -f $prefix/include/$header ]] || die "the install has no include/$header"
 done
 [[ -f $libdir/cmake/gpumem/gpumemConfig.cmake ]] ||
