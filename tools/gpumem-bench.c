@@ -3,7 +3,7 @@
  *
  * Usage:
  *   gpumem-bench random  [--workload small,mixed,large] [options]
- *   gpumem-bench threads [--threads 1,4,16] [options]
+ *   gpumem-bench threads [--threads 1,4,16] [--mode own,shared,producer] [options]
  *   gpumem-bench replay  [options] TRACE.csv...
  *
  * Options:
@@ -26,15 +26,19 @@
  *
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
- * count (1, 4 and 16 by default) with every thread on its own stream and sequence, all on
- * one shared allocator. replay replays RMM-format traces (gpumem's event logs among them),
+ * count (1, 4 and 16 by default) on one shared allocator, in each --mode listed: own (the
+ * default), every thread on its own stream with its own sequence; shared, the same
+ * sequences with every thread on one stream; producer, one thread allocating and the others
+ * freeing what it hands them (a queue each), each on its own stream, allocations and frees
+ * each counted as an operation. replay replays RMM-format traces (gpumem's event logs among them),
  * each traced thread on a thread and each traced stream on a stream of its own, the
  * threads taking turns in the traced order: a cold pass on a fresh allocator, then a warm
  * pass on the same one.
  *
  * Output: one JSON object per line on stdout. Every line has bench, resource, device
  * ("cuda" or "sim") and gpu (the GPU's name, null on the simulated device); random and
- * threads lines add workload, threads, ops, ns_per_op and mops; replay lines add trace,
+ * threads lines add workload (threads lines their mode too), threads, ops, ns_per_op and
+ * mops; replay lines add trace,
  * events, threads, streams, ns_per_event, ns_per_event_warm, peak_live_bytes,
  * peak_reserved_bytes, reserved_over_live and peak_reserved_from. With --repeat above 1, repeats
  * and the fastest and slowest pass (ns_per_op_min and _max, ns_per_event_warm_min and _max). Where
@@ -50,7 +54,7 @@
 
 static const char usage_text[] =
     "usage: gpumem-bench random  [--workload small,mixed,large] [options]\n"
-    "       gpumem-bench threads [--threads 1,4,16] [options]\n"
+    "       gpumem-bench threads [--threads 1,4,16] [--mode own,shared,producer] [options]\n"
     "       gpumem-bench replay  [options] TRACE.csv...\n"
     "\n"
     "Measures gpumem's resources and, with --compare, the CUDA driver's own allocators in\n"
@@ -58,7 +62,9 @@ static const char usage_text[] =
     "  random   allocate/free at random on one thread and one stream; workloads small\n"
     "           (8 B-4 KiB), mixed (256 B-4 MiB), large (1-256 MiB); all three by default\n"
     "  threads  N threads, each on its own stream, on one shared allocator; N is a list\n"
-    "           (default 1,4,16); the figure is aggregate millions of operations per second\n"
+    "           (default 1,4,16); the figure is aggregate millions of operations per second;\n"
+    "           --mode: own (each thread its own stream; the default), shared (one stream\n"
+    "           for all), producer (one thread allocates, the others free on their streams)\n"
     "  replay   traces in RMM's log format (Thread,Time,Action,Pointer,Size,Stream), threads\n"
     "           and streams as traced: a cold pass on a fresh allocator, then a warm pass\n"
     "\n"
@@ -95,6 +101,7 @@ typedef struct bench_args {
   int repeat;
   const char *workloads;     /* random */
   const char *thread_counts; /* threads */
+  const char *modes;         /* threads */
   char **traces;             /* replay */
   size_t trace_count;
 } bench_args;
@@ -150,6 +157,8 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
     args->workloads = value;
   else if (threads && (value = option_value(argc, argv, i, "--threads")))
     args->thread_counts = value;
+  else if (threads && (value = option_value(argc, argv, i, "--mode")))
+    args->modes = value;
   else if ((value = option_value(argc, argv, i, "--repeat")))
     args->repeat = parse_number(value, 1, BENCH_MAX_REPEAT, "bad repeat count '%s' (1 to 1000)");
   else if (strcmp(argv[*i], "--compare") == 0)
@@ -248,7 +257,7 @@ int main(int argc, char **argv) {
   if (strcmp(args.command, "random") == 0)
     bench_random(&ctx, args.workloads);
   else if (strcmp(args.command, "threads") == 0)
-    bench_threads(&ctx, args.thread_counts);
+    bench_threads(&ctx, args.thread_counts, args.modes);
   else
     bench_replay(&ctx, args.traces, args.trace_count);
   if (args.table)

@@ -196,6 +196,7 @@ typedef struct bench_result {
   bench_kind kind;
   const char *resource;
   const char *workload; /* random and threads: the workload's name; replay: the trace's */
+  const char *mode;     /* threads: "own", "shared" or "producer"; NULL otherwise */
   int threads;
   uint64_t ops;   /* operations (random, threads) or events (replay) */
   double ns;      /* per operation; replay: per event of the cold pass */
@@ -239,9 +240,24 @@ _Noreturn void bench_die(gpumem_status status, const char *what);
 _Noreturn void bench_die_failure(const char *bench, const char *resource, const char *workload,
                                  const bench_failure *failure);
 
+/* The producer/consumer pass of the threads benchmark (handoff.c): the producer allocates
+ * `sizes` on its stream and deals each allocation to a consumer's queue (frees them itself
+ * when there are no consumers); each consumer frees what it gets on its own stream until
+ * the producer's end. Allocations and frees are each an operation. Failures are noted in
+ * *failure; every thread plays its part to the end all the same. */
+typedef struct bench_handoff bench_handoff;
+bench_handoff *bench_handoff_new(int consumers); /* NULL: out of host memory */
+void bench_handoff_free(bench_handoff *h);
+gpumem_status bench_handoff_produce(bench_handoff *h, bench_allocator *alloc, gpumem_stream stream,
+                                    const size_t *sizes, size_t count, bench_failure *failure);
+gpumem_status bench_handoff_consume(bench_handoff *h, int consumer, bench_allocator *alloc,
+                                    gpumem_stream stream, bench_failure *failure);
+
 /* The workloads. Each measures every allocator of ctx; they exit on failure. */
 void bench_random(const bench_context *ctx, const char *workloads);
-void bench_threads(const bench_context *ctx, const char *thread_counts);
+/* thread_counts: a list such as "1,4,16"; modes: a list of "own", "shared" and "producer"
+ * (NULL: own). */
+void bench_threads(const bench_context *ctx, const char *thread_counts, const char *modes);
 void bench_replay(const bench_context *ctx, char **traces, size_t trace_count);
 
 #endif /* GPUMEM_BENCH_H */

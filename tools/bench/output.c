@@ -25,7 +25,8 @@ static const char *kind_name(bench_kind kind) {
 }
 
 static bool same_group(const bench_result *a, const bench_result *b) {
-  return a->kind == b->kind && a->threads == b->threads && strcmp(a->workload, b->workload) == 0;
+  return a->kind == b->kind && a->threads == b->threads && strcmp(a->workload, b->workload) == 0 &&
+         (a->mode == b->mode || (a->mode && b->mode && strcmp(a->mode, b->mode) == 0));
 }
 
 /* The reference's result in r's group, or NULL when it has not run (or r is it). */
@@ -105,6 +106,10 @@ static void put_common_fields(const bench_context *ctx, const bench_result *r) {
 static void put_operation_fields(const bench_result *r) {
   printf(",\"workload\":");
   put_json_string(r->workload);
+  if (r->mode) {
+    printf(",\"mode\":");
+    put_json_string(r->mode);
+  }
   printf(",\"threads\":%d,\"ops\":%llu,\"ns_per_op\":%.1f,\"mops\":%.3f", r->threads,
          (unsigned long long)r->ops, r->ns, r->ns > 0 ? 1000.0 / r->ns : 0);
   if (r->repeats > 1)
@@ -212,16 +217,17 @@ static void put_speedup_headings(bool replay) {
 }
 
 static void print_operation_table(void) {
-  printf("\n%-8s %-8s %7s  %-*s %11s %9s", "bench", "workload", "threads", resource_width,
-         "resource", "ns/op", "Mops");
+  printf("\n%-8s %-8s %-8s %7s  %-*s %11s %9s", "bench", "workload", "mode", "threads",
+         resource_width, "resource", "ns/op", "Mops");
   put_speedup_headings(false);
   printf("\n");
   for (size_t i = 0; i < result_count; i++) {
     const bench_result *r = &results[i];
     if (r->kind == BENCH_REPLAY)
       continue;
-    printf("%-8s %-8s %7d  %-*s %11.1f %9.3f", kind_name(r->kind), r->workload, r->threads,
-           resource_width, r->resource, r->ns, r->ns > 0 ? 1000.0 / r->ns : 0);
+    printf("%-8s %-8s %-8s %7d  %-*s %11.1f %9.3f", kind_name(r->kind), r->workload,
+           r->mode ? r->mode : "-", r->threads, resource_width, r->resource, r->ns,
+           r->ns > 0 ? 1000.0 / r->ns : 0);
     put_speedup_cells(r);
     if (r->repeats > 1) /* the median's spread */
       printf("  (%d passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);

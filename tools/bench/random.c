@@ -218,16 +218,29 @@ void bench_random(const bench_context *ctx, const char *workloads) {
   gpumem_stream_destroy(stream);
 }
 
-/* ---- threads: each thread its own stream and sequence, one shared allocator ---- */
+/* ---- threads: many threads on one shared allocator ----
+ *
+ * Three modes: "own", each thread on its own stream with its own sequence (the default);
+ * "shared", the same sequences with every thread on one stream; and "producer", one thread
+ * allocating and the others freeing what it hands them, each on its own stream (handoff.c).
+ * Every mode does the same number of operations: the threads workload's steps per thread. */
+
+static const char *const thread_mode_names[] = {"own", "shared", "producer"};
+typedef enum thread_mode { MODE_OWN, MODE_SHARED, MODE_PRODUCER, MODE_COUNT } thread_mode;
 
 typedef struct thread_run {
   pthread_t thread;
   int device;
   int repeat;
+  int index;
+  thread_mode mode;
   bench_allocator *alloc;
   pthread_barrier_t *barrier;
-  bench_sequence seq;
+  bench_sequence seq; /* own and shared */
   void **slots;
+  bench_handoff *handoff; /* producer: shared by every thread of the run */
+  size_t *sizes;          /* producer: the sizes thread 0 allocates */
+  size_t size_count;
   gpumem_stream stream;
   /* Per repetition: the timed pass's start and end, and the host's clock for this thread,
    * before and after it. */
@@ -237,58 +250,131 @@ typedef struct thread_run {
   bench_failure failure;
 } thread_run;
 
+/* The thread's part of a pass: its sequence, or its side of the handoff. Timed passes leave
+ * the sequence's leftovers to run_untimed_end. */
+static gpumem_status run_part(thread_run *t, bool timed) {
+  if (t->mode == MODE_PRODUCER) {
+    /* A thread that failed before plays on (see thread_main), keeping its first failure. */
+    bench_failure scratch, *failure = t->status == GPUMEM_OK ? &t->failure : &scratch;
+    gpumem_status status = t->index == 0 ? bench_handoff_produce(t->handoff, t->alloc, t->stream,
+                                                                 t->sizes, t->size_count, failure)
+                                         : bench_handoff_consume(t->handoff, t->index - 1, t->alloc,
+                                                                 t->stream, failure);
+    if (!timed && status == GPUMEM_OK)
+      status = gpumem_stream_synchronize(t->stream);
+    return status;
+  }
+  if (timed)
+    return bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
+  uint64_t unused_ns;
+  return bench_run_pass(t->alloc, t->stream, &t->seq, t->slots, "warm-up pass", &unused_ns,
+                        &t->failure);
+}
+
+/* Keeps the thread's first failure, naming its phase. A failed synchronization (not an
+ * operation) has no step: it is reported as the pass's failure all the same. */
+static void note_status(thread_run *t, gpumem_status status, const char *phase) {
+  if (status == GPUMEM_OK || t->status != GPUMEM_OK)
+    return;
+  t->status = status;
+  t->failure.phase = phase;
+  if (t->failure.status != status) /* not noted by an operation: a synchronization */
+    bench_note_failure(status, 0, &(bench_op){0}, &t->failure);
+}
+
+/* What a timed pass leaves: the sequence's live allocations (own and shared), and a wait for
+ * the stream. */
+static gpumem_status run_untimed_end(thread_run *t) {
+  if (t->mode != MODE_PRODUCER)
+    return bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
+  return gpumem_stream_synchronize(t->stream);
+}
+
 /* Each repetition: warm-up, then the barrier, then the timed pass, then the barrier again.
  * The threads live through every repetition, as a program's workers do: a pool's lock is
  * biased to the thread that uses it (see core/biased_lock.h), and a new thread taking a
  * stream's pool over from one that ended would revoke that bias for good. A thread whose
  * pass failed still waits at every barrier, so that the others are not left waiting
- * forever. */
+ * forever; in the producer mode a failed thread still plays its part (the producer sends
+ * the end of the pass, a consumer drains its queue), so that none waits on it. */
 static void *thread_main(void *arg) {
   thread_run *t = arg;
-  uint64_t unused_ns;
   gpumem_status status = gpumem_set_device(t->device);
   if (status != GPUMEM_OK)
     bench_die(status, "setting the device of a worker thread");
   t->status = GPUMEM_OK;
   for (int r = 0; r < t->repeat; r++) {
-    if (t->status == GPUMEM_OK)
-      t->status = bench_run_pass(t->alloc, t->stream, &t->seq, t->slots, "warm-up pass", &unused_ns,
-                                 &t->failure);
+    bool plays = t->status == GPUMEM_OK || t->mode == MODE_PRODUCER;
+    if (plays)
+      note_status(t, run_part(t, false), "warm-up pass");
     double clock_before = bench_host_clock_ghz();
     pthread_barrier_wait(t->barrier);
-    if (t->status == GPUMEM_OK) {
-      t->failure.phase = "timed pass";
+    if (plays) {
       t->start_ns[r] = bench_now_ns();
-      t->status =
-          bench_run_ops(t->alloc, t->stream, t->seq.ops, t->seq.count, t->slots, &t->failure);
+      gpumem_status passed = run_part(t, true);
       t->end_ns[r] = bench_now_ns();
+      note_status(t, passed, "timed pass");
     }
     /* The clock again once every thread's timed pass is over, so as not to slow another. */
     pthread_barrier_wait(t->barrier);
     t->clock_ghz[r] = (clock_before + bench_host_clock_ghz()) / 2;
     if (t->status == GPUMEM_OK)
-      t->status = bench_finish_pass(t->alloc, t->stream, &t->seq, t->slots, &t->failure);
+      note_status(t, run_untimed_end(t), "freeing what the pass left live");
   }
   return NULL;
 }
 
-static void prepare_threads(thread_run *runs, int count, int device, pthread_barrier_t *barrier) {
+/* The producer's sizes: the threads workload's size rule, a draw each, seeded as thread 0's
+ * sequence; as many allocations as make the run's operations (allocations and frees). */
+static size_t *producer_sizes(int count, size_t *size_count) {
+  *size_count = (size_t)count * thread_workload.steps / 2;
+  size_t *sizes = malloc(*size_count * sizeof *sizes);
+  if (!sizes)
+    out_of_host_memory();
+  uint64_t x = thread_workload.seed;
+  for (size_t i = 0; i < *size_count; i++)
+    sizes[i] = log_uniform_size(&x, thread_workload.lo, thread_workload.hi);
+  return sizes;
+}
+
+static void prepare_threads(thread_run *runs, int count, int device, pthread_barrier_t *barrier,
+                            thread_mode mode) {
+  bench_handoff *handoff = NULL;
+  size_t size_count = 0, *sizes = NULL;
+  if (mode == MODE_PRODUCER) {
+    if (!(handoff = bench_handoff_new(count - 1)))
+      out_of_host_memory();
+    sizes = producer_sizes(count, &size_count);
+  }
   for (int i = 0; i < count; i++) {
     thread_run *t = &runs[i];
     t->device = device;
     t->barrier = barrier;
-    build_random_sequence(&thread_workload, thread_workload.seed + (uint64_t)i, &t->seq);
-    t->slots = new_slot_table(t->seq.slot_count);
-    t->stream = new_stream(device);
+    t->index = i;
+    t->mode = mode;
+    t->handoff = handoff;
+    if (i == 0) {
+      t->sizes = sizes;
+      t->size_count = size_count;
+    }
+    if (mode != MODE_PRODUCER) {
+      build_random_sequence(&thread_workload, thread_workload.seed + (uint64_t)i, &t->seq);
+      t->slots = new_slot_table(t->seq.slot_count);
+    }
+    t->stream = mode == MODE_SHARED && i > 0 ? runs[0].stream : new_stream(device);
   }
 }
 
 static void release_threads(thread_run *runs, int count) {
   for (int i = 0; i < count; i++) {
-    gpumem_stream_destroy(runs[i].stream);
+    if (runs[i].mode != MODE_SHARED || i == 0)
+      gpumem_stream_destroy(runs[i].stream);
     free(runs[i].slots);
-    bench_sequence_free(&runs[i].seq);
+    if (runs[i].mode != MODE_PRODUCER)
+      bench_sequence_free(&runs[i].seq);
   }
+  bench_handoff_free(runs[0].handoff);
+  free(runs[0].sizes);
 }
 
 /* Starts the threads on one allocator for `repeat` repetitions and stores, for each, the
@@ -327,12 +413,12 @@ static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int
   }
 }
 
-static void run_thread_count(const bench_context *ctx, int count) {
+static void run_thread_count(const bench_context *ctx, int count, thread_mode mode) {
   thread_run *runs = calloc((size_t)count, sizeof *runs);
   pthread_barrier_t barrier;
   if (!runs || pthread_barrier_init(&barrier, NULL, (unsigned)count) != 0)
     out_of_host_memory();
-  prepare_threads(runs, count, ctx->device, &barrier);
+  prepare_threads(runs, count, ctx->device, &barrier, mode);
   for (size_t i = 0; i < ctx->label_count; i++) {
     bench_allocator *alloc = bench_open_or_die(ctx->labels[i], ctx->device);
     /* Several repetitions, each with its own warm-up: a timed pass lasts milliseconds, so
@@ -346,6 +432,7 @@ static void run_thread_count(const bench_context *ctx, int count) {
     bench_result result = {.kind = BENCH_THREADS,
                            .resource = ctx->labels[i],
                            .workload = thread_workload.name,
+                           .mode = thread_mode_names[mode],
                            .threads = count,
                            .ops = (uint64_t)ops,
                            .ns = times.median_ns / ops,
@@ -371,7 +458,28 @@ static int parse_thread_count(const char *text, size_t length) {
   return (int)value;
 }
 
-void bench_threads(const bench_context *ctx, const char *thread_counts) {
+/* The modes listed in `text` (comma-separated names), as a set of bits by thread_mode. */
+static unsigned parse_modes(const char *text) {
+  unsigned modes = 0;
+  for (const char *p = text; *p;) {
+    size_t length = strcspn(p, ",");
+    int m = 0;
+    while (m < MODE_COUNT && (strlen(thread_mode_names[m]) != length ||
+                              strncmp(p, thread_mode_names[m], length) != 0))
+      m++;
+    if (m == MODE_COUNT) {
+      fprintf(stderr, "gpumem-bench: unknown threads mode '%.*s' (own, shared or producer)\n",
+              (int)length, p);
+      exit(EXIT_FAILURE);
+    }
+    modes |= 1u << m;
+    p += length + (p[length] == ',');
+  }
+  return modes;
+}
+
+void bench_threads(const bench_context *ctx, const char *thread_counts, const char *modes) {
+  unsigned mode_set = parse_modes(modes ? modes : "own");
   int counts[64];
   size_t count = 0;
   /* The whole list is read first, so that a typo stops the program before anything runs. */
@@ -384,6 +492,7 @@ void bench_threads(const bench_context *ctx, const char *thread_counts) {
     counts[count++] = parse_thread_count(p, length);
     p += length + (p[length] == ',');
   }
-  for (size_t i = 0; i < count; i++)
-    run_thread_count(ctx, counts[i]);
+  for (int m = 0; m < MODE_COUNT; m++)
+    for (size_t i = 0; i < count && (mode_set & (1u << m)); i++)
+      run_thread_count(ctx, counts[i], (thread_mode)m);
 }
