@@ -10,6 +10,7 @@
 #include "core/internal.h"
 #include "device/device.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -179,6 +180,169 @@ static uint64_t multi_stream_workload(gpumem_resource *mr, unsigned seed, uint64
   return hazards;
 }
 
+/* ---- many threads: each on its own stream, handing blocks to one another ----
+ *
+ * Threads allocate, write and free on streams of their own, with their kernels pending, as
+ * the single-threaded workload does; and every few allocations a thread hands its block to
+ * the next thread, which writes it on its own stream and frees it there (a producer and a
+ * consumer: the block was allocated by another thread, on another stream). Every structure
+ * a pool keeps for its threads is then crossed by blocks coming from, and going to, other
+ * threads and streams. */
+
+enum { THREADS = 4, THREAD_STEPS = 1500, THREAD_SLOTS = 24, MAILBOX = 64 };
+
+typedef struct mailbox {
+  pthread_mutex_t lock;
+  void *ptr[MAILBOX];
+  size_t bytes[MAILBOX];
+  int count;
+} mailbox;
+
+typedef struct hazard_thread {
+  pthread_t thread;
+  gpumem_resource *mr;
+  int index;
+  unsigned seed;
+  gpumem_stream stream;
+  mailbox *boxes; /* THREADS of them: the next thread's is where this one hands blocks */
+  pthread_barrier_t *barrier;
+} hazard_thread;
+
+/* Writes and frees, on this thread's stream, whatever other threads handed it. */
+static void drain_mailbox(hazard_thread *t) {
+  mailbox *box = &t->boxes[t->index];
+  pthread_mutex_lock(&box->lock);
+  for (; box->count > 0; box->count--) {
+    void *ptr = box->ptr[box->count - 1];
+    size_t bytes = box->bytes[box->count - 1];
+    CHECK_OK(gpumem_sim_launch(t->stream, ptr, bytes, 7));
+    CHECK_OK(gpumem_deallocate(t->mr, ptr, bytes, t->stream));
+  }
+  pthread_mutex_unlock(&box->lock);
+}
+
+/* Hands a block to the next thread once this stream's work on it is done (the program's
+ * part of a handoff); false when that thread's mailbox is full. */
+static bool hand_over(hazard_thread *t, void *ptr, size_t bytes) {
+  mailbox *box = &t->boxes[(t->index + 1) % THREADS];
+  CHECK_OK(gpumem_stream_synchronize(t->stream));
+  pthread_mutex_lock(&box->lock);
+  bool room = box->count < MAILBOX;
+  if (room) {
+    box->ptr[box->count] = ptr;
+    box->bytes[box->count++] = bytes;
+  }
+  pthread_mutex_unlock(&box->lock);
+  return room;
+}
+
+static void *hazard_thread_main(void *arg) {
+  hazard_thread *t = arg;
+  static const size_t sizes[] = {512, 4 << 10, 48 << 10, 256 << 10};
+  struct {
+    void *ptr;
+    size_t bytes;
+  } live[THREAD_SLOTS] = {{0}};
+  CHECK_OK(gpumem_set_device(0));
+  unsigned seed = t->seed;
+  for (int step = 0; step < THREAD_STEPS; step++) {
+    seed = seed * 1103515245u + 12345u;
+    unsigned pick = seed >> 8;
+    int slot = (int)(pick % THREAD_SLOTS);
+    if (live[slot].ptr) {
+      CHECK_OK(gpumem_deallocate(t->mr, live[slot].ptr, live[slot].bytes, t->stream));
+      live[slot].ptr = NULL;
+    } else {
+      size_t bytes = sizes[(pick / THREAD_SLOTS) % 4];
+      void *ptr;
+      CHECK_OK(gpumem_allocate(t->mr, bytes, t->stream, &ptr));
+      CHECK_OK(gpumem_sim_launch(t->stream, ptr, bytes, (unsigned char)step));
+      if (pick % 5 != 0 || !hand_over(t, ptr, bytes)) {
+        live[slot].ptr = ptr;
+        live[slot].bytes = bytes;
+      }
+    }
+    if (pick % 8 == 0)
+      drain_mailbox(t);
+    if (pick % 64 == 1)
+      CHECK_OK(gpumem_sim_complete(t->stream));
+  }
+  for (int slot = 0; slot < THREAD_SLOTS; slot++)
+    if (live[slot].ptr)
+      CHECK_OK(gpumem_deallocate(t->mr, live[slot].ptr, live[slot].bytes, t->stream));
+  pthread_barrier_wait(t->barrier); /* nothing is handed over after this */
+  drain_mailbox(t);
+  return NULL;
+}
+
+/* Runs the threads on `mr`; returns the hazards seen, *waits: the stream waits asked for. */
+static uint64_t multi_thread_workload(gpumem_resource *mr, unsigned seed, uint64_t *waits) {
+  hazard_thread threads[THREADS];
+  mailbox boxes[THREADS];
+  pthread_barrier_t barrier;
+  CHECK(pthread_barrier_init(&barrier, NULL, THREADS) == 0);
+  gpumem_sim_reset_hazards();
+  uint64_t waits_before = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
+  for (int i = 0; i < THREADS; i++) {
+    CHECK(pthread_mutex_init(&boxes[i].lock, NULL) == 0);
+    boxes[i].count = 0;
+    threads[i] = (hazard_thread){.mr = mr,
+                                 .index = i,
+                                 .seed = seed * 7919u + (unsigned)i,
+                                 .boxes = boxes,
+                                 .barrier = &barrier};
+    CHECK_OK(gpumem_stream_create(0, &threads[i].stream));
+  }
+  for (int i = 0; i < THREADS; i++)
+    CHECK(pthread_create(&threads[i].thread, NULL, hazard_thread_main, &threads[i]) == 0);
+  for (int i = 0; i < THREADS; i++)
+    CHECK(pthread_join(threads[i].thread, NULL) == 0);
+  uint64_t hazards = gpumem_sim_hazard_count();
+  CHECK_OK(gpumem_sim_complete_all());
+  for (int i = 0; i < THREADS; i++) {
+    CHECK_EQ(boxes[i].count, 0);
+    CHECK_OK(gpumem_stream_destroy(threads[i].stream));
+    pthread_mutex_destroy(&boxes[i].lock);
+  }
+  pthread_barrier_destroy(&barrier);
+  *waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT) - waits_before;
+  gpumem_sim_reset_hazards();
+  return hazards;
+}
+
+/* The multi-threaded workload on the pools (among them what gpumem_reinitialize builds) and
+ * the arena: no hazard, and other streams' blocks are reused (waits); the same pool with
+ * its waits lost must be caught. */
+static void check_multi_thread(void) {
+  char default_spec[128];
+  gpumem_reinitialize_options options = {.pool_allocator = 1};
+  CHECK_OK(gpumem_reinitialize_spec(&options, 0, default_spec, sizeof default_spec));
+  const char *const specs[] = {default_spec, "pool(vmm)", "pool(cuda)", "arena(vmm)",
+                               "pool(limit(vmm, max=1GiB))"};
+  for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    for (unsigned seed = 1; seed <= 2; seed++) {
+      gpumem_resource *mr;
+      CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));
+      uint64_t waits = 0;
+      CHECK_EQ(multi_thread_workload(mr, seed, &waits), 0);
+      CHECK(waits > 0);
+      CHECK_OK(gpumem_resource_release(mr));
+    }
+    printf("%s: no hazard in 2 workloads of %d threads handing blocks across streams\n", specs[i],
+           THREADS);
+  }
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  make_forgetful(mr);
+  uint64_t waits = 0, hazards = 0;
+  for (unsigned seed = 1; seed <= 4 && hazards == 0; seed++)
+    hazards += multi_thread_workload(mr, seed, &waits);
+  CHECK(hazards > 0);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("pool(vmm) with its waits lost, %d threads: %llu hazards detected\n", THREADS,
+         (unsigned long long)hazards);
+}
+
 int main(void) {
   check_init_backend();
   if (strcmp(gpumem_backend_name(), "sim") != 0) {
@@ -285,6 +449,7 @@ int main(void) {
     printf("%s with its waits lost: %llu hazards detected\n", forgetful[i],
            (unsigned long long)hazards);
   }
+  check_multi_thread();
   char log[64];
   snprintf(log, sizeof log, "hazards-log-%ld.csv", (long)getpid());
   remove(log);
