@@ -28,6 +28,9 @@ typedef enum gpumem__block_state {
   GPUMEM__BLOCK_OPEN = 1,
   GPUMEM__BLOCK_SEALED = 2,
   GPUMEM__BLOCK_CACHED = 3,
+  /* Held by a pool's thread front, or handed out by one: the pool's other paths leave it
+   * alone, as they do allocated blocks (pool_front.c). */
+  GPUMEM__BLOCK_FRONT = 4,
 } gpumem__block_state;
 
 /* One cache line: the hot paths touch a block and its neighbours, nothing else. */

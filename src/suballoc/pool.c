@@ -142,6 +142,12 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     gpumem__pool_flush_cache(pool, set);
     block = find_in_set(set, ri, search);
   }
+  /* Threads' fronts on this stream may hold what fits: it goes back before the pool grows
+   * (other streams' fronts hold blocks this stream could only take after a wait for the
+   * device: the fold below, before a failure, takes them back). */
+  if (status == GPUMEM_OK && !block && gpumem__pool_flush_fronts(pool, set, set) &&
+      !(block = find_in_set(set, ri, search)))
+    status = gpumem__pool_steal(pool, set, ri, search, &block);
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
@@ -156,6 +162,24 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
       status = GPUMEM_ERR_OUT_OF_MEMORY;
   }
   *out = block;
+  return status;
+}
+
+gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t size,
+                                      bool may_grow, gpumem__block **out, const char **why) {
+  gpumem__block *block = cache_pop(set, size);
+  gpumem_status status = GPUMEM_OK;
+  if (block) {
+    block->state = GPUMEM__BLOCK_ALLOCATED;
+    *out = block;
+    return GPUMEM_OK;
+  }
+  if (may_grow)
+    status = find_block(pool, set, size, &block, why);
+  else
+    block = find_in_set(set, region_for(pool, size), size);
+  *out = status == GPUMEM_OK && block ? carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)
+                                      : NULL;
   return status;
 }
 
@@ -258,11 +282,20 @@ static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t byt
   return GPUMEM_OK;
 }
 
-/* Pools shared between threads (or where locks cannot be biased) take this path always. */
+/* Pools shared between threads (or where locks cannot be biased) take this path always:
+ * through the calling thread's front (pool_front.c) once the bias is gone, else under the
+ * shared lock, which makes the fronts then. */
 GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
                                                      size_t alignment, gpumem_stream stream,
                                                      void **ptr) {
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  gpumem_status status;
+  if (fronts && alignment == GPUMEM_DEFAULT_ALIGNMENT && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT &&
+      gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr, &status))
+    return status;
   gpumem__biased_lock_take_shared(&pool->lock);
+  if (GPUMEM_UNLIKELY(!fronts) && atomic_load_explicit(&pool->lock.revoked, memory_order_relaxed))
+    gpumem__pool_enable_fronts(pool);
   return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
@@ -358,7 +391,13 @@ static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *pt
 
 GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
                                                        gpumem_stream stream, bool *owned) {
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  gpumem_status status;
+  if (fronts && gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned, &status))
+    return status;
   gpumem__biased_lock_take_shared(&pool->lock);
+  if (GPUMEM_UNLIKELY(!fronts) && atomic_load_explicit(&pool->lock.revoked, memory_order_relaxed))
+    gpumem__pool_enable_fronts(pool);
   return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
 }
 
@@ -405,7 +444,7 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
   }
   if (what != GPUMEM_QUERY_LARGEST_FREE_BLOCK && what != GPUMEM_QUERY_FREE_BLOCKS &&
       what != GPUMEM_QUERY_FREE_BYTES)
-    return gpumem__counters_query(&pool->stats, what, out);
+    return gpumem__pool_front_counters(pool, what, out);
   uint64_t value = 0;
   gpumem__biased_lock_take(&pool->lock);
   /* Cached blocks are free memory that is not merged yet; the answer is about the merged
@@ -435,6 +474,7 @@ static void free_structures(pool_resource *pool) {
       free(pool->sets[i]);
   }
   free(pool->sets);
+  gpumem__pool_free_fronts(pool);
   gpumem__sorted_free(&pool->chunks);
   gpumem__block_map_destroy(&pool->live);
   gpumem__block_slab_destroy(&pool->slab);

@@ -5,6 +5,7 @@
  *   pool_growth.c   chunks from the upstream and growth in place, over an upstream that
  *                   places memory at chosen addresses
  *   pool_trim.c     giving free chunks, and free pieces of them, back to the upstream
+ *   pool_front.c    the per-thread fronts of a pool that several threads use
  * Only growth and trim speak to the upstream's placement (its capabilities and its
  * allocate_at and unmap_pieces operations).
  *
@@ -18,6 +19,7 @@
 #include "core/biased_lock.h"
 #include "core/counters.h"
 #include "core/sorted.h"
+#include "core/thread_slots.h"
 #include "suballoc/block.h"
 #include "suballoc/pool.h"
 
@@ -56,6 +58,7 @@ typedef struct free_set {
    * only while the pool has one stream. */
   gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES];
   unsigned cached_count;
+  unsigned fronts; /* thread fronts holding blocks free on this stream: the set stays */
 } free_set;
 
 /* A region grows from `base` (0: wherever the upstream puts it); growth goes right after its
@@ -70,6 +73,42 @@ typedef struct chunk {
   uintptr_t addr;
   size_t size;
 } chunk;
+
+/* ---------------------------------------------------------------------------------------
+ * Thread fronts (pool_front.c): once a second thread uses the pool, each thread keeps
+ * whole blocks of small size classes for one stream, and blocks it hands out are found by
+ * address in one of several live maps, each under a lock of its own.
+ * ------------------------------------------------------------------------------------- */
+
+/* Requests under this go through the fronts. */
+#define GPUMEM__POOL_FRONT_LIMIT ((size_t)256 << 10)
+#define GPUMEM__POOL_LIVE_SHARDS 64
+
+typedef struct pool_front {
+  /* A spin lock: its thread, or the pool's lock holder draining it. */
+  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
+  free_set *set;   /* the set its blocks are free in; NULL while it holds none */
+  gpumem_stream stream; /* set's stream, read without touching the set */
+  unsigned count;
+  size_t bytes;
+  uint16_t lengths[GPUMEM__POOL_CACHE_CLASSES]; /* of each list */
+  /* Allocations it handed out minus frees it took (either may be the larger one). */
+  _Atomic int64_t live_bytes, live_count;
+  gpumem__block *lists[GPUMEM__POOL_CACHE_CLASSES]; /* linked through next_free */
+} pool_front;
+
+typedef struct pool_live_shard {
+  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
+  gpumem__block_map map;
+} pool_live_shard;
+
+typedef struct pool_fronts {
+  gpumem__thread_slots slots;
+  pool_front fronts[GPUMEM__THREAD_SLOTS];
+  pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
+  /* Frees of front blocks by threads past the slots' count. */
+  _Atomic int64_t unslotted_live_bytes, unslotted_live_count;
+} pool_fronts;
 
 typedef struct pool_resource {
   gpumem_resource header;
@@ -94,6 +133,8 @@ typedef struct pool_resource {
   size_t piece_size;
   uintptr_t piece_origin;
   gpumem__memory_counters stats;
+  /* Made, under the lock, once the lock's bias is revoked; never freed before the pool. */
+  pool_fronts *_Atomic fronts;
 } pool_resource;
 
 /* ---------------------------------------------------------------------------------------
@@ -237,7 +278,7 @@ static inline void count_freed(pool_resource *pool, size_t bytes) {
 
 /* Coalesces every cached block of `set` into its open index. */
 GPUMEM_COLD void gpumem__pool_flush_cache(pool_resource *pool, free_set *set);
-/* Flushes every set's cache. */
+/* Flushes every set's cache, and every thread front (pool_front.c). */
 void gpumem__pool_flush_caches(pool_resource *pool);
 /* Moves one cached block of a class above that of `size` bytes (so larger) into the open
  * index, merged with its free neighbours, and returns the free block holding it now; NULL
@@ -366,5 +407,39 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
 gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
 /* The pool's trim operation (gpumem_resource_trim): trim_all under the lock. */
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);
+
+/* ---------------------------------------------------------------------------------------
+ * Thread fronts (pool_front.c)
+ * ------------------------------------------------------------------------------------- */
+
+/* Makes the fronts of a pool whose lock lost its bias; called with the lock held. Host
+ * memory exhausted only leaves the pool without fronts. */
+void gpumem__pool_enable_fronts(pool_resource *pool);
+/* Allocation through the calling thread's front; false when it cannot serve it (the caller
+ * goes the locked way, which reports failures), else *status. */
+bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
+                                 gpumem_stream stream, void **ptr, gpumem_status *status);
+/* A free of a block some front handed out, into the calling thread's front; false when the
+ * pointer is none of theirs (the caller looks in the live map), else *status (and *owned,
+ * when not NULL). */
+bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
+                                   size_t bytes, gpumem_stream stream, bool *owned,
+                                   gpumem_status *status);
+/* Gives the blocks of every front (only = NULL), or of the fronts bound to `only`, back to
+ * their sets, open; seals `calling` afterwards when a seal is due (the set of the call in
+ * progress, whose stream is alive; may be NULL). Returns whether any of those fronts held
+ * blocks. Called with the pool's lock held and no front's. */
+bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling);
+/* The counter queries, fronts included. */
+gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_query what,
+                                          uint64_t *out);
+/* Takes (take) or releases a front's or a front live map's spin lock (the validator). */
+void gpumem__pool_spin(atomic_int *lock, bool take);
+/* Frees the fronts' structures (at destruction, after a flush). */
+void gpumem__pool_free_fronts(pool_resource *pool);
+/* A block for `size` bytes of `set` at the default alignment, taken like an allocation's
+ * (without growth when !may_grow); *block NULL when none. Used by the fronts' refills. */
+gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t size,
+                                      bool may_grow, gpumem__block **block, const char **why);
 
 #endif /* GPUMEM_SUBALLOC_POOL_INTERNAL_H */

@@ -140,7 +140,7 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
      * `to`'s own next seal covers for third streams. The wait covers both regions. */
     for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
       move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
-    if (!is_fresh(pool, from) && open_blocks(from) == 0)
+    if (!is_fresh(pool, from) && open_blocks(from) == 0 && from->fronts == 0)
       drop_set(pool, i);
     *out = find_in_set(to, r, size);
     return GPUMEM_OK;
@@ -159,7 +159,7 @@ gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) 
       move_index(pool, &set->open[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
       move_index(pool, &set->sealed[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
     }
-    if (set != keep)
+    if (set != keep && set->fronts == 0) /* fronts were flushed with the caches */
       drop_set(pool, i);
   }
   return GPUMEM_OK;

@@ -1,6 +1,7 @@
 /* pool_validate.c: the pool's validator (debug level 2; see core/debug.c). Under the pool's
  * lock it gathers every block from where the pool keeps it (the live map, each free set's
- * indexes and cache), checks each holder's own structure and that each block is in the
+ * indexes and cache, the threads' fronts and their live maps, each front's and map's lock
+ * held through the walk), checks each holder's own structure and that each block is in the
  * state its holder says, and then, with the blocks in address order, that they tile the
  * chunks without gap or overlap, that their address links are right, that free neighbours
  * were merged, and that the counters are the sums of what the blocks and chunks hold.
@@ -21,6 +22,7 @@ typedef struct walk {
   gpumem__block_state state;
   size_t region;
   uint64_t live_bytes;
+  uint64_t front_live_bytes, front_live_count; /* handed out by fronts, still live */
   char why[512];
   bool failed;
   bool no_memory; /* the host had no memory for the walk: nothing is known, nothing said */
@@ -45,6 +47,8 @@ static const char *state_name(gpumem__block_state state) {
     return "sealed";
   case GPUMEM__BLOCK_CACHED:
     return "cached";
+  case GPUMEM__BLOCK_FRONT:
+    return "a thread front's";
   }
   return "in no known state";
 }
@@ -131,6 +135,74 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
   return true;
 }
 
+/* A block a front handed out, in a front live map. */
+static bool visit_front_live(gpumem__block *block, void *user) {
+  walk *w = user;
+  if (block->state != GPUMEM__BLOCK_FRONT)
+    return complain(w, "front live map: block at %#lx is %s", (unsigned long)block->addr,
+                    state_name(block->state));
+  if (block->requested == 0 || block->requested > block->size)
+    return complain(w, "front live map: block at %#lx of %zu bytes was requested with %zu",
+                    (unsigned long)block->addr, block->size, block->requested);
+  w->front_live_bytes += block->requested;
+  w->front_live_count++;
+  w->where = "front live map";
+  return push(w, block);
+}
+
+static bool is_set_of(const pool_resource *pool, const free_set *set) {
+  for (size_t s = 0; s < pool->set_count; s++)
+    if (pool->sets[s] == set)
+      return true;
+  return false;
+}
+
+/* A front's blocks: free on its stream, in the lists of their class. */
+static bool gather_front(walk *w, const pool_front *f, int i) {
+  size_t count = 0, bytes = 0;
+  if (f->set && (!is_set_of(w->pool, f->set) || f->set->stream != f->stream))
+    return complain(w, "front %d is bound to a set the pool does not have, or of another stream",
+                    i);
+  for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES; c++)
+    for (gpumem__block *b = f->lists[c]; b; b = b->next_free) {
+      if (++count > f->count)
+        return complain(w, "front %d: more blocks than its count %u (or a cycle)", i, f->count);
+      if (b->state != GPUMEM__BLOCK_FRONT || cache_class(b->size) != c)
+        return complain(w, "front %d: block at %#lx of %zu bytes is %s, in class %zu", i,
+                        (unsigned long)b->addr, b->size, state_name(b->state), c);
+      bytes += b->size;
+      w->where = "front";
+      if (!push(w, b))
+        return false;
+    }
+  if (count != f->count || bytes != f->bytes || (count > 0 && !f->set))
+    return complain(w, "front %d: %zu blocks of %zu bytes, but it counts %u of %zu%s", i, count,
+                    bytes, f->count, f->bytes, f->set ? "" : ", and it has no set");
+  return true;
+}
+
+/* The fronts and their live maps, whose locks the caller holds; and each set's count of the
+ * fronts bound to it. */
+static bool gather_fronts(walk *w, pool_fronts *fronts) {
+  for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
+    char why[400];
+    if (!gpumem__block_map_check(&fronts->shards[k].map, visit_front_live, w, why, sizeof why))
+      return w->failed ? false : complain(w, "front live map %zu: %s", k, why);
+  }
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    if (!gather_front(w, &fronts->fronts[i], i))
+      return false;
+  for (size_t s = 0; s < w->pool->set_count; s++) {
+    unsigned bound = 0;
+    for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+      bound += fronts->fronts[i].set == w->pool->sets[s];
+    if (bound != w->pool->sets[s]->fronts)
+      return complain(w, "set %zu counts %u fronts, but %u are bound to it", s,
+                      w->pool->sets[s]->fronts, bound);
+  }
+  return true;
+}
+
 /* Every block, from where the pool keeps it, each holder checked on the way. */
 static bool gather(walk *w) {
   pool_resource *pool = w->pool;
@@ -161,7 +233,8 @@ static bool gather(walk *w) {
   }
   if (!last_found)
     return complain(w, "the last call's free set is not one of the pool's sets");
-  return true;
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  return !fronts || gather_fronts(w, fronts);
 }
 
 static int by_address(const void *a, const void *b) {
@@ -269,17 +342,24 @@ static bool check_regions_and_counters(walk *w) {
     if (!found || *found != tail || tail->region != r || tail->next_addr)
       return complain(w, "region %zu: its growth point is not a last block of the region", r);
   }
-  uint64_t live_count = atomic_load_explicit(&pool->stats.live_count, memory_order_relaxed);
-  uint64_t live_bytes = atomic_load_explicit(&pool->stats.live_bytes, memory_order_relaxed);
-  if (live_count != pool->live.count)
-    return complain(w, "the live count says %llu, the live map holds %zu blocks",
-                    (unsigned long long)live_count, pool->live.count);
-  if (live_bytes != w->live_bytes)
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  uint64_t live_count, live_bytes;
+  /* With fronts, the counters' sums (the fronts' locks held, so exact) against every live
+   * block; the peak is raised only now and then (pool_front.c), so it is not checked. */
+  gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_COUNT, &live_count);
+  gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live_bytes);
+  if (live_count != pool->live.count + w->front_live_count)
+    return complain(w, "the live count says %llu, the live maps hold %llu blocks",
+                    (unsigned long long)live_count,
+                    (unsigned long long)(pool->live.count + w->front_live_count));
+  if (live_bytes != w->live_bytes + w->front_live_bytes)
     return complain(w,
                     "the live bytes counter says %llu, the live blocks were requested with "
                     "%llu",
-                    (unsigned long long)live_bytes, (unsigned long long)w->live_bytes);
-  if (atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed) < live_bytes ||
+                    (unsigned long long)live_bytes,
+                    (unsigned long long)(w->live_bytes + w->front_live_bytes));
+  if ((!fronts &&
+       atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed) < live_bytes) ||
       atomic_load_explicit(&pool->stats.peak_reserved, memory_order_relaxed) <
           gpumem__counters_reserved(&pool->stats))
     return complain(w, "a peak counter is below its current value");
@@ -300,10 +380,24 @@ static gpumem_status validate_locked(pool_resource *pool) {
   return GPUMEM_OK;
 }
 
+/* Takes (or releases) every front's lock, then every front live map's: the order of the
+ * fronts' own paths, a front's lock before a map's. */
+static void lock_fronts(pool_fronts *fronts, bool take) {
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    gpumem__pool_spin(&fronts->fronts[i].lock, take);
+  for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
+    gpumem__pool_spin(&fronts->shards[k].lock, take);
+}
+
 gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   gpumem__biased_lock_take(&pool->lock);
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  if (fronts)
+    lock_fronts(fronts, true);
   gpumem_status status = validate_locked(pool);
+  if (fronts)
+    lock_fronts(fronts, false);
   gpumem__biased_lock_release(&pool->lock);
   return status;
 }
