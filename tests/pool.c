@@ -622,6 +622,85 @@ static void test_threads(const char *spec) {
   printf("%-34s %d threads freeing each other's blocks passed\n", spec, thread_count);
 }
 
+/* ---- thread fronts: exact counters, and memory given back before growth or failure ----
+ *
+ * Once a second thread uses a pool, each thread keeps blocks of its own (pool_front.c). A
+ * pool over a limit of one granule, full of one thread's freed blocks, must still serve a
+ * request for the whole granule from another thread, on the same stream or another: the
+ * fronts give their blocks back before the pool grows or fails. */
+
+enum { front_blocks = 64, front_block_bytes = 16 << 10 };
+static gpumem_resource *front_pool;
+static gpumem_stream front_stream;
+
+static void *fill_front(void *arg) {
+  (void)arg;
+  void *held[front_blocks];
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &held[i]));
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), front_blocks);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES),
+               (uint64_t)front_blocks * front_block_bytes);
+  CHECK_EQ(gpumem_deallocate(front_pool, held[0], front_block_bytes + 1, front_stream),
+           GPUMEM_ERR_MISUSE); /* a wrong size changes nothing */
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, held[i], front_block_bytes, front_stream));
+  return NULL;
+}
+
+/* A thread fills its front; then this thread (the pool's first, so now a second one) asks
+ * for the whole granule on `stream`. */
+static void test_front_gives_back(const char *spec, bool same_stream) {
+  CHECK_OK(gpumem_resource_from_spec(spec, &front_pool));
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr)); /* biased to this thread */
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, front_stream));
+  uint64_t reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, fill_front, NULL), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  gpumem_stream stream = front_stream;
+  if (!same_stream)
+    CHECK_OK(gpumem_stream_create(0, &stream));
+  CHECK_OK(gpumem_allocate(front_pool, reserved, stream, &ptr));
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, reserved, stream));
+  CHECK_OK(gpumem_stream_synchronize(stream));
+  if (!same_stream)
+    CHECK_OK(gpumem_stream_destroy(stream));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  printf("%-34s a thread's front gives back before growth (%s stream)\n", spec,
+         same_stream ? "same" : "another");
+}
+
+/* Free-memory queries and trims take the fronts' blocks back first. */
+static void test_front_queries_and_trim(void) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr));
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, front_stream));
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, fill_front, NULL), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_FREE_BYTES),
+               check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES));
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_EQ(pthread_create(&thread, NULL, fill_front, NULL), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  size_t released = 0;
+  CHECK_OK(gpumem_resource_trim(front_pool, &released));
+  CHECK(released > 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  printf("pool(vmm) with fronts: free-memory queries and trim take their blocks back\n");
+}
+
 /* ---- arena: queries while growing, and a release that fails half way ---- */
 
 enum { arena_workers = 4, arena_rounds = 300 };
@@ -827,6 +906,9 @@ int main(void) {
   test_threads("limit(pool(vmm), max=4GiB)");
   test_threads("limit(arena(vmm), max=4GiB)");
   test_threads("pool(limit(vmm, max=4GiB))");
+  test_front_gives_back("pool(limit(vmm, max=2MiB))", true);
+  test_front_gives_back("pool(limit(vmm, max=2MiB))", false);
+  test_front_queries_and_trim();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();

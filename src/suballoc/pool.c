@@ -36,7 +36,9 @@
  * traces.
  *
  * One biased lock (core/biased_lock.h) guards the pool; everything under it is constant time
- * except steals, growth, seals and trims, which call the device anyway. The fast paths end
+ * except steals, growth, seals and trims, which call the device anyway. Once a second thread
+ * revokes its bias, small requests go through per-thread fronts instead (pool_front.c says
+ * why and how), which give their blocks back before the pool grows or fails. The fast paths end
  * in tail calls, so that the common case saves no registers; the functions they call that
  * release the lock say so (_then_unlock). */
 #include "suballoc/pool_internal.h"
@@ -282,9 +284,22 @@ static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t byt
   return GPUMEM_OK;
 }
 
+/* Makes the fronts when a second thread uses the pool; with the lock held. Where locks are
+ * biased, the first thread comes here only for its first call (the bias is set then) and
+ * the second when it revokes the bias; where they cannot be (ThreadSanitizer, no
+ * membarrier), every call of every thread comes here, and a pool that one thread uses still
+ * never gets fronts. */
+static void note_thread(pool_resource *pool) {
+  uintptr_t self = gpumem__thread_token();
+  if (!pool->first_thread)
+    pool->first_thread = self;
+  else if (pool->first_thread != self)
+    gpumem__pool_enable_fronts(pool);
+}
+
 /* Pools shared between threads (or where locks cannot be biased) take this path always:
- * through the calling thread's front (pool_front.c) once the bias is gone, else under the
- * shared lock, which makes the fronts then. */
+ * through the calling thread's front (pool_front.c) once a second thread came, else under
+ * the shared lock. */
 GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
                                                      size_t alignment, gpumem_stream stream,
                                                      void **ptr) {
@@ -294,8 +309,8 @@ GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t
       gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr, &status))
     return status;
   gpumem__biased_lock_take_shared(&pool->lock);
-  if (GPUMEM_UNLIKELY(!fronts) && atomic_load_explicit(&pool->lock.revoked, memory_order_relaxed))
-    gpumem__pool_enable_fronts(pool);
+  if (GPUMEM_UNLIKELY(!fronts))
+    note_thread(pool);
   return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
@@ -396,8 +411,8 @@ GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void
   if (fronts && gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned, &status))
     return status;
   gpumem__biased_lock_take_shared(&pool->lock);
-  if (GPUMEM_UNLIKELY(!fronts) && atomic_load_explicit(&pool->lock.revoked, memory_order_relaxed))
-    gpumem__pool_enable_fronts(pool);
+  if (GPUMEM_UNLIKELY(!fronts))
+    note_thread(pool);
   return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
 }
 

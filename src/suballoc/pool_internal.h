@@ -133,8 +133,9 @@ typedef struct pool_resource {
   size_t piece_size;
   uintptr_t piece_origin;
   gpumem__memory_counters stats;
-  /* Made, under the lock, once the lock's bias is revoked; never freed before the pool. */
+  /* Made, under the lock, once a second thread uses the pool; never freed before it. */
   pool_fronts *_Atomic fronts;
+  uintptr_t first_thread; /* the token of the first thread that took the shared lock */
 } pool_resource;
 
 /* ---------------------------------------------------------------------------------------
@@ -412,7 +413,7 @@ gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);
  * Thread fronts (pool_front.c)
  * ------------------------------------------------------------------------------------- */
 
-/* Makes the fronts of a pool whose lock lost its bias; called with the lock held. Host
+/* Makes the fronts of a pool that a second thread uses; called with the lock held. Host
  * memory exhausted only leaves the pool without fronts. */
 void gpumem__pool_enable_fronts(pool_resource *pool);
 /* Allocation through the calling thread's front; false when it cannot serve it (the caller
