@@ -335,7 +335,7 @@ static void check_multi_thread(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
   make_forgetful(mr);
   uint64_t waits = 0, hazards = 0;
-  for (unsigned seed = 1; seed <= 4 && hazards == 0; seed++)
+  for (unsigned seed = 1; seed <= 16 && hazards == 0; seed++)
     hazards += multi_thread_workload(mr, seed, &waits);
   CHECK(hazards > 0);
   CHECK_OK(gpumem_resource_release(mr));
