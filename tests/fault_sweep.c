@@ -10,11 +10,14 @@
  * it started) and no cross-stream hazard was seen. The same sweep runs through the faulty adaptor,
  * failing each allocation in turn, also under a pool over a user resource and under the retry
  * adaptor (where a failure for want of memory is retried and absorbed, and any other is not),
- * and over a driver pool of the program's. Simulated device only. */
+ * and over a driver pool of the program's. A spec written "threads:SPEC" has another thread
+ * allocate and free once first, so that a pool's calls go through its thread fronts.
+ * Simulated device only. */
 #include "check.h"
 #include "forwarding.h"
 #include "gpumem/sim.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -44,12 +47,35 @@ static uint64_t live_count_or_zero(void) {
 
 enum { buffer_bytes = 3000 };
 
+typedef struct other_thread {
+  gpumem_resource *mr;
+  gpumem_stream stream;
+} other_thread;
+
+/* Another thread's allocation and free: a pool is then used by two threads. Its steps are
+ * checked as the workload's (the workload waits for it). */
+static void *use_from_another_thread(void *arg) {
+  other_thread *t = arg;
+  void *ptr = NULL;
+  STEP(gpumem_allocate(t->mr, 256, t->stream, &ptr));
+  STEP(gpumem_deallocate(t->mr, ptr, 256, t->stream));
+  return NULL;
+}
+
 static void workload(const char *spec) {
+  bool threads = strncmp(spec, "threads:", 8) == 0;
+  spec += threads ? 8 : 0;
   gpumem_resource *mr = NULL;
   STEP(make_resource(spec, &mr)); /* a spec, or a name of forwarding.h */
   sweep_resource = mr;
   gpumem_stream stream = NULL;
   STEP(gpumem_stream_create(0, &stream));
+  if (threads) {
+    pthread_t thread;
+    other_thread other = {mr, stream};
+    CHECK_EQ(pthread_create(&thread, NULL, use_from_another_thread, &other), 0);
+    CHECK_EQ(pthread_join(thread, NULL), 0);
+  }
 
   static const size_t sizes[] = {1, 256, 5000, 1 << 20, 3 << 20};
   void *ptrs[sizeof sizes / sizeof sizes[0]];
@@ -212,7 +238,10 @@ int main(int argc, char **argv) {
                                       "pool(stats(vmm(piece=2MiB)))",
                                       "stats(arena(vmm))",
                                       "log(pool(vmm), file=fault-sweep-log-%p.csv)",
-                                      "pool(log(vmm(piece=2MiB), file=fault-sweep-log-%p.csv))"};
+                                      "pool(log(vmm(piece=2MiB), file=fault-sweep-log-%p.csv))",
+                                      "threads:pool(vmm)",
+                                      "threads:pool(cuda, initial=1)",
+                                      "threads:pool(limit(vmm(piece=2MiB), max=1GiB))"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);

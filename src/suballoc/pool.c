@@ -180,8 +180,8 @@ gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t
     status = find_block(pool, set, size, &block, why);
   else
     block = find_in_set(set, region_for(pool, size), size);
-  *out = status == GPUMEM_OK && block ? carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)
-                                      : NULL;
+  *out =
+      status == GPUMEM_OK && block ? carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT) : NULL;
   return status;
 }
 

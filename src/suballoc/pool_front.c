@@ -330,7 +330,8 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   size_t size = front_size(bytes);
   gpumem__block *block = NULL;
   spin_lock(&f->lock);
-  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream || !(block = front_pop(f, cache_class(size))))) {
+  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream ||
+                      !(block = front_pop(f, cache_class(size))))) {
     spin_unlock(&f->lock);
     *status = GPUMEM_OK;
     return refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr);
@@ -391,8 +392,7 @@ static bool is_front_live(pool_fronts *fronts, void *ptr) {
 
 /* A thread past the slots' count: the block goes straight to its stream's set. */
 GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts, void *ptr,
-                                       size_t bytes, gpumem_stream stream,
-                                       gpumem_status *status) {
+                                       size_t bytes, gpumem_stream stream, gpumem_status *status) {
   if (!is_front_live(fronts, ptr))
     return false;
   gpumem__biased_lock_take(&pool->lock);

@@ -87,7 +87,7 @@ typedef struct chunk {
 typedef struct pool_front {
   /* A spin lock: its thread, or the pool's lock holder draining it. */
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
-  free_set *set;   /* the set its blocks are free in; NULL while it holds none */
+  free_set *set;        /* the set its blocks are free in; NULL while it holds none */
   gpumem_stream stream; /* set's stream, read without touching the set */
   unsigned count;
   size_t bytes;
