@@ -60,8 +60,10 @@ fi
   if [ "${1:-}" != quick ]; then
     # The driver pool is the threads reference; cuMemAlloc from 16 threads takes minutes.
     # Medians of 3 runs of all threads: a timed pass lasts milliseconds.
-    "$bench" threads --threads 1,4,16 --resource driver:async --resource "pool(vmm)" \
-      --resource "arena(vmm)" --resource "arena(cuda)" --repeat 3 --table
+    # Each thread on its own stream, all on one stream, and a producer handing blocks to
+    # consumers that free them on their own threads and streams.
+    "$bench" threads --threads 1,4,16 --mode own,shared,producer --resource driver:async \
+      --resource "pool(vmm)" --resource "arena(vmm)" --resource "arena(cuda)" --repeat 3 --table
   fi
   "$bench" replay --compare "${resources[@]}" --repeat 3 --table data/*.csv
   if [ "${1:-}" != quick ]; then
