@@ -513,6 +513,8 @@ def record_one(name, out, args):
                str(args.seed)]
     if args.smoke:
         command.append("--smoke")
+    if args.workloads_from:
+        command += ["--workloads-from", os.path.abspath(args.workloads_from)]
     record = {"bench": "record", "workload": name, "kind": workload_.kind,
               "shapes": workload_.shapes}
     start = time.monotonic()
@@ -569,8 +571,12 @@ def print_records(records, smoke):
     for r in records:
         peak = r.get("peak_live_bytes")
         peak_text = f"{peak / 2**20:.0f} MiB" if peak is not None else "-"
-        verdict = (os.path.basename(r["trace"]) if r.get("trace") else
-                   f"INVALID ({r.get('problem_count', 0)} problems; {r.get('error', '')})"[:80])
+        if r.get("trace"):
+            verdict = os.path.basename(r["trace"])
+        elif r.get("problem_count"):
+            verdict = f"INVALID: {r['problem_count']} problems, kept as {os.path.basename(r['stored'])}"
+        else:
+            verdict = f"FAILED: {r.get('error', 'no events')}"[:100]
         print(f"{r['workload']:32} {r['kind']:9} {r['shapes']:7} {r['rc']!s:>7} "
               f"{r.get('worker', {}).get('steps', '-')!s:>5} {r['seconds']:6.1f} "
               f"{r.get('events', '-')!s:>8} {peak_text:>11} {r.get('threads', '-')!s:>3} "
@@ -622,6 +628,15 @@ def check_files(paths):
     return status
 
 
+def load_workloads(path):
+    """Runs a file of workloads; its `from record_traces import workload` gets this module
+    even when it runs as a script."""
+    sys.modules.setdefault("record_traces", sys.modules[__name__])
+    with open(path) as file:
+        code = compile(file.read(), path, "exec")
+    exec(code, {"__name__": "record_traces_extra", "__file__": path})  # noqa: S102
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "gpu-out"), "traces"))
@@ -638,9 +653,14 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--smoke", action="store_true",
                         help="on the CPU at toy sizes, with PyTorch's allocator: checks the code")
+    parser.add_argument("--workloads-from", metavar="FILE",
+                        help="a Python file that registers more workloads with "
+                        "record_traces.workload (they run after the built-in ones)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--log", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.workloads_from:
+        load_workloads(args.workloads_from)
     if args.worker:
         run_worker(args.worker, args.log, args.resource, args.budget, args.seed, args.smoke)
         return 0

@@ -1,0 +1,402 @@
+"""compare_allocators.py: peak reserved over peak live of gpumem's resources beside the
+driver pool, PyTorch's caching allocator (with and without expandable segments) and RMM's
+pool, on allocation traces in RMM's log format (docs/traces.md).
+
+    python3 tools/python/compare_allocators.py [--resource "pool(vmm)"]... [--json FILE] TRACE...
+
+- gpumem's resources and the driver pool: one run of `gpumem-bench replay --resource
+  driver:async --resource SPEC... --repeat N TRACE...` (threads and streams as traced; a
+  fresh allocator per trace and resource; warm ns per event as the median of N passes).
+- PyTorch: one fresh process per configuration (default; PYTORCH_CUDA_ALLOC_CONF=
+  expandable_segments:True) replays every trace through torch.cuda.caching_allocator_alloc
+  and caching_allocator_delete, each recorded stream on a torch stream of its own (the
+  default stream for stream 0), emptying the cache and resetting the peaks between traces;
+  the figure is torch.cuda.max_memory_reserved().
+- RMM: where the real `rmm` is importable, a fresh process replays each trace through
+  PoolMemoryResource(StatisticsResourceAdaptor(CudaMemoryResource()), initial_pool_size=0)
+  under another StatisticsResourceAdaptor: the lower one's peak is what the pool reserved,
+  the upper one's what was live. Skipped (and said so) where rmm is missing or is gpumem's
+  own RMM layer; --rmm-module names another module with RMM's interface (the tests use
+  gpumem.rmm on the simulated device).
+
+Every replay runs the same operation sequence (trace_csv.operations, built as gpumem-bench
+builds it), so every one must see the same peak live bytes: gpumem-bench's peak_live_bytes,
+PyTorch's peak of requested bytes (its allocated bytes are rounded up, so at least that) and
+RMM's live peak. A disagreement is printed and makes the exit status 1.
+
+Output: a table (per trace: events, peak live, reserved/live for each allocator, the best
+reference and pool(vmm)'s warm ns per event), then per gpumem resource the traces it loses
+on; --json writes one JSON line per trace. Exit status 0, 1 on a failed replay or a
+disagreement, 2 with --fail-if-loses when a gpumem resource holds more than the best
+reference on a trace.
+"""
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_csv  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DRIVER = "driver:async"
+TORCH_CONFIGS = {"torch:caching": "", "torch:expandable": "expandable_segments:True"}
+RMM = "rmm:pool"
+REFERENCES = (DRIVER, *TORCH_CONFIGS, RMM)
+SHORT = {DRIVER: "driver", "torch:caching": "torch", "torch:expandable": "torch exp",
+         RMM: "rmm pool"}
+
+
+# ---- replays in other processes ----
+
+
+def run_bench(bench, specs, repeat, traces, timeout):
+    """gpumem-bench replay's JSON lines, by (trace name, resource)."""
+    command = [bench, "replay", "--resource", DRIVER]
+    for spec in specs:
+        command += ["--resource", spec]
+    command += ["--repeat", str(repeat), *traces]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr}")
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("bench") == "replay":
+                results[(record["trace"], record["resource"])] = record
+    return results, done.stderr
+
+
+def run_worker(kind, traces, timeout, env_changes, extra=()):
+    """Runs this script as a worker (--torch-worker, --rmm-worker) in a fresh interpreter;
+    returns its JSON lines (one per trace, or one {"skipped": why})."""
+    env = dict(os.environ)
+    env.pop("GPUMEM_AS_RMM", None)  # the real RMM, never gpumem's layer under its name
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env.update(env_changes)
+    command = [sys.executable, os.path.abspath(__file__), kind, *extra, *traces]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return [{"error": f"timed out after {timeout} s"}]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        lines.append({"error": f"exit status {done.returncode}: {tail}"})
+    return lines
+
+
+def replay(sequence, slots, allocate, deallocate):
+    """Runs an operation sequence: allocate(size, stream index) -> pointer and
+    deallocate(pointer, size, stream index). Empty allocations are not made (PyTorch and
+    RMM give no pointer for them)."""
+    pointers = [0] * slots
+    for is_free, slot, size, stream in sequence:
+        if is_free:
+            if pointers[slot]:
+                deallocate(pointers[slot], size, stream)
+                pointers[slot] = 0
+        elif size:
+            pointers[slot] = allocate(size, stream)
+
+
+def _load(path):
+    events = trace_csv.read_events(path)
+    ops, leftovers, streams, peak = trace_csv.operations(events)
+    slots = 1 + max((slot for _, slot, _, _ in ops), default=-1)
+    return ops + leftovers, len(ops), streams, peak, slots
+
+
+def torch_worker(traces):
+    """Replays each trace through PyTorch's caching allocator in this process."""
+    try:
+        import torch
+    except Exception as error:  # noqa: BLE001 - any reason torch cannot load is a skip
+        print(json.dumps({"skipped": f"PyTorch is not importable ({type(error).__name__})"}))
+        return
+    if not torch.cuda.is_available():
+        print(json.dumps({"skipped": "PyTorch sees no GPU"}))
+        return
+    device = torch.device("cuda", 0)
+    torch.cuda.init()
+    streams = [torch.cuda.default_stream(device)]
+    alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+    for path in traces:
+        sequence, events, recorded_streams, peak, slots = _load(path)
+        while len(streams) < len(recorded_streams):
+            streams.append(torch.cuda.Stream(device))
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        start_reserved = torch.cuda.memory_reserved()
+        start = time.perf_counter()
+        replay(sequence, slots, lambda size, stream: alloc(size, device, streams[stream]),
+               lambda pointer, size, stream: delete(pointer))
+        elapsed = time.perf_counter() - start
+        torch.cuda.synchronize()
+        stats = torch.cuda.memory_stats()
+        print(json.dumps({
+            "trace": os.path.basename(path), "events": events,
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_live_bytes": stats.get("requested_bytes.all.peak"),
+            "start_reserved_bytes": start_reserved, "streams": len(recorded_streams),
+            "ns_per_event": round(elapsed * 1e9 / max(len(sequence), 1), 1),
+            "torch": torch.__version__}), flush=True)
+
+
+def _peak_bytes(adaptor):
+    counts = adaptor.allocation_counts
+    return counts["peak_bytes"] if isinstance(counts, dict) else counts.peak_bytes
+
+
+def _rmm_streams(rmm):
+    for name in ("rmm.pylibrmm.stream", "rmm._cuda.stream"):
+        try:
+            module = importlib.import_module(name.replace("rmm", rmm.__name__, 1))
+            return module.Stream, module.DEFAULT_STREAM
+        except ImportError:
+            continue
+    raise ImportError("no Stream in rmm.pylibrmm.stream or rmm._cuda.stream")
+
+
+def rmm_worker(module, traces):
+    """Replays each trace through RMM's pool (or `module`'s, with RMM's interface)."""
+    try:
+        rmm = importlib.import_module(module)
+        importlib.import_module(f"{module}.mr")
+    except Exception as error:  # noqa: BLE001 - any reason rmm cannot load is a skip
+        print(json.dumps({"skipped": f"{module} is not importable ({type(error).__name__})"}))
+        return
+    if module == "rmm" and (rmm.__name__ != "rmm" or "gpumem" in (rmm.__file__ or "")):
+        print(json.dumps({"skipped": "rmm is gpumem's RMM layer here, not RMM"}))
+        return
+    Stream, default_stream = _rmm_streams(rmm)
+    streams = [default_stream]
+    for path in traces:
+        sequence, events, recorded_streams, peak, slots = _load(path)
+        while len(streams) < len(recorded_streams):
+            streams.append(Stream())
+        upstream = rmm.mr.StatisticsResourceAdaptor(rmm.mr.CudaMemoryResource())
+        pool = rmm.mr.PoolMemoryResource(upstream, initial_pool_size=0)
+        top = rmm.mr.StatisticsResourceAdaptor(pool)
+        start = time.perf_counter()
+        replay(sequence, slots, lambda size, stream: top.allocate(size, streams[stream]),
+               lambda pointer, size, stream: top.deallocate(pointer, size, streams[stream]))
+        elapsed = time.perf_counter() - start
+        print(json.dumps({
+            "trace": os.path.basename(path), "events": events,
+            "peak_reserved_bytes": _peak_bytes(upstream), "peak_live_bytes": _peak_bytes(top),
+            "streams": len(recorded_streams),
+            "ns_per_event": round(elapsed * 1e9 / max(len(sequence), 1), 1),
+            "module": rmm.__name__, "version": getattr(rmm, "__version__", None)}), flush=True)
+        del top, pool, upstream
+
+
+# ---- putting it together ----
+
+
+def by_trace(lines, label, skipped, errors):
+    """A worker's lines by trace name; a skip or an error goes to `skipped` or `errors`."""
+    results = {}
+    for line in lines:
+        if "skipped" in line:
+            skipped[label] = line["skipped"]
+        elif "error" in line:
+            errors.append(f"{label}: {line['error']}")
+        else:
+            results[line["trace"]] = line
+    return results
+
+
+def compare(traces, bench_results, references, specs, skipped):
+    """One record per trace: every allocator's figures, the checks, the best reference and
+    the verdict for each gpumem resource. `references` maps a reference label to its
+    results by trace name (the driver pool's come from bench_results)."""
+    records = []
+    for path in traces:
+        name = os.path.basename(path)
+        sequence, events, streams, peak, _slots = _load(path)
+        record = {"bench": "trace_compare", "trace": name, "path": path, "events": events,
+                  "streams": len(streams), "peak_live_bytes": peak, "results": {},
+                  "skipped": dict(skipped), "problems": []}
+        for label in (DRIVER, *specs):
+            line = bench_results.get((name, label))
+            if line is None:
+                record["problems"].append(f"{label}: no gpumem-bench result")
+                continue
+            record.setdefault("device", line.get("device"))
+            record.setdefault("gpu", line.get("gpu"))
+            result = {key: line.get(key) for key in (
+                "peak_reserved_bytes", "peak_live_bytes", "reserved_over_live",
+                "ns_per_event_warm", "cycles_per_event_warm", "threads", "streams")}
+            record["results"][label] = result
+            if line.get("events") != events:
+                record["problems"].append(
+                    f"{label}: gpumem-bench replayed {line.get('events')} events, not {events}")
+        for label, results in references.items():
+            line = results.get(name)
+            if line is None:
+                if label not in skipped:
+                    record["problems"].append(f"{label}: no result")
+                continue
+            result = {key: line.get(key) for key in (
+                "peak_reserved_bytes", "peak_live_bytes", "peak_allocated_bytes",
+                "start_reserved_bytes", "ns_per_event")}
+            result["reserved_over_live"] = round(line["peak_reserved_bytes"] / peak, 4) if peak else None
+            record["results"][label] = result
+            allocated = line.get("peak_allocated_bytes")
+            if allocated is not None and allocated < peak:
+                record["problems"].append(
+                    f"{label}: peak allocated {allocated} is below the trace's peak live {peak}")
+            if line.get("start_reserved_bytes"):
+                record["problems"].append(
+                    f"{label}: {line['start_reserved_bytes']} bytes reserved before the replay")
+        for label, result in record["results"].items():
+            live = result.get("peak_live_bytes")
+            if live is not None and live != peak:
+                record["problems"].append(
+                    f"{label}: peak live {live} bytes, the trace's is {peak}")
+        refs = {label: result for label, result in record["results"].items()
+                if label in REFERENCES and result.get("peak_reserved_bytes")}
+        if refs:
+            best = min(refs, key=lambda label: refs[label]["peak_reserved_bytes"])
+            record["best_reference"] = best
+            record["best_reference_ratio"] = refs[best]["reserved_over_live"]
+            record["verdict"] = {}
+            for spec in specs:
+                mine = record["results"].get(spec, {}).get("peak_reserved_bytes")
+                if mine is not None:
+                    record["verdict"][spec] = (
+                        "at or below" if mine <= refs[best]["peak_reserved_bytes"] else "above")
+        records.append(record)
+    return records
+
+
+def _ratio(record, label):
+    result = record["results"].get(label)
+    if result is None or result.get("reserved_over_live") is None:
+        return "-"
+    return f"{result['reserved_over_live']:.3f}"
+
+
+def format_table(records, specs):
+    """The table for people, and one line per gpumem resource on where it loses."""
+    columns = [*specs, *REFERENCES]
+    widths = [max(9, len(SHORT.get(label, label)) + 2) for label in columns]
+    name_width = max([24] + [len(r["trace"]) for r in records])
+    header = f"{'trace':{name_width}} {'events':>8} {'peak live':>10}"
+    for label, width in zip(columns, widths):
+        header += f" {SHORT.get(label, label):>{width}}"
+    header += f"  {'best reference':20} {specs[0] + ' ns/ev':>16}"
+    lines = [header]
+    for r in records:
+        line = f"{r['trace']:{name_width}} {r['events']:>8} {r['peak_live_bytes'] / 2**20:>6.0f} MiB"
+        for label, width in zip(columns, widths):
+            mark = ""
+            if label in specs and label in r.get("verdict", {}):
+                mark = " " if r["verdict"][label] == "at or below" else "!"
+            line += f" {_ratio(r, label) + mark:>{width}}"
+        best = r.get("best_reference")
+        best_text = f"{SHORT.get(best, best)} {r['best_reference_ratio']:.3f}" if best else "-"
+        warm = r["results"].get(specs[0], {}).get("ns_per_event_warm")
+        line += f"  {best_text:20} {warm if warm is not None else '-':>16}"
+        lines.append(line)
+    lines.append("(reserved/live: peak reserved over peak live bytes; ! marks a gpumem "
+                 "resource above the best reference on that trace)")
+    for label, reason in (records[0]["skipped"].items() if records else []):
+        lines.append(f"{label} skipped: {reason}")
+    for spec in specs:
+        judged = [r for r in records if spec in r.get("verdict", {})]
+        losses = [r for r in judged if r["verdict"][spec] == "above"]
+        text = f"{spec}: at or below the best reference on {len(judged) - len(losses)} of {len(judged)} traces"
+        if losses:
+            text += "; above on " + ", ".join(
+                f"{r['trace']} ({_ratio(r, spec)} vs {SHORT[r['best_reference']]} "
+                f"{r['best_reference_ratio']:.3f})" for r in losses)
+        lines.append(text)
+    for r in records:
+        for problem in r["problems"]:
+            lines.append(f"PROBLEM {r['trace']}: {problem}")
+    return "\n".join(lines)
+
+
+def default_bench():
+    return os.path.join(ROOT, "build", "bin", "gpumem-bench")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--torch-worker"]:
+        torch_worker(argv[1:])
+        return 0
+    if argv[:1] == ["--rmm-worker"]:
+        rmm_worker(argv[1], argv[2:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("traces", nargs="+", metavar="TRACE")
+    parser.add_argument("--bench", default=default_bench(), help="gpumem-bench (default: "
+                        "build/bin/gpumem-bench of this tree)")
+    parser.add_argument("--resource", action="append", dest="specs", metavar="SPEC",
+                        help="a gpumem resource to judge; repeatable (default pool(vmm))")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="gpumem-bench's warm passes per trace (default 3)")
+    parser.add_argument("--torch", choices=("auto", "off"), default="auto",
+                        help="PyTorch's caching allocator: auto (skipped without PyTorch or "
+                        "a GPU) or off")
+    parser.add_argument("--rmm-module", default="rmm",
+                        help="the module with RMM's interface (default rmm; 'off' skips it)")
+    parser.add_argument("--timeout", type=float, default=300,
+                        help="seconds each replay process may take (default 300)")
+    parser.add_argument("--json", help="write one JSON line per trace to this file")
+    parser.add_argument("--fail-if-loses", action="store_true",
+                        help="exit status 2 when a gpumem resource is above the best reference")
+    args = parser.parse_args(argv)
+    specs = args.specs or ["pool(vmm)"]
+    names = [os.path.basename(path) for path in args.traces]
+    if len(set(names)) != len(names):
+        parser.error("two traces share a file name; gpumem-bench reports traces by name")
+    for path in args.traces:  # a bad trace stops everything here, before any replay
+        summary = trace_csv.validate(trace_csv.read_events(path))
+        if summary.problem_count:
+            parser.error(f"{path} does not replay as recorded: {summary.problems[0]} "
+                         f"(record_traces.py --check tells all)")
+    errors, skipped, references = [], {}, {}
+    bench_results, bench_stderr = run_bench(args.bench, specs, args.repeat, args.traces,
+                                            args.timeout)
+    if args.torch == "off":
+        for label in TORCH_CONFIGS:
+            skipped[label] = "--torch off"
+    else:
+        for label, conf in TORCH_CONFIGS.items():
+            env = {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
+            lines = run_worker("--torch-worker", args.traces, args.timeout, env)
+            references[label] = by_trace(lines, label, skipped, errors)
+    if args.rmm_module == "off":
+        skipped[RMM] = "--rmm-module off"
+    else:
+        lines = run_worker("--rmm-worker", args.traces, args.timeout, {}, [args.rmm_module])
+        references[RMM] = by_trace(lines, RMM, skipped, errors)
+    records = compare(args.traces, bench_results, references, specs, skipped)
+    if args.json:
+        with open(args.json, "w") as file:
+            for record in records:
+                file.write(json.dumps(record) + "\n")
+    backend = bench_stderr.strip().splitlines()[0] if bench_stderr.strip() else ""
+    print(f"gpumem-bench {backend}")
+    print(format_table(records, specs))
+    for error in errors:
+        print(f"ERROR {error}")
+    if errors or any(r["problems"] for r in records):
+        return 1
+    if args.fail_if_loses and any("above" in r.get("verdict", {}).values() for r in records):
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
