@@ -278,10 +278,12 @@ def compare(traces, bench_results, references, specs, skipped):
 
 
 def _ratio(record, label):
+    """Peak reserved over the trace's peak live, from the bytes (the JSON's ratios are
+    rounded to four places already)."""
     result = record["results"].get(label)
-    if result is None or result.get("reserved_over_live") is None:
+    if result is None or not result.get("peak_reserved_bytes") or not record["peak_live_bytes"]:
         return "-"
-    return f"{result['reserved_over_live']:.3f}"
+    return f"{result['peak_reserved_bytes'] / record['peak_live_bytes']:.3f}"
 
 
 def format_table(records, specs):
@@ -302,7 +304,7 @@ def format_table(records, specs):
                 mark = " " if r["verdict"][label] == "at or below" else "!"
             line += f" {_ratio(r, label) + mark:>{width}}"
         best = r.get("best_reference")
-        best_text = f"{SHORT.get(best, best)} {r['best_reference_ratio']:.3f}" if best else "-"
+        best_text = f"{SHORT.get(best, best)} {_ratio(r, best)}" if best else "-"
         warm = r["results"].get(specs[0], {}).get("ns_per_event_warm")
         line += f"  {best_text:20} {warm if warm is not None else '-':>16}"
         lines.append(line)
@@ -317,7 +319,7 @@ def format_table(records, specs):
         if losses:
             text += "; above on " + ", ".join(
                 f"{r['trace']} ({_ratio(r, spec)} vs {SHORT[r['best_reference']]} "
-                f"{r['best_reference_ratio']:.3f})" for r in losses)
+                f"{_ratio(r, r['best_reference'])})" for r in losses)
         lines.append(text)
     for r in records:
         for problem in r["problems"]:

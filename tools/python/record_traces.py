@@ -463,7 +463,7 @@ def run_worker(name, log_path, spec, budget, seed, smoke):
                                                     log_file_name=log_path)
         gpumem.mr.set_current_device_resource(resource)
         torch.cuda.memory.change_current_allocator(gpumem_torch_allocator)  # before any allocation
-    ctx = Context(torch, device, seed, start + budget, smoke)
+    ctx = Context(torch, device, seed, time.monotonic() + budget, smoke)
     WORKLOADS[name].run(ctx)
     if ctx.cuda:
         torch.cuda.synchronize()
