@@ -17,7 +17,7 @@
 # table), compare.jsonl, record.jsonl, traces.tar.gz (the recorded CSVs and each workload's
 # output) and build.log; the last lines printed are the table and a summary.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -28,9 +28,12 @@ summary() { echo "$*" | tee -a "$out/summary-traces.txt"; }
 stage_start=$SECONDS
 stage() { summary "$1 ($((SECONDS - stage_start)) s)"; stage_start=$SECONDS; }
 
-summary "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)
+summary "gpu: $(echo "$gpu" | head -1)"
+# The device machine gets the working tree without .git: the caller passes the commit.
 summary "commit: ${GPUMEM_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
-summary "python: $($python -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -1)"
+versions='import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'
+summary "python: $($python -c "$versions" 2>&1 | tail -1)"
 
 if ! { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release &&
   cmake --build build -j "$(nproc)" --target gpumem-bench; } >"$out/build.log" 2>&1; then
@@ -56,20 +59,25 @@ only=()
 [ -n "${TRACE_WORKLOADS:-}" ] && only=(--only "$TRACE_WORKLOADS")
 # Each workload stops stepping at its budget and is killed 60 s past it; the whole
 # recording is cut at 300 s.
-timeout 300 $python tools/python/record_traces.py --out "$work" --jobs "${TRACE_JOBS:-4}" \
+timeout 300 "$python" tools/python/record_traces.py --out "$work" --jobs "${TRACE_JOBS:-4}" \
   --budget "${TRACE_BUDGET:-25}" --import-allowance 60 "${only[@]}" | tee "$out/record.txt"
-stage "recorded: rc=${PIPESTATUS[0]}; $(ls "$work"/*.csv 2>/dev/null | grep -vc '\.invalid\.csv$') valid traces"
+record_rc=${PIPESTATUS[0]}
+traces=(data/*.csv)
+recorded=0
+for trace in "$work"/*.csv; do
+  if [[ -e $trace && $trace != *.invalid.csv ]]; then
+    traces+=("$trace")
+    recorded=$((recorded + 1))
+  fi
+done
+stage "recorded: rc=$record_rc; $recorded valid traces"
 cp "$work/record.jsonl" "$out/record.jsonl" 2>/dev/null
 
 resources=("pool(vmm)")
 [ -n "${TRACE_RESOURCES:-}" ] && eval "resources=($TRACE_RESOURCES)"
 resource_args=()
 for spec in "${resources[@]}"; do resource_args+=(--resource "$spec"); done
-traces=(data/*.csv)
-for trace in "$work"/*.csv; do
-  [[ -e $trace && $trace != *.invalid.csv ]] && traces+=("$trace")
-done
-timeout 240 $python tools/python/compare_allocators.py "${resource_args[@]}" --repeat 3 \
+timeout 240 "$python" tools/python/compare_allocators.py "${resource_args[@]}" --repeat 3 \
   --json "$out/compare.jsonl" "${traces[@]}" >"$out/compare.txt" 2>&1
 compare_rc=$?
 stage "compared ${#traces[@]} traces: rc=$compare_rc"

@@ -247,7 +247,8 @@ def compare(traces, bench_results, references, specs, skipped):
             result = {key: line.get(key) for key in (
                 "peak_reserved_bytes", "peak_live_bytes", "peak_allocated_bytes",
                 "start_reserved_bytes", "ns_per_event")}
-            result["reserved_over_live"] = round(line["peak_reserved_bytes"] / peak, 4) if peak else None
+            result["reserved_over_live"] = (
+                round(line["peak_reserved_bytes"] / peak, 4) if peak else None)
             record["results"][label] = result
             allocated = line.get("peak_allocated_bytes")
             if allocated is not None and allocated < peak:
@@ -297,7 +298,8 @@ def format_table(records, specs):
     header += f"  {'best reference':20} {specs[0] + ' ns/ev':>16}"
     lines = [header]
     for r in records:
-        line = f"{r['trace']:{name_width}} {r['events']:>8} {r['peak_live_bytes'] / 2**20:>6.0f} MiB"
+        line = (f"{r['trace']:{name_width}} {r['events']:>8} "
+                f"{r['peak_live_bytes'] / 2**20:>6.0f} MiB")
         for label, width in zip(columns, widths):
             mark = ""
             if label in specs and label in r.get("verdict", {}):
@@ -315,7 +317,8 @@ def format_table(records, specs):
     for spec in specs:
         judged = [r for r in records if spec in r.get("verdict", {})]
         losses = [r for r in judged if r["verdict"][spec] == "above"]
-        text = f"{spec}: at or below the best reference on {len(judged) - len(losses)} of {len(judged)} traces"
+        text = (f"{spec}: at or below the best reference on {len(judged) - len(losses)} of "
+                f"{len(judged)} traces")
         if losses:
             text += "; above on " + ", ".join(
                 f"{r['trace']} ({_ratio(r, spec)} vs {SHORT[r['best_reference']]} "

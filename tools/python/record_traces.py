@@ -391,12 +391,12 @@ def convnext_train_amp(ctx):
 
 
 @workload("training", "varying", "EfficientNet-B0 (torchvision) multi-scale training: each "
-          "step a random resolution (160 to 288) and batch (16 to 32), bf16 autocast")
+          "step a random resolution (160 to 288) and batch (12 to 24), bf16 autocast")
 def efficientnet_train_multiscale(ctx):
     import torchvision
 
     model = torchvision.models.efficientnet_b0(weights=None)
-    _image_training(ctx, model, lambda step: ctx.randint(16, 32) if not ctx.smoke else 2,
+    _image_training(ctx, model, lambda step: ctx.randint(12, 24) if not ctx.smoke else 2,
                     lambda step: ctx.rng.choice([160, 192, 224, 256, 288]) if not ctx.smoke
                     else 64, steps=10, dtype=ctx.torch.bfloat16)
 
@@ -467,7 +467,8 @@ def run_worker(name, log_path, spec, budget, seed, smoke):
     WORKLOADS[name].run(ctx)
     if ctx.cuda:
         torch.cuda.synchronize()
-    result = {"workload": name, "steps": ctx.steps_done, "seconds": round(time.monotonic() - start, 2),
+    result = {"workload": name, "steps": ctx.steps_done,
+              "seconds": round(time.monotonic() - start, 2),
               "torch": torch.__version__, "device": device}
     if resource is not None:
         import gc
@@ -574,7 +575,8 @@ def print_records(records, smoke):
         if r.get("trace"):
             verdict = os.path.basename(r["trace"])
         elif r.get("problem_count"):
-            verdict = f"INVALID: {r['problem_count']} problems, kept as {os.path.basename(r['stored'])}"
+            verdict = (f"INVALID: {r['problem_count']} problems, kept as "
+                       f"{os.path.basename(r['stored'])}")
         else:
             verdict = f"FAILED: {r.get('error', 'no events')}"[:100]
         print(f"{r['workload']:32} {r['kind']:9} {r['shapes']:7} {r['rc']!s:>7} "
