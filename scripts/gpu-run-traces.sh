@@ -6,7 +6,8 @@
 # environment, records every workload of tools/python/record_traces.py (each in its own
 # process, with a time budget), compares, and packs the traces into one tar.gz.
 #
-# Usage: scripts/gpu-run-traces.sh
+# Usage: scripts/gpu-run-traces.sh   (RMM's column needs wheels/rmm-python: see
+#                                     scripts/rmm-python.sh)
 #   PYTHON               the interpreter with torch (default python3)
 #   TRACE_RESOURCES      gpumem resources to judge, as bash words (default "pool(vmm)"),
 #                        e.g. TRACE_RESOURCES='"pool(vmm)" "arena(vmm)"'
@@ -77,6 +78,16 @@ resources=("pool(vmm)")
 [ -n "${TRACE_RESOURCES:-}" ] && eval "resources=($TRACE_RESOURCES)"
 resource_args=()
 for spec in "${resources[@]}"; do resource_args+=(--resource "$spec"); done
+# RMM's Python package, where its wheels came with the tree (scripts/rmm-python.sh
+# download, then carry wheels/rmm-python): installed apart, for the RMM replay only.
+if compgen -G "wheels/rmm-python/rmm_*.whl" >/dev/null; then
+  if rmm_path=$(PYTHON=$python scripts/rmm-python.sh install 2>>"$out/build.log"); then
+    resource_args+=(--rmm-path "$rmm_path")
+    stage "RMM: $(cd wheels/rmm-python && echo rmm_*.whl)"
+  else
+    stage "RMM: install FAILED (see build.log): no RMM column"
+  fi
+fi
 timeout 240 "$python" tools/python/compare_allocators.py "${resource_args[@]}" --repeat 3 \
   --json "$out/compare.jsonl" "${traces[@]}" >"$out/compare.txt" 2>&1
 compare_rc=$?

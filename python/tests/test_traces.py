@@ -439,6 +439,33 @@ def test_missing_references_are_skipped_and_said(tmp_path):
                      r"traces; above on small.csv \([0-9.]+ vs driver [0-9.]+\))", done.stdout)
 
 
+@pytest.mark.sim
+@needs_bench
+def test_rmm_comes_from_the_folder_rmm_path_names(tmp_path):
+    # A module with RMM's interface under another name, found only through --rmm-path.
+    folder = tmp_path / "wheels-installed"
+    (folder / "rmm_stand_in").mkdir(parents=True)
+    (folder / "rmm_stand_in" / "__init__.py").write_text(textwrap.dedent("""
+        import sys
+        import gpumem.rmm.mr
+        import gpumem.rmm.pylibrmm.stream
+        from gpumem.rmm import mr, pylibrmm
+        for name in ("mr", "pylibrmm", "pylibrmm.stream"):
+            sys.modules[f"{__name__}.{name}"] = sys.modules[f"gpumem.rmm.{name}"]
+    """))
+    trace = small_trace(tmp_path / "small.csv")
+    out = tmp_path / "compare.jsonl"
+    args = ["compare_allocators.py", "--bench", BENCH, "--torch", "off", "--rmm-module",
+            "rmm_stand_in", "--json", out, trace]
+    done = run_tool(*args, cwd=tmp_path)
+    assert "rmm:pool skipped: rmm_stand_in is not importable" in done.stdout
+    done = run_tool(*args[:-1], "--rmm-path", folder, trace, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [record] = [json.loads(line) for line in out.open()]
+    assert record["results"]["rmm:pool"]["peak_live_bytes"] == 3 * MIB + 2048
+    assert record["results"]["rmm:pool"]["peak_reserved_bytes"] >= 3 * MIB + 2048
+
+
 @needs_bench
 def test_a_trace_that_does_not_replay_is_refused_before_any_replay(tmp_path):
     bad = tmp_path / "bad.csv"

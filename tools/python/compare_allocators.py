@@ -16,8 +16,9 @@ pool, on allocation traces in RMM's log format (docs/traces.md).
   PoolMemoryResource(StatisticsResourceAdaptor(CudaMemoryResource()), initial_pool_size=0)
   under another StatisticsResourceAdaptor: the lower one's peak is what the pool reserved,
   the upper one's what was live. Skipped (and said so) where rmm is missing or is gpumem's
-  own RMM layer; --rmm-module names another module with RMM's interface (the tests use
-  gpumem.rmm on the simulated device).
+  own RMM layer; --rmm-path puts a folder of RMM's wheels first on that process's path
+  (scripts/rmm-python.sh), and --rmm-module names another module with RMM's interface (the
+  tests use gpumem.rmm on the simulated device).
 
 Every replay runs the same operation sequence (trace_csv.operations, built as gpumem-bench
 builds it), so every one must see the same peak live bytes: gpumem-bench's peak_live_bytes,
@@ -355,6 +356,9 @@ def main(argv=None):
                         "a GPU) or off")
     parser.add_argument("--rmm-module", default="rmm",
                         help="the module with RMM's interface (default rmm; 'off' skips it)")
+    parser.add_argument("--rmm-path", metavar="DIR",
+                        help="a folder put first on the RMM replay's path (where "
+                        "scripts/rmm-python.sh installed RMM's wheels)")
     parser.add_argument("--timeout", type=float, default=300,
                         help="seconds each replay process may take (default 300)")
     parser.add_argument("--json", help="write one JSON line per trace to this file")
@@ -384,7 +388,12 @@ def main(argv=None):
     if args.rmm_module == "off":
         skipped[RMM] = "--rmm-module off"
     else:
-        lines = run_worker("--rmm-worker", args.traces, args.timeout, {}, [args.rmm_module])
+        env = {}
+        if args.rmm_path:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [os.path.abspath(args.rmm_path)] + [p for p in os.environ.get(
+                    "PYTHONPATH", "").split(os.pathsep) if p])
+        lines = run_worker("--rmm-worker", args.traces, args.timeout, env, [args.rmm_module])
         references[RMM] = by_trace(lines, RMM, skipped, errors)
     records = compare(args.traces, bench_results, references, specs, skipped)
     if args.json:
