@@ -467,6 +467,16 @@ def test_rmm_comes_from_the_folder_rmm_path_names(tmp_path):
 
 
 @needs_bench
+def test_a_resource_gpumem_bench_cannot_build_is_an_error(tmp_path):
+    trace = small_trace(tmp_path / "small.csv")
+    done = run_tool("compare_allocators.py", "--bench", BENCH, "--resource", "pool(nonsense)",
+                    "--torch", "off", "--rmm-module", "off", trace)
+    assert done.returncode == 1
+    assert done.stdout.startswith("ERROR gpumem-bench: ")
+    assert "unknown resource 'nonsense'" in done.stdout
+
+
+@needs_bench
 def test_a_trace_that_does_not_replay_is_refused_before_any_replay(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text(trace_text([(0, 0, "allocate", 0x1000, 8), (0, 1, "allocate", 0x1000, 8)]))

@@ -375,8 +375,12 @@ def main(argv=None):
             parser.error(f"{path} does not replay as recorded: {summary.problems[0]} "
                          f"(record_traces.py --check tells all)")
     errors, skipped, references = [], {}, {}
-    bench_results, bench_stderr = run_bench(args.bench, specs, args.repeat, args.traces,
-                                            args.timeout)
+    try:
+        bench_results, bench_stderr = run_bench(args.bench, specs, args.repeat, args.traces,
+                                                args.timeout)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
+        print(f"ERROR gpumem-bench: {error}")
+        return 1
     if args.torch == "off":
         for label in TORCH_CONFIGS:
             skipped[label] = "--torch off"
