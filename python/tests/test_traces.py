@@ -8,9 +8,11 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -319,6 +321,52 @@ def test_the_recorder_stores_a_checked_trace_of_each_workload(tmp_path, fake_tor
     assert stuck["rc"] == "timeout" and stuck["events"] == 1 and stuck["leftovers"] == 1
     assert (out / "stuck.csv").read_text().splitlines()[1].endswith(",5000,0")
     assert "buffers.csv" in done.stdout and "stuck.csv" in done.stdout
+
+
+def gone_or_zombie(pid):
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return any(line.split()[:2] == ["State:", "Z"] for line in status)
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.sim
+def test_a_recorder_stopped_by_sigterm_stops_its_workloads(tmp_path, fake_torch):
+    extra = tmp_path / "workloads.py"
+    pid_file = tmp_path / "pid"
+    extra.write_text(textwrap.dedent(f"""
+        import os, time
+        from record_traces import workload
+
+        @workload("inference", "fixed", "waits to be stopped")
+        def waits(ctx):
+            with open({str(pid_file)!r}, "w") as file:
+                file.write(str(os.getpid()))
+            time.sleep(120)
+    """))
+    recorder = subprocess.Popen(
+        [sys.executable, str(TOOLS / "record_traces.py"), "--out", str(tmp_path / "out"),
+         "--workloads-from", str(extra), "--only", "waits"], env=fake_torch,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    workload_pid = int(pid_file.read_text())
+    try:
+        recorder.terminate()
+        assert recorder.wait(timeout=30) == 128 + signal.SIGTERM
+        for _ in range(50):
+            if gone_or_zombie(workload_pid):
+                break
+            time.sleep(0.1)
+        assert gone_or_zombie(workload_pid)
+    finally:  # a failed test leaves no workload behind
+        try:
+            os.kill(workload_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.sim

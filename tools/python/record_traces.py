@@ -30,6 +30,7 @@ import inspect
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -501,6 +502,34 @@ def log_name(path, device=0):
     return os.path.join(head, f"{stem}.dev{device}{dot}{extension}")
 
 
+_children = set()  # the workloads running now
+
+
+def run_child(command, env, timeout):
+    """(exit status or "timeout", stdout, stderr) of a workload's process, killed past
+    `timeout` seconds."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    _children.add(process)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+        return process.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        return "timeout", stdout, stderr
+    finally:
+        _children.discard(process)
+
+
+def stop(signum, frame):
+    """SIGTERM (the caller's own time limit): the workloads go too, so that none is left
+    running on the GPU."""
+    for process in list(_children):
+        process.kill()
+    os._exit(128 + signum)
+
+
 def record_one(name, out, args):
     """Runs one workload in a fresh interpreter and stores its trace; returns its record."""
     workload_ = WORKLOADS[name]
@@ -521,16 +550,7 @@ def record_one(name, out, args):
     start = time.monotonic()
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # the pluggable allocator takes no settings
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env,
-                              timeout=args.budget + args.import_allowance)
-        record["rc"], stdout, stderr = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as expired:
-        record["rc"] = "timeout"
-        stdout = (expired.stdout or b"").decode() if isinstance(expired.stdout, bytes) else (
-            expired.stdout or "")
-        stderr = (expired.stderr or b"").decode() if isinstance(expired.stderr, bytes) else (
-            expired.stderr or "")
+    record["rc"], stdout, stderr = run_child(command, env, args.budget + args.import_allowance)
     record["seconds"] = round(time.monotonic() - start, 1)
     with open(logs, "w") as file:
         file.write(f"$ {' '.join(command)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}")
@@ -593,6 +613,7 @@ def record_all(args):
     if unknown:
         sys.exit(f"record_traces.py: unknown workload(s) {', '.join(unknown)} "
                  f"(--list shows them)")
+    signal.signal(signal.SIGTERM, stop)
     out = args.out
     for sub in ("raw", "logs"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
