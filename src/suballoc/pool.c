@@ -146,7 +146,10 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   }
   /* Threads' fronts on this stream may hold what fits: it goes back before the pool grows
    * (other streams' fronts hold blocks this stream could only take after a wait for the
-   * device: the fold below, before a failure, takes them back). */
+   * device: the fold below, before a failure, takes them back); one larger block first, and
+   * only when there is none, everything. */
+  if (status == GPUMEM_OK && !block && gpumem__pool_front_give_larger(pool, set, search))
+    block = find_in_set(set, ri, search);
   if (status == GPUMEM_OK && !block && gpumem__pool_flush_fronts(pool, set, set) &&
       !(block = find_in_set(set, ri, search)))
     status = gpumem__pool_steal(pool, set, ri, search, &block);

@@ -33,4 +33,17 @@ gpumem_status gpumem__pool_validate(const gpumem_resource *pool);
 bool gpumem__pool_each_chunk(const gpumem_resource *pool,
                              bool (*fn)(uintptr_t addr, size_t size, void *user), void *user);
 
+/* Sums of the fronts' counts of what their threads did since the
+ * first thread came (gpumem-bench threads --stats): how often threads met on shared lines. */
+typedef struct gpumem__pool_front_stats {
+  uint64_t ops;          /* allocations and frees through fronts */
+  uint64_t pool_locks;   /* of those, the ones that took the pool's lock */
+  uint64_t shared_locks; /* locks taken on lines other threads write (not the own front's) */
+  uint64_t refills;      /* batches the fronts took from the pool */
+  uint64_t give_backs;   /* batches they gave back as their lists grew long */
+  uint64_t flushes;      /* fronts holding blocks that the pool emptied (growth, queries) */
+} gpumem__pool_front_stats;
+/* False when `mr` is no pool, or one without fronts. */
+bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_stats *out);
+
 #endif /* GPUMEM_SUBALLOC_POOL_H */

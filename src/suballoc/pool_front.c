@@ -7,17 +7,27 @@
  * front of the calling thread instead.
  *
  * A front (one per thread slot, core/thread_slots.h: no thread-local storage) holds whole
- * blocks by size class, all free on one stream, the front's: the stream they were freed on,
- * so it may reuse them at once, as the pool's own free sets do. It refills in batches under
- * the pool's lock, carving blocks at the top of their class, so that every block of a class
- * fits every request of it; it gives all its blocks back, open in their stream's set, when
- * it is full, when its thread turns to another stream, and whenever the pool would grow,
+ * blocks by size class (4 to a power of two, GPUMEM__POOL_FRONT_SL_SHIFT), all free on one
+ * stream, the front's: the stream they were freed on, so it may reuse them at once, as the
+ * pool's own free sets do. It refills in batches under the pool's lock, carving blocks at
+ * the top of their class, so that every block of a class fits every request of it (at most
+ * 1/4 above it); a class's batches double with each refill or give-back of it, so that the
+ * pool's lock is taken once in hundreds of operations of a thread that turns memory over
+ * (gpumem-bench threads --stats counts them). It gives a batch back when a list is over two
+ * batches, half of every list when it holds over HOLD_BYTES, and all its blocks, open in
+ * their stream's set, when its thread turns to another stream, and whenever the pool would
  * fold, trim or answer a free-memory query. So memory one thread's front holds never makes
- * the pool grow or fail for another: before growing, the pool drains every front and looks
- * again (blocks of another stream then need that stream's seal, or the fold before a
+ * the pool grow or fail for another: before growing, the pool takes the smallest larger
+ * block from the fronts of the request's stream, and when they have none, drains them and
+ * looks again (blocks of another stream then need that stream's seal, or the fold before a
  * failure, as any free block of that stream does). A front never records an event: the
  * blocks it gives back are sealed by a later call on their own stream (a drain that runs
  * in a call on the front's stream seals at once when a seal is due).
+ *
+ * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free;
+ * so sixteen threads' fronts hold at most 16 * 8.8 MiB more than the pool alone would keep
+ * (measured on the threads workload: +67 MiB of peak reserved with 16 threads on their own
+ * streams, +6 MiB on one stream, less than before with a producer).
  *
  * Blocks a front hands out are found by address in one of GPUMEM__POOL_LIVE_SHARDS live
  * maps, each under a lock of its own, so that a free from any thread finds its block and
@@ -43,22 +53,34 @@
  *
  * Counters: a front counts what it hands out and takes back, and queries add the fronts to
  * the pool's counters, so live bytes and counts are exact when read; the peak of live bytes
- * is raised from that sum at each refill and query, so it may miss a peak between them. */
+ * is raised from that sum when a refill grew the pool and at each query (a sum at every
+ * refill would read 64 fronts' lines that other threads write), so it may miss a peak
+ * between them. */
 #include "suballoc/pool_internal.h"
 
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A refill carves this many bytes' worth of blocks, within these counts; a list that grows
- * past two such batches gives one back. So a front holds little beyond what its thread
- * turns over, and most free memory stays in the pool, where any refill finds it. */
+/* A class's first refill carves this many bytes' worth of blocks (at least one); each
+ * later refill of the class twice as many as the one before, up to BATCH_BYTES' worth and
+ * BATCH_MAX blocks (at least one). A list that grows past two of its batches gives one back,
+ * and a front that holds more than HOLD_BYTES gives half of every list back. So a class
+ * that its thread turns over fast takes the pool's lock once in many operations (a list
+ * empties or fills only after a run of allocations or frees as long as its batch), one used
+ * now and then holds little, and a front never holds more than HOLD_BYTES and a block. */
 #define REFILL_BYTES ((size_t)64 << 10)
-#define REFILL_MAX 32
+#define BATCH_BYTES ((size_t)512 << 10)
+#define BATCH_MAX 64
+#define HOLD_BYTES ((size_t)8 << 20)
 
 _Static_assert(GPUMEM__POOL_LIVE_SHARDS == 64, "shard_of keeps 6 bits");
 _Static_assert(GPUMEM__POOL_FRONT_LIMIT < GPUMEM__POOL_CACHE_LIMIT / 2,
                "fronts' blocks, at the top of their class, are under the cache's limit");
+_Static_assert(GPUMEM__POOL_FRONT_SL_SHIFT == 2 &&
+                   (GPUMEM__POOL_FRONT_LIMIT >> GPUMEM__BLOCK_UNIT_SHIFT) == 1024,
+               "the limit's class top, 1279 units, is in class 36 of GPUMEM__POOL_FRONT_CLASSES");
+_Static_assert(BATCH_MAX <= UINT8_MAX, "batches fit pool_front.batches");
 
 /* ---------------------------------------------------------------------------------------
  * Spin locks, shards, lists
@@ -98,17 +120,30 @@ static inline pool_live_shard *shard_of(pool_fronts *fronts, uintptr_t addr) {
   return &fronts->shards[((uint64_t)(addr >> 12) * 0x9E3779B97F4A7C15ull) >> 58];
 }
 
-/* The size a front carves for a request of `bytes`: the top of the request's class. */
+/* The size a front carves for a request of `bytes`: the top of the request's front class. */
 static inline size_t front_size(size_t bytes) {
   uint64_t units = gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT) >> GPUMEM__BLOCK_UNIT_SHIFT;
-  int shift = gpumem__class_shift(units);
+  int shift = 63 - __builtin_clzll(units | (1u << GPUMEM__POOL_FRONT_SL_SHIFT)) -
+              GPUMEM__POOL_FRONT_SL_SHIFT;
   return (size_t)((((units >> shift) + 1) << shift) - 1) << GPUMEM__BLOCK_UNIT_SHIFT;
 }
 
-/* How many blocks of `size` bytes a refill carves, and a give-back returns. */
-static inline size_t batch_of(size_t size) {
-  size_t n = REFILL_BYTES / size;
-  return n < 1 ? 1 : n > REFILL_MAX ? REFILL_MAX : n;
+static inline size_t clamp_batch(size_t n, size_t size) {
+  size_t most = BATCH_BYTES / size;
+  most = most > BATCH_MAX ? BATCH_MAX : most;
+  return n < 1 ? 1 : n > most ? (most < 1 ? 1 : most) : n;
+}
+
+/* How many blocks of class `c` (of `size` bytes) the front's next refill carves, and a
+ * give-back returns. */
+static inline size_t batch_of(const pool_front *f, size_t c, size_t size) {
+  return f->batches[c] ? f->batches[c] : clamp_batch(REFILL_BYTES / size, size);
+}
+
+/* Counts one of the front's own statistics (plain stores: only its thread writes them). */
+static inline void bump(_Atomic uint64_t *counter) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
 }
 
 static inline gpumem__block *front_pop(pool_front *f, size_t c) {
@@ -122,15 +157,15 @@ static inline gpumem__block *front_pop(pool_front *f, size_t c) {
   return block;
 }
 
-/* Files a block in its class's list; returns whether the list is now over two batches, so
- * that one batch should go back to the pool. */
+/* Files a block in its class's list; returns whether the list is now over two batches, or
+ * the front over HOLD_BYTES, so that some should go back to the pool. */
 static inline bool front_push(pool_front *f, gpumem__block *block) {
-  size_t c = cache_class(block->size);
+  size_t c = gpumem__pool_front_class(block->size);
   block->next_free = f->lists[c];
   f->lists[c] = block;
   f->count++;
   f->bytes += block->size;
-  return ++f->lengths[c] > 2 * batch_of(block->size);
+  return ++f->lengths[c] > 2 * batch_of(f, c, block->size) || f->bytes > HOLD_BYTES;
 }
 
 static inline void front_count(pool_front *f, int64_t bytes, int64_t count) {
@@ -152,7 +187,7 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
   if (!set)
     return false;
   set->open_frees += f->count;
-  for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES && f->count > 0; c++) {
+  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->count > 0; c++) {
     gpumem__block *block;
     while ((block = front_pop(f, c)))
       release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
@@ -160,6 +195,7 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
   GPUMEM__ASSERT(&pool->header, f->count == 0 && f->bytes == 0, "a flushed front is empty");
   set->fronts--;
   f->set = NULL;
+  bump(&atomic_load_explicit(&pool->fronts, memory_order_relaxed)->flushes);
   return true;
 }
 
@@ -221,6 +257,36 @@ bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_s
   return any;
 }
 
+bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size) {
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  if (!fronts || size >= front_size(GPUMEM__POOL_FRONT_LIMIT))
+    return false;
+  size_t above = gpumem__pool_front_class(front_size(size)) + 1, best_class = SIZE_MAX;
+  pool_front *best = NULL;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS && best_class > above; i++) {
+    pool_front *f = &fronts->fronts[i];
+    if (!gpumem__thread_slot_used(&fronts->slots, i) || f->set != set) /* stable: pool lock */
+      continue;
+    spin_lock(&f->lock);
+    for (size_t c = above; c < best_class && c < GPUMEM__POOL_FRONT_CLASSES; c++)
+      if (f->lengths[c] > 0) {
+        best_class = c;
+        best = f;
+      }
+    spin_unlock(&f->lock);
+  }
+  if (!best)
+    return false;
+  spin_lock(&best->lock);
+  gpumem__block *block = front_pop(best, best_class); /* only its thread pops, and it waits */
+  spin_unlock(&best->lock);
+  if (!block)
+    return false;
+  release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+  set->open_frees++;
+  return true;
+}
+
 /* Live bytes and count, fronts included (sums of relaxed loads: exact at rest). */
 static void live_totals(const pool_resource *pool, pool_fronts *fronts, int64_t *bytes,
                         int64_t *count) {
@@ -269,7 +335,10 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
 GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts *fronts,
                                                 pool_front *f, size_t bytes, size_t size,
                                                 gpumem_stream stream, void **ptr) {
+  bump(&f->pool_locks);
+  bump(&f->refills);
   gpumem__biased_lock_take(&pool->lock);
+  uint64_t reserved = gpumem__counters_reserved(&pool->stats);
   free_set *set;
   if (set_for(pool, stream, &set) != GPUMEM_OK) {
     gpumem__biased_lock_release(&pool->lock);
@@ -280,10 +349,11 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   if (f->set && f->set != set) /* another stream's blocks; not that stream's call: no seal */
     flush_front(pool, f);
   spin_unlock(&f->lock);
-  /* The front's lock is free while the pool carves: growth drains every front. */
-  gpumem__block *batch[REFILL_MAX];
-  size_t want = REFILL_BYTES / size, n = 0;
-  want = want < 1 ? 1 : want > REFILL_MAX ? REFILL_MAX : want;
+  /* The front's lock is free while the pool carves: growth drains every front. Only this
+   * thread writes the front's batches. */
+  size_t c = gpumem__pool_front_class(size), want = batch_of(f, c, size), n = 0;
+  f->batches[c] = (uint8_t)clamp_batch(2 * want, size);
+  gpumem__block *batch[BATCH_MAX];
   const char *why;
   while (n < want) {
     gpumem__block *block;
@@ -292,6 +362,11 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
       gpumem__clear_error();
     if (status != GPUMEM_OK || !block)
       break;
+    if (GPUMEM_UNLIKELY(block->size != size)) {
+      /* Taken whole, as host memory ran out for a split: a front keeps class tops only. */
+      release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+      break;
+    }
     block->state = GPUMEM__BLOCK_FRONT;
     batch[n++] = block;
   }
@@ -307,6 +382,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   gpumem__block *block = batch[0];
   block->requested = bytes;
   pool_live_shard *shard = shard_of(fronts, block->addr);
+  bump(&f->shared_locks);
   spin_lock(&shard->lock);
   bool filed = gpumem__block_map_insert(&shard->map, block);
   spin_unlock(&shard->lock);
@@ -316,7 +392,10 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   else
     front_count(f, (int64_t)bytes, 1);
   spin_unlock(&f->lock);
-  raise_peak(pool, fronts);
+  /* The peak of live bytes only from the pool's growth (and queries): a sum over every
+   * front at each refill would read lines that all threads write. */
+  if (gpumem__counters_reserved(&pool->stats) != reserved)
+    raise_peak(pool, fronts);
   gpumem__biased_lock_release(&pool->lock);
   return filed;
 }
@@ -329,21 +408,27 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   pool_front *f = &fronts->fronts[slot];
   size_t size = front_size(bytes);
   gpumem__block *block = NULL;
+  bump(&f->ops);
   spin_lock(&f->lock);
   if (GPUMEM_UNLIKELY(!f->set || f->stream != stream ||
-                      !(block = front_pop(f, cache_class(size))))) {
+                      !(block = front_pop(f, gpumem__pool_front_class(size))))) {
     spin_unlock(&f->lock);
     *status = GPUMEM_OK;
-    return refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr);
+    bool served = refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr);
+    if (!served)
+      bump(&f->pool_locks); /* the caller's locked path */
+    return served;
   }
   block->requested = bytes;
   pool_live_shard *shard = shard_of(fronts, block->addr);
+  bump(&f->shared_locks);
   spin_lock(&shard->lock);
   bool filed = gpumem__block_map_insert(&shard->map, block);
   spin_unlock(&shard->lock);
   if (GPUMEM_UNLIKELY(!filed)) {
     front_push(f, block);
     spin_unlock(&f->lock);
+    bump(&f->pool_locks); /* the caller's locked path */
     return false;
   }
   front_count(f, (int64_t)bytes, 1);
@@ -410,17 +495,30 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
   return handled || block || *status != GPUMEM_OK; /* else freed meanwhile */
 }
 
-/* A list of the front grew past two batches: one batch goes back to the front's set, in
- * this call on its stream (which may seal it). */
-GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, size_t size) {
-  gpumem__biased_lock_take(&pool->lock);
-  spin_lock(&f->lock);
-  free_set *set = f->set; /* a drain may have emptied the front meanwhile */
-  size_t c = cache_class(size);
-  for (size_t n = batch_of(size); set && n > 0 && f->lengths[c] > 0; n--) {
+/* Gives `n` blocks of class `c` back to `set`, open. */
+static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t c, size_t n) {
+  for (; n > 0 && f->lengths[c] > 0; n--) {
     release_block(pool, set, front_pop(f, c), GPUMEM__BLOCK_OPEN);
     set->open_frees++;
   }
+}
+
+/* A list of the front grew past two batches: one batch goes back to the front's set, in
+ * this call on its stream (which may seal it); and when the front holds over HOLD_BYTES,
+ * half of every list, the largest classes first, until it holds half of that. */
+GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, size_t size) {
+  bump(&f->pool_locks);
+  bump(&f->give_backs);
+  gpumem__biased_lock_take(&pool->lock);
+  spin_lock(&f->lock);
+  free_set *set = f->set; /* a drain may have emptied the front meanwhile */
+  size_t c = gpumem__pool_front_class(size);
+  if (set && f->lengths[c] > 2 * batch_of(f, c, size)) {
+    give_back(pool, set, f, c, batch_of(f, c, size));
+    f->batches[c] = (uint8_t)clamp_batch(2 * batch_of(f, c, size), size);
+  }
+  for (size_t k = GPUMEM__POOL_FRONT_CLASSES; set && k-- > 0 && f->bytes > HOLD_BYTES / 2;)
+    give_back(pool, set, f, k, (f->lengths[k] + 1u) / 2);
   spin_unlock(&f->lock);
   if (set)
     seal_if_due(pool, set);
@@ -433,8 +531,11 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
                                       void *ptr, size_t bytes, gpumem_stream stream,
                                       gpumem_status *status) {
   /* Frees of blocks no front handed out bind nothing: the caller's locked path has them. */
+  bump(&f->pool_locks);
+  bump(&f->shared_locks);
   if (!is_front_live(fronts, ptr))
     return false;
+  bump(&f->shared_locks);
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
   if ((*status = set_for(pool, stream, &set)) != GPUMEM_OK) {
@@ -469,11 +570,13 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
     handled = free_unslotted(pool, fronts, ptr, bytes, stream, status);
   } else {
     pool_front *f = &fronts->fronts[slot];
+    bump(&f->ops);
     spin_lock(&f->lock);
     if (GPUMEM_UNLIKELY(!f->set || f->stream != stream)) {
       spin_unlock(&f->lock);
       handled = free_slow(pool, fronts, f, ptr, bytes, stream, status);
     } else {
+      bump(&f->shared_locks);
       gpumem__block *block = take_live(fronts, ptr, bytes, status);
       size_t size = block ? block->size : 0; /* once the lock is free, a drain may merge it */
       bool over = false;
@@ -490,4 +593,23 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
   if (handled && owned)
     *owned = true;
   return handled;
+}
+
+bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_stats *out) {
+  *out = (gpumem__pool_front_stats){0};
+  if (!gpumem__is_pool(mr))
+    return false;
+  pool_fronts *fronts = atomic_load_explicit(&((pool_resource *)mr)->fronts, memory_order_acquire);
+  if (!fronts)
+    return false;
+  out->flushes = atomic_load_explicit(&fronts->flushes, memory_order_relaxed);
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    const pool_front *f = &fronts->fronts[i];
+    out->ops += atomic_load_explicit(&f->ops, memory_order_relaxed);
+    out->pool_locks += atomic_load_explicit(&f->pool_locks, memory_order_relaxed);
+    out->shared_locks += atomic_load_explicit(&f->shared_locks, memory_order_relaxed);
+    out->refills += atomic_load_explicit(&f->refills, memory_order_relaxed);
+    out->give_backs += atomic_load_explicit(&f->give_backs, memory_order_relaxed);
+  }
+  return true;
 }

@@ -83,6 +83,20 @@ typedef struct chunk {
 /* Requests under this go through the fronts. */
 #define GPUMEM__POOL_FRONT_LIMIT ((size_t)256 << 10)
 #define GPUMEM__POOL_LIVE_SHARDS 64
+/* Fronts' size classes: 4 to a power of two (exact sizes under 8 units), coarser than the
+ * cache's 16, so that a thread's blocks spread over few lists that each see enough traffic
+ * to be rarely empty or full. A front's block is the top of its class: at most 1/4 above
+ * the request (1/8 on average over sizes spread evenly in log). */
+#define GPUMEM__POOL_FRONT_SL_SHIFT 2
+#define GPUMEM__POOL_FRONT_CLASSES 40 /* the classes of sizes up to the limit's class top */
+
+/* The front class of a block of `size` bytes (a multiple of the unit, under 1280 units). */
+static inline size_t gpumem__pool_front_class(size_t size) {
+  uint64_t units = size >> GPUMEM__BLOCK_UNIT_SHIFT;
+  int shift = 63 - __builtin_clzll(units | (1u << GPUMEM__POOL_FRONT_SL_SHIFT)) -
+              GPUMEM__POOL_FRONT_SL_SHIFT;
+  return ((size_t)shift << GPUMEM__POOL_FRONT_SL_SHIFT) + (size_t)(units >> shift);
+}
 
 typedef struct pool_front {
   /* A spin lock: its thread, or the pool's lock holder draining it. */
@@ -91,10 +105,15 @@ typedef struct pool_front {
   gpumem_stream stream; /* set's stream, read without touching the set */
   unsigned count;
   size_t bytes;
-  uint16_t lengths[GPUMEM__POOL_CACHE_CLASSES]; /* of each list */
   /* Allocations it handed out minus frees it took (either may be the larger one). */
   _Atomic int64_t live_bytes, live_count;
-  gpumem__block *lists[GPUMEM__POOL_CACHE_CLASSES]; /* linked through next_free */
+  /* What its thread did (gpumem__pool_front_stats): operations through the front, those
+   * that took the pool's lock, and locks taken on lines that other threads write too. */
+  _Atomic uint64_t ops, pool_locks, shared_locks, refills, give_backs;
+  uint16_t lengths[GPUMEM__POOL_FRONT_CLASSES]; /* of each list */
+  uint8_t
+      batches[GPUMEM__POOL_FRONT_CLASSES]; /* blocks a refill of each class takes; 0: none yet */
+  gpumem__block *lists[GPUMEM__POOL_FRONT_CLASSES]; /* linked through next_free */
 } pool_front;
 
 typedef struct pool_live_shard {
@@ -108,6 +127,7 @@ typedef struct pool_fronts {
   pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
   /* Frees of front blocks by threads past the slots' count. */
   _Atomic int64_t unslotted_live_bytes, unslotted_live_count;
+  _Atomic uint64_t flushes; /* of fronts that held blocks, under the pool's lock */
 } pool_fronts;
 
 typedef struct pool_resource {
@@ -431,6 +451,11 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
  * progress, whose stream is alive; may be NULL). Returns whether any of those fronts held
  * blocks. Called with the pool's lock held and no front's. */
 bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling);
+/* Before the pool grows for `size` bytes on `set`: the smallest block of the fronts bound
+ * to `set` of a class above that of `size` (so larger) back in `set`, open; whether there
+ * was one. A refill that misses thus takes one block from a front rather than the whole of
+ * every front. Called with the pool's lock held and no front's. */
+bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size);
 /* The counter queries, fronts included. */
 gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_query what,
                                           uint64_t *out);

@@ -163,11 +163,11 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
   if (f->set && (!is_set_of(w->pool, f->set) || f->set->stream != f->stream))
     return complain(w, "front %d is bound to a set the pool does not have, or of another stream",
                     i);
-  for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES; c++)
+  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES; c++)
     for (gpumem__block *b = f->lists[c]; b; b = b->next_free) {
       if (++count > f->count)
         return complain(w, "front %d: more blocks than its count %u (or a cycle)", i, f->count);
-      if (b->state != GPUMEM__BLOCK_FRONT || cache_class(b->size) != c)
+      if (b->state != GPUMEM__BLOCK_FRONT || gpumem__pool_front_class(b->size) != c)
         return complain(w, "front %d: block at %#lx of %zu bytes is %s, in class %zu", i,
                         (unsigned long)b->addr, b->size, state_name(b->state), c);
       bytes += b->size;
