@@ -22,7 +22,9 @@
  *                    slowest: one pass lasts milliseconds, and a host that other work
  *                    shares can slow any one of them.
  *   --stats          replay: after each resource's replay, a line with its stats as JSON
- *                    ({"bench":"replay_stats",...,"stats":{...}}; docs/reports.md).
+ *                    ({"bench":"replay_stats",...,"stats":{...}}; docs/reports.md);
+ *                    threads: after each run, a pool's peak reserved bytes and how often
+ *                    its threads' fronts took its lock ({"bench":"threads_stats",...}).
  *
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
@@ -81,7 +83,8 @@ static const char usage_text[] =
     "                   warm passes (default 1); the figure is their median, with the\n"
     "                   fastest and slowest beside it\n"
     "  --stats          replay: after each resource's replay, its stats as a JSON line\n"
-    "                   (bench replay_stats: the resource's tree with every figure)\n"
+    "                   (bench replay_stats: the resource's tree with every figure);\n"
+    "                   threads: a pool's peak reserved bytes and lock share (threads_stats)\n"
     "  -h, --help       print this help\n"
     "\n"
     "Output: one JSON object per line on stdout (bench, resource, device, gpu, and the\n"
@@ -165,7 +168,7 @@ static bool parse_option(bench_args *args, int argc, char **argv, int *i) {
     args->compare = true;
   else if (strcmp(argv[*i], "--table") == 0)
     args->table = true;
-  else if (strcmp(args->command, "replay") == 0 && strcmp(argv[*i], "--stats") == 0)
+  else if ((strcmp(args->command, "replay") == 0 || threads) && strcmp(argv[*i], "--stats") == 0)
     args->stats = true;
   else
     return false;

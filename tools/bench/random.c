@@ -16,6 +16,7 @@
  * A free passes the size its allocation asked for. The whole sequence is built before any
  * timing; the timed loop only replays it (see run.c). */
 #include "bench/bench.h"
+#include "suballoc/pool.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -413,6 +414,28 @@ static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int
   }
 }
 
+/* --stats: the allocator's peak reserved bytes, and for a pool with thread fronts, how many
+ * of the fronts' operations (warm-up passes included) took the pool's lock, and how many
+ * locks they took on lines that other threads write too. */
+static void print_thread_stats(bench_allocator *alloc, const char *mode, int count) {
+  uint64_t peak = 0;
+  if (!alloc->peak_reserved || alloc->peak_reserved(alloc, &peak) != GPUMEM_OK)
+    peak = 0;
+  printf("{\"bench\":\"threads_stats\",\"resource\":\"%s\",\"mode\":\"%s\",\"threads\":%d,"
+         "\"peak_reserved_bytes\":%llu",
+         alloc->label, mode, count, (unsigned long long)peak);
+  gpumem__pool_front_stats s;
+  if (alloc->resource && gpumem__pool_front_stats_of(alloc->resource, &s))
+    printf(",\"front_ops\":%llu,\"pool_locks\":%llu,\"pool_lock_share\":%.5f,"
+           "\"shared_locks_per_op\":%.3f,\"refills\":%llu,\"give_backs\":%llu,\"flushes\":%llu",
+           (unsigned long long)s.ops, (unsigned long long)s.pool_locks,
+           s.ops ? (double)s.pool_locks / (double)s.ops : 0.0,
+           s.ops ? (double)s.shared_locks / (double)s.ops : 0.0, (unsigned long long)s.refills,
+           (unsigned long long)s.give_backs, (unsigned long long)s.flushes);
+  printf("}\n");
+  fflush(stdout);
+}
+
 static void run_thread_count(const bench_context *ctx, int count, thread_mode mode) {
   thread_run *runs = calloc((size_t)count, sizeof *runs);
   pthread_barrier_t barrier;
@@ -426,6 +449,8 @@ static void run_thread_count(const bench_context *ctx, int count, thread_mode mo
     uint64_t elapsed[BENCH_MAX_REPEAT];
     double slowest_clock_ghz[BENCH_MAX_REPEAT];
     run_threads(runs, count, alloc, ctx->repeat, elapsed, slowest_clock_ghz);
+    if (ctx->stats)
+      print_thread_stats(alloc, thread_mode_names[mode], count);
     bench_close_or_die(alloc);
     bench_pass_times times = bench_pass_times_of(elapsed, ctx->repeat);
     double ops = (double)count * (double)thread_workload.steps;
