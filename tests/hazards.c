@@ -320,14 +320,18 @@ static void check_multi_thread(void) {
   const char *const specs[] = {default_spec, "pool(vmm)", "pool(cuda)", "arena(vmm)",
                                "pool(limit(vmm, max=1GiB))"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+    /* Threads' fronts keep what their stream freed, so one workload may reuse no other
+     * stream's block: the waits are counted over both. */
+    uint64_t all_waits = 0;
     for (unsigned seed = 1; seed <= 2; seed++) {
       gpumem_resource *mr;
       CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));
       uint64_t waits = 0;
       CHECK_EQ(multi_thread_workload(mr, seed, &waits), 0);
-      CHECK(waits > 0);
+      all_waits += waits;
       CHECK_OK(gpumem_resource_release(mr));
     }
+    CHECK(all_waits > 0);
     printf("%s: no hazard in 2 workloads of %d threads handing blocks across streams\n", specs[i],
            THREADS);
   }
@@ -335,7 +339,8 @@ static void check_multi_thread(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
   make_forgetful(mr);
   uint64_t waits = 0, hazards = 0;
-  for (unsigned seed = 1; seed <= 16 && hazards == 0; seed++)
+  /* Fronts keep most blocks on their stream: a lost wait may take many workloads to show. */
+  for (unsigned seed = 1; seed <= 256 && hazards == 0; seed++)
     hazards += multi_thread_workload(mr, seed, &waits);
   CHECK(hazards > 0);
   CHECK_OK(gpumem_resource_release(mr));
