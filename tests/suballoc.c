@@ -450,7 +450,7 @@ static void test_reinitialize(bool vmm_supported) {
   gpumem_reinitialize_options inverted = {
       .pool_allocator = 1, .initial_pool_size = 2 << 20, .maximum_pool_size = 1 << 20};
   CHECK_FAILS_WITH(gpumem_reinitialize(&inverted), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "exceeds the maximum");
+                   "Initial pool size exceeds the maximum pool size (2097152 > 1048576 bytes)");
   CHECK_FAILS_WITH(gpumem_reinitialize(NULL), GPUMEM_ERR_INVALID_ARGUMENT, "NULL");
 
   /* A maximum below a vmm granule (2 MiB), or one that cannot hold the initial size in

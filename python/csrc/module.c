@@ -187,7 +187,8 @@ static PyObject *py_parse_size(PyObject *self, PyObject *args) {
   size_t used;
   if (!gpumem__parse_size(text, total, &value, &used) || text[used] != '\0')
     return PyErr_Format(gpumem_py_invalid_error,
-                        "%R is not a size (write e.g. 1000000, \"512MiB\", \"1GiB\" or \"50%%\")",
+                        "Could not parse %R as a size (write e.g. 1000000, \"512MiB\", "
+                        "\"1GiB\" or \"50%%\")",
                         PyTuple_GET_ITEM(args, 0));
   return PyLong_FromUnsignedLongLong(value);
 }

@@ -86,8 +86,8 @@ def parse_bytes(value, device=None):
         match = _SIZE_PATTERN.fullmatch(value)
         if match is None:
             raise InvalidArgumentError(
-                f"{value!r} is not a size (write e.g. 1000000, \"512MiB\", \"1.5GB\", "
-                f"\"1 GiB\" or \"50%\")")
+                f"Could not parse {value!r} as a size (write e.g. 1000000, \"512MiB\", "
+                f"\"1.5GB\", \"1 GiB\" or \"50%\")")
         number, unit = Fraction(match.group(1)), (match.group(2) or "").lower()
         if unit != "%":
             return int(number * _SIZE_FACTORS[unit])

@@ -108,7 +108,7 @@ def test_a_device_that_does_not_exist_is_an_invalid_argument():
 
 
 def test_a_size_that_is_not_a_size():
-    with pytest.raises(gpumem.InvalidArgumentError, match="'12 parsecs' is not a size"):
+    with pytest.raises(gpumem.InvalidArgumentError, match="Could not parse '12 parsecs' as a size"):
         mr.PoolMemoryResource(mr.CudaMemoryResource(), initial_pool_size="12 parsecs")
 
 

@@ -112,7 +112,7 @@ def test_refused_options_change_nothing():
     with pytest.raises(gpumem.InvalidArgumentError, match="exceeds the maximum"):
         gpumem.reinitialize(pool_allocator=True, initial_pool_size="2MiB",
                             maximum_pool_size="1MiB")
-    with pytest.raises(gpumem.InvalidArgumentError, match="'lots' is not a size"):
+    with pytest.raises(gpumem.InvalidArgumentError, match="Could not parse 'lots' as a size"):
         gpumem.reinitialize(pool_allocator=True, initial_pool_size="lots")
     with pytest.raises(gpumem.InvalidArgumentError, match="no devices"):
         gpumem.reinitialize(pool_allocator=True, devices=[])

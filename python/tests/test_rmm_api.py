@@ -50,7 +50,7 @@ def test_constructors_read_sizes_as_parse_bytes_does():
     pool = mr.PoolMemoryResource(mr.CudaMemoryResource(), initial_pool_size="2 mib",
                                  maximum_pool_size="4.5MB")
     assert pool.spec == "pool(cuda, initial=2097152, max=4500000)"
-    with pytest.raises(ValueError, match="'2m' is not a size"):
+    with pytest.raises(ValueError, match="Could not parse '2m' as a size"):
         mr.PoolMemoryResource(mr.CudaMemoryResource(), initial_pool_size="2m")
 
 
@@ -70,7 +70,7 @@ def test_reinitialize_with_sizes_below_a_granule_builds_a_pool_over_cuda():
 
 def test_a_bad_size_string_leaves_the_resource_as_it_was(pool):
     mr.set_current_device_resource(pool)
-    with pytest.raises(ValueError, match="'2k' is not a size"):
+    with pytest.raises(ValueError, match="Could not parse '2k' as a size"):
         gpumem.reinitialize(pool_allocator=True, initial_pool_size="2k", maximum_pool_size="8k")
     assert mr.get_current_device_resource() is pool
 
@@ -79,7 +79,9 @@ def test_an_initial_size_over_the_maximum_is_a_runtime_and_value_error():
     with pytest.raises(RuntimeError) as failure:
         gpumem.reinitialize(pool_allocator=True, initial_pool_size=2048, maximum_pool_size=1024)
     assert isinstance(failure.value, ValueError)
-    assert "initial pool size 2048 exceeds the maximum 1024" in str(failure.value)
+    # RMM's words, and the sizes
+    assert "Initial pool size exceeds the maximum pool size (2048 > 1024 bytes)" in str(
+        failure.value)
 
 
 def test_a_failure_after_another_says_only_what_went_wrong():

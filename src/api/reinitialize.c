@@ -21,7 +21,8 @@ static gpumem_status check_options(const gpumem_reinitialize_options *options) {
                         options->device_count, GPUMEM_MAX_DEVICES);
   if (options->maximum_pool_size && options->initial_pool_size > options->maximum_pool_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "gpumem_reinitialize: initial pool size %zu exceeds the maximum %zu",
+                        "gpumem_reinitialize: Initial pool size exceeds the maximum pool size "
+                        "(%zu > %zu bytes)",
                         options->initial_pool_size, options->maximum_pool_size);
   if (options->logging && !options->log_file_name && !gpumem__option_string(GPUMEM__OPT_LOG_FILE))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
