@@ -361,10 +361,18 @@ typedef struct gpumem_async_options {
    * apply). Reserved bytes are then what the resource allocated from it. NULL: a pool of its
    * own. */
   void *pool;
+  /* Nonzero: managed memory, from the device's default pool of managed memory
+   * (cuMemGetDefaultMemPool with CU_MEM_ALLOCATION_TYPE_MANAGED), as RMM's
+   * cuda_async_managed_memory_resource. That pool is the driver's, shared by the process: the
+   * resource treats it as a pool of the program's (never destroyed; its release threshold
+   * changed only when release_threshold is given; reserved bytes are what the resource
+   * allocated). pool must be NULL and ipc_handle GPUMEM_IPC_NONE. Needs a CUDA 13.0 driver
+   * and a device with concurrent managed access: GPUMEM_ERR_UNSUPPORTED otherwise. */
+  int managed;
 } gpumem_async_options;
 
-/* A driver memory pool of its own (cuMemPoolCreate, cuMemAllocFromPoolAsync), or one
- * given in options->pool. */
+/* A driver memory pool of its own (cuMemPoolCreate, cuMemAllocFromPoolAsync), one given in
+ * options->pool, or the device's default pool of managed memory (options->managed). */
 GPUMEM_API gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
                                              gpumem_resource **out);
 

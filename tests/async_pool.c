@@ -10,7 +10,7 @@
  * - Refused, with nothing made: a handle the driver does not know (simulated device), an
  *   IPC handle type with a pool of the program's, the handle of what is not an async
  *   resource, NULL arguments. A pool destroyed under the resource makes its allocations
- *   fail with a status (simulated device), never a crash. */
+ *   fail with GPUMEM_ERR_CUDA (the driver's CUDA_ERROR_INVALID_VALUE), never a crash. */
 #include "check.h"
 
 #include <stdio.h>
@@ -117,12 +117,13 @@ static void test_refusals(void) {
   /* The pool's owner goes first: allocations through the rest fail, and say so. */
   gpumem_resource *mr = over_pool(pool, 0);
   CHECK_OK(gpumem_resource_release(owner));
-  if (check_on_sim()) {
-    void *ptr = (void *)0x1;
-    CHECK_STATUS(gpumem_allocate(mr, 4096, NULL, &ptr), GPUMEM_ERR_INVALID_ARGUMENT);
-    CHECK_CONTAINS(gpumem_last_error_message(), "pool_alloc_async");
-    CHECK_PTR_EQ(ptr, (void *)0x1);
-  }
+  /* The driver answers CUDA_ERROR_INVALID_VALUE (1), and the simulated device as it does. */
+  void *ptr = (void *)0x1;
+  CHECK_STATUS(gpumem_allocate(mr, 4096, NULL, &ptr), GPUMEM_ERR_CUDA);
+  CHECK_EQ(gpumem_last_cuda_error(), 1);
+  CHECK_CONTAINS(gpumem_last_error_message(),
+                 check_on_sim() ? "pool_alloc_async" : "cuMemAllocFromPoolAsync");
+  CHECK_PTR_EQ(ptr, (void *)0x1);
   CHECK_OK(gpumem_resource_release(mr));
   CHECK_OK(gpumem_resource_release(cuda));
   printf("refusals passed\n");

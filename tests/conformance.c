@@ -77,6 +77,9 @@ static const char *const default_specs[] = {
     "log(cuda, file=conformance-log-%p.csv)",
     "log(pool(vmm), file=conformance-log-%p.csv)",
     "pool(log(vmm, file=conformance-log-%p.csv))",
+    /* The device's default pool of managed memory (CUDA 13; skipped where there is none). */
+    "async(managed=true)",
+    "pool(async(managed=true), initial=1)",
 };
 
 /* Writes `value` over [ptr, ptr+bytes) on `stream` and reads back `probe` bytes at the

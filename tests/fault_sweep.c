@@ -241,7 +241,9 @@ int main(int argc, char **argv) {
                                       "pool(log(vmm(piece=2MiB), file=fault-sweep-log-%p.csv))",
                                       "threads:pool(vmm)",
                                       "threads:pool(cuda, initial=1)",
-                                      "threads:pool(limit(vmm(piece=2MiB), max=1GiB))"};
+                                      "threads:pool(limit(vmm(piece=2MiB), max=1GiB))",
+                                      "async(managed=true, initial=1MiB)",
+                                      "pool(async(managed=true), initial=1)"};
   if (argc > 1) { /* the specs given, for looking at one resource */
     for (int i = 1; i < argc; i++)
       sweep_device_calls(argv[i]);

@@ -379,7 +379,9 @@ int main(void) {
                                       "prefetch(pool(managed))",
                                       "tracking(pool(vmm), stacks=true)",
                                       "stats(pool(vmm))",
-                                      "log(pool(vmm), file=hazards-log-%p.csv)"};
+                                      "log(pool(vmm), file=hazards-log-%p.csv)",
+                                      "async(managed=true)",
+                                      "pool(async(managed=true), initial=1)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     gpumem_resource *mr;
     CHECK_OK(gpumem_resource_from_spec(specs[i], &mr));

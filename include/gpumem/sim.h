@@ -19,7 +19,8 @@
  * Environment (read at initialization): GPUMEM_SIM_DEVICES (default 2), GPUMEM_SIM_MEMORY
  * (bytes per device, default 8GiB), GPUMEM_SIM_PAGEABLE (0/1: pageable memory access,
  * default 1), GPUMEM_SIM_VMM (0/1: virtual memory management, default 1),
- * GPUMEM_SIM_HAZARD (count|abort, default count).
+ * GPUMEM_SIM_HAZARD (count|abort, default count), GPUMEM_SIM_MANAGED_POOLS (0/1: default
+ * pools of managed memory, as CUDA 13 drivers have; default 1).
  *
  * Every function here returns GPUMEM_ERR_UNSUPPORTED when the simulated device is not the
  * backend in use, except gpumem_sim_configure which selects it. */
@@ -38,6 +39,7 @@ typedef struct gpumem_sim_config {
   int no_pageable_access; /* nonzero: devices cannot access pageable host memory */
   int no_vmm;             /* nonzero: devices do not support virtual memory management */
   int abort_on_hazard;    /* nonzero: abort() at the first hazard */
+  int no_managed_pools;   /* nonzero: no pools of managed memory (a driver before CUDA 13) */
 } gpumem_sim_config;
 
 /* Selects the simulated device with this configuration (NULL: from the environment).

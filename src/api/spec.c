@@ -121,7 +121,7 @@ static gpumem_status build_managed(int device, gpumem_resource *upstream, const 
 
 /* ---- async ---- */
 
-enum { ASYNC_RELEASE_THRESHOLD, ASYNC_INITIAL, ASYNC_IPC, ASYNC_POOL };
+enum { ASYNC_RELEASE_THRESHOLD, ASYNC_INITIAL, ASYNC_IPC, ASYNC_POOL, ASYNC_MANAGED };
 
 static const spec_word ipc_words[] = {
     {"none", GPUMEM_IPC_NONE},
@@ -144,6 +144,7 @@ static gpumem_status build_async(int device, gpumem_resource *upstream, const sp
   opts.initial_size = (size_t)initial;
   opts.ipc_handle = (gpumem_ipc_handle)value_or(values, ASYNC_IPC, GPUMEM_IPC_NONE);
   opts.pool = (void *)(uintptr_t)value_or(values, ASYNC_POOL, 0);
+  opts.managed = value_or(values, ASYNC_MANAGED, 0) != 0;
   return gpumem_async_create(device, &opts, out);
 }
 
@@ -350,8 +351,10 @@ static const spec_kind spec_kinds[] = {
          [ASYNC_INITIAL] = {"initial", SPEC_SIZE},
          [ASYNC_IPC] = {"ipc", SPEC_ENUM, ipc_words},
          [ASYNC_POOL] = {"pool", SPEC_COUNT, NULL, 0, UINTPTR_MAX},
+         [ASYNC_MANAGED] = {"managed", SPEC_BOOL},
      },
-     "a driver memory pool of its own, or the program's pool=HANDLE (cuMemAllocFromPoolAsync)",
+     "a driver memory pool of its own, the program's pool=HANDLE, or managed=true: the device's "
+     "default pool of managed memory (cuMemAllocFromPoolAsync)",
      build_async},
     {"pinned_host",
      SPEC_NO_UPSTREAM,

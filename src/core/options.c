@@ -38,6 +38,8 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
                              "simulated devices support virtual memory management"},
     [GPUMEM__OPT_SIM_HAZARD] = {"GPUMEM_SIM_HAZARD", "count",
                                 "on a cross-stream hazard: count | abort"},
+    [GPUMEM__OPT_SIM_MANAGED_POOLS] = {"GPUMEM_SIM_MANAGED_POOLS", "1",
+                                       "simulated devices have pools of managed memory"},
     [GPUMEM__OPT_DEBUG] = {"GPUMEM_DEBUG", GPUMEM__DEBUG_DEFAULT_TEXT,
                            "checks: 0 none, 1 assertions, 2 validation after every call, "
                            "3 guards and quarantine (at most " GPUMEM__DEBUG_MAX_TEXT

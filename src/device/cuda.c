@@ -90,7 +90,17 @@ static struct {
 #undef GPUMEM__DECLARE_FN_
   /* Optional (driver 12.8+): cheaper than going through the stream's context. */
   CUresult (*cuStreamGetDevice)(CUstream, CUdevice *);
+  /* Optional (driver 13.0+): default pools of managed memory. Typed here, not from cuda.h,
+   * so that the library still builds against 12.x headers, which lack it. */
+  CUresult (*cuMemGetDefaultMemPool)(CUmemoryPool *, CUmemLocation *, CUmemAllocationType);
 } cu;
+
+/* The first driver with pools of managed memory (cuMemGetDefaultMemPool). */
+#define GPUMEM__MANAGED_POOL_DRIVER_VERSION 13000
+/* CU_MEM_ALLOCATION_TYPE_MANAGED, spelled out for the same reason. */
+#define GPUMEM__CU_MEM_ALLOCATION_TYPE_MANAGED ((CUmemAllocationType)0x2)
+
+static int driver_version_loaded;
 
 static int device_count;
 static CUdevice device_handles[GPUMEM_MAX_DEVICES];
@@ -281,6 +291,12 @@ static gpumem_status load_functions(void *library, int driver_version) {
   if (get_proc("cuStreamGetDevice", (void **)&cu.cuStreamGetDevice, stream_device_abi,
                CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS)
     cu.cuStreamGetDevice = NULL;
+  if (driver_version < GPUMEM__MANAGED_POOL_DRIVER_VERSION ||
+      get_proc("cuMemGetDefaultMemPool", (void **)&cu.cuMemGetDefaultMemPool,
+               GPUMEM__MANAGED_POOL_DRIVER_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
+               &found) != CUDA_SUCCESS)
+    cu.cuMemGetDefaultMemPool = NULL;
+  driver_version_loaded = driver_version;
   return GPUMEM_OK;
 }
 
@@ -564,6 +580,28 @@ static gpumem_status cuda_free_async(void *ptr, gpumem_stream stream) {
   ON_STREAM(stream, cu.cuMemFreeAsync((CUdeviceptr)ptr, (CUstream)stream), "cuMemFreeAsync");
 }
 
+static gpumem_status cuda_pool_default_managed(int device, gpumem__mempool *pool) {
+  if (!cu.cuMemGetDefaultMemPool)
+    return gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                        "the CUDA driver (version %d) has no pools of managed memory "
+                        "(cuMemGetDefaultMemPool needs CUDA 13.0 or newer)",
+                        driver_version_loaded);
+  CUmemLocation location = {0};
+  location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  location.id = device_handles[device];
+  CUmemoryPool found;
+  context_scope scope;
+  gpumem_status status = enter_device(device, &scope);
+  if (status != GPUMEM_OK)
+    return status;
+  CUresult result =
+      cu.cuMemGetDefaultMemPool(&found, &location, GPUMEM__CU_MEM_ALLOCATION_TYPE_MANAGED);
+  leave_device(&scope);
+  CU_CHECK(result, "cuMemGetDefaultMemPool");
+  *pool = (gpumem__mempool)found;
+  return GPUMEM_OK;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Streams and events
  * ------------------------------------------------------------------------------------- */
@@ -713,6 +751,7 @@ const gpumem__device_ops gpumem__cuda_device_ops = {
     .pool_trim = cuda_pool_trim,
     .pool_alloc_async = cuda_pool_alloc_async,
     .free_async = cuda_free_async,
+    .pool_default_managed = cuda_pool_default_managed,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .stream_synchronize = cuda_stream_synchronize,

@@ -77,6 +77,11 @@ typedef struct gpumem__device_ops {
   gpumem_status (*pool_alloc_async)(int device, gpumem__mempool pool, size_t bytes,
                                     gpumem_stream stream, void **ptr);
   gpumem_status (*free_async)(void *ptr, gpumem_stream stream);
+  /* The device's default pool of managed memory (cuMemGetDefaultMemPool with a device
+   * location and CU_MEM_ALLOCATION_TYPE_MANAGED): the driver's, never to be destroyed.
+   * GPUMEM_ERR_UNSUPPORTED with a message where the driver has no pools of managed memory
+   * (before CUDA 13.0). */
+  gpumem_status (*pool_default_managed)(int device, gpumem__mempool *pool);
 
   /* ---- streams and events ---- */
   /* A non-blocking stream on `device`. */

@@ -140,7 +140,7 @@ bool gpumem__sim_clock_raise(sim_index *clock, uint64_t stream_id, uint64_t seq)
 typedef struct sim_settings {
   int devices;
   uint64_t memory;
-  bool pageable_access, vmm_supported, abort_on_hazard;
+  bool pageable_access, vmm_supported, abort_on_hazard, managed_pools;
 } sim_settings;
 
 /* Reads an environment option as a number; `fallback` when unset. */
@@ -249,6 +249,9 @@ static gpumem_status read_settings(const gpumem_sim_config *config, sim_settings
     status = settings_switch(config && config->no_vmm, GPUMEM__OPT_SIM_VMM, "GPUMEM_SIM_VMM",
                              &out->vmm_supported);
   if (status == GPUMEM_OK)
+    status = settings_switch(config && config->no_managed_pools, GPUMEM__OPT_SIM_MANAGED_POOLS,
+                             "GPUMEM_SIM_MANAGED_POOLS", &out->managed_pools);
+  if (status == GPUMEM_OK)
     status = settings_hazard(config, out);
   return status;
 }
@@ -279,6 +282,7 @@ gpumem_status gpumem__sim_device_init(const gpumem_sim_config *config) {
   gpumem__sim.managed_limit = settings.memory > UINT64_MAX / 4 ? UINT64_MAX : settings.memory * 4;
   gpumem__sim.pageable_access = settings.pageable_access;
   gpumem__sim.vmm_supported = settings.vmm_supported;
+  gpumem__sim.managed_pools = settings.managed_pools;
   gpumem__sim.abort_on_hazard = settings.abort_on_hazard;
   gpumem__sim.next_stream_id = 1;
   gpumem__sim.next_vmm_handle = 1;
@@ -506,6 +510,7 @@ const gpumem__device_ops gpumem__sim_device_ops = {
     .pool_trim = gpumem__sim_pool_trim,
     .pool_alloc_async = gpumem__sim_pool_alloc_async,
     .free_async = gpumem__sim_free_async,
+    .pool_default_managed = gpumem__sim_pool_default_managed,
     .stream_create = gpumem__sim_stream_create,
     .stream_destroy = gpumem__sim_stream_destroy,
     .stream_synchronize = gpumem__sim_stream_synchronize,

@@ -83,6 +83,7 @@ typedef struct sim_alloc {
   size_t backing; /* length of the host mapping behind it; 0 when from aligned_alloc */
   sim_mem_kind kind;
   int device;
+  bool managed; /* managed memory: a managed_alloc block, or one of a pool of managed memory */
   /* Driver pool blocks only. A cached block was freed with free_async on stream
    * `free_stream` after that stream's operation number `free_point`. */
   struct sim_pool *pool;
@@ -178,6 +179,7 @@ typedef struct sim_state {
   uint64_t managed_limit; /* bytes of managed memory per device (host memory bound) */
   bool pageable_access;
   bool vmm_supported;
+  bool managed_pools; /* default pools of managed memory (CUDA 13) */
   bool abort_on_hazard;
   uint64_t used[GPUMEM_MAX_DEVICES];         /* device memory in use */
   uint64_t managed_used[GPUMEM_MAX_DEVICES]; /* managed memory in use */
@@ -189,6 +191,8 @@ typedef struct sim_state {
   sim_index pools;             /* handle value -> sim_pool */
   sim_index vmm_handles;       /* handle -> physical allocation */
   sim_index mappings;          /* virtual address -> mapping */
+  /* Each device's default pool of managed memory, made on first use (also in pools). */
+  struct sim_pool *managed_pool[GPUMEM_MAX_DEVICES];
   uint64_t next_stream_id;
   uint64_t next_vmm_handle;
   uint64_t calls[GPUMEM_SIM_CALL_KIND_COUNT];
@@ -232,6 +236,7 @@ gpumem_status gpumem__sim_pool_trim(gpumem__mempool pool, size_t keep);
 gpumem_status gpumem__sim_pool_alloc_async(int device, gpumem__mempool pool, size_t bytes,
                                            gpumem_stream stream, void **ptr);
 gpumem_status gpumem__sim_free_async(void *ptr, gpumem_stream stream);
+gpumem_status gpumem__sim_pool_default_managed(int device, gpumem__mempool *pool);
 
 /* sim_vmm.c */
 gpumem_status gpumem__sim_vmm_reserve(int device, size_t bytes, size_t alignment, void **va);

@@ -1,5 +1,6 @@
 /* sim_memory.c: the simulated device's memory: device, managed and pinned host memory, the
- * registry of every range it handed out, and driver pools (cudaMallocAsync's model).
+ * registry of every range it handed out, and driver pools (cudaMallocAsync's model), among
+ * them each device's default pool of managed memory (CUDA 13's).
  *
  * All of it is host memory. Blocks of 1 MiB or more come from mmap with MAP_NORESERVE, so
  * that a test may allocate gigabytes and pay only for the pages it touches; smaller ones
@@ -23,6 +24,7 @@
 typedef struct sim_pool {
   int device;
   gpumem_ipc_handle ipc;
+  bool managed; /* a device's default pool of managed memory: never destroyed */
   uint64_t release_threshold;
   uint64_t reserved; /* bytes of all blocks, live and cached */
   sim_alloc *blocks;
@@ -156,25 +158,28 @@ void gpumem__sim_refund_device(int device, size_t bytes) {
   gpumem__sim.used[device] -= bytes;
 }
 
-static gpumem_status charge_managed(int device, size_t bytes) {
+static gpumem_status charge_managed(int device, size_t bytes, const char *what) {
   uint64_t free_bytes = gpumem__sim.managed_limit - gpumem__sim.managed_used[device];
   if (bytes > free_bytes)
-    return fail_capacity(device, bytes, "managed_alloc", free_bytes, gpumem__sim.managed_limit,
+    return fail_capacity(device, bytes, what, free_bytes, gpumem__sim.managed_limit,
                          "managed memory (bounded at 4 times the device capacity)");
   gpumem__sim.managed_used[device] += bytes;
   return GPUMEM_OK;
 }
 
-static gpumem_status charge(sim_mem_kind kind, int device, size_t bytes, const char *what) {
-  if (kind == SIM_MEM_MANAGED)
-    return charge_managed(device, bytes);
+/* Managed memory (managed_alloc's, or a pool of managed memory's blocks) counts against the
+ * managed bound, pinned host memory against nothing, the rest against the device. */
+static gpumem_status charge(sim_mem_kind kind, bool managed, int device, size_t bytes,
+                            const char *what) {
+  if (managed)
+    return charge_managed(device, bytes, what);
   if (kind == SIM_MEM_HOST)
     return GPUMEM_OK;
   return gpumem__sim_charge_device(device, bytes, what);
 }
 
-static void refund(sim_mem_kind kind, int device, size_t bytes) {
-  if (kind == SIM_MEM_MANAGED)
+static void refund(sim_mem_kind kind, bool managed, int device, size_t bytes) {
+  if (managed)
     gpumem__sim.managed_used[device] -= bytes;
   else if (kind != SIM_MEM_HOST)
     gpumem__sim_refund_device(device, bytes);
@@ -191,9 +196,10 @@ static size_t rounded_size(size_t bytes) {
   return gpumem__align_up(bytes, GPUMEM_DEFAULT_ALIGNMENT);
 }
 
-/* Charges, obtains host memory and registers it; on failure nothing has changed. */
-static gpumem_status allocate(sim_mem_kind kind, int device, size_t bytes, const char *call,
-                              sim_alloc **out) {
+/* Charges, obtains host memory and registers it; on failure nothing has changed. `managed`:
+ * managed memory (always for SIM_MEM_MANAGED; for SIM_MEM_POOL, a pool of managed memory). */
+static gpumem_status allocate(sim_mem_kind kind, bool managed, int device, size_t bytes,
+                              const char *call, sim_alloc **out) {
   gpumem_status status = gpumem__sim_check_device(call, device);
   if (status != GPUMEM_OK)
     return status;
@@ -201,7 +207,7 @@ static gpumem_status allocate(sim_mem_kind kind, int device, size_t bytes, const
   if (size == 0)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "simulated device: %s: cannot allocate %zu bytes", call, bytes);
-  status = charge(kind, device, size, call);
+  status = charge(kind, managed, device, size, call);
   if (status != GPUMEM_OK)
     return status;
   size_t backing;
@@ -210,12 +216,13 @@ static gpumem_status allocate(sim_mem_kind kind, int device, size_t bytes, const
   if (!alloc) {
     if (p)
       backing_free(p, backing);
-    refund(kind, device, size);
+    refund(kind, managed, device, size);
     gpumem__set_cuda_error(GPUMEM__SIM_CUDA_OUT_OF_MEMORY);
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
                         "simulated device %d: %s of %zu bytes: the host is out of memory", device,
                         call, bytes);
   }
+  alloc->managed = managed;
   *out = alloc;
   return GPUMEM_OK;
 }
@@ -223,7 +230,7 @@ static gpumem_status allocate(sim_mem_kind kind, int device, size_t bytes, const
 /* Gives an allocation's memory back to the host, after the work that touches it. */
 static void release(sim_alloc *alloc) {
   gpumem__sim_drain_range(alloc->base, alloc->base + alloc->size);
-  refund(alloc->kind, alloc->device, alloc->size);
+  refund(alloc->kind, alloc->managed, alloc->device, alloc->size);
   backing_free((void *)alloc->base, alloc->backing);
   gpumem__sim_unregister(alloc);
 }
@@ -275,7 +282,7 @@ static gpumem_status alloc_entry(gpumem_sim_call call_kind, sim_mem_kind kind, i
   gpumem_status status = gpumem__sim_enter(call_kind);
   sim_alloc *alloc = NULL;
   if (status == GPUMEM_OK)
-    status = allocate(kind, device, bytes, call, &alloc);
+    status = allocate(kind, kind == SIM_MEM_MANAGED, device, bytes, call, &alloc);
   if (status == GPUMEM_OK)
     *ptr = (void *)alloc->base;
   pthread_mutex_unlock(&gpumem__sim.lock);
@@ -308,7 +315,7 @@ gpumem_status gpumem__sim_host_alloc(int device, size_t bytes, unsigned flags, v
                           "simulated device: host_alloc: unknown flags 0x%x", flags & ~known);
   sim_alloc *alloc = NULL;
   if (status == GPUMEM_OK)
-    status = allocate(SIM_MEM_HOST, device, bytes, "host_alloc", &alloc);
+    status = allocate(SIM_MEM_HOST, false, device, bytes, "host_alloc", &alloc);
   if (status == GPUMEM_OK)
     *ptr = (void *)alloc->base;
   pthread_mutex_unlock(&gpumem__sim.lock);
@@ -331,7 +338,7 @@ gpumem_status gpumem__sim_advise(void *ptr, size_t bytes, unsigned advice, int d
   gpumem_status status = gpumem__sim_check_device("advise", device);
   if (status == GPUMEM_OK)
     status = gpumem__sim_check_range("advise", "advised", ptr, bytes, &alloc);
-  if (status == GPUMEM_OK && (!alloc || alloc->kind != SIM_MEM_MANAGED))
+  if (status == GPUMEM_OK && (!alloc || !alloc->managed))
     status = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                           "simulated device: advise(%p, %zu bytes): advice applies to managed "
                           "memory only, and this is %s memory",
@@ -460,14 +467,19 @@ static sim_alloc *take_cached(sim_pool *pool, size_t size, const sim_stream *str
   return NULL;
 }
 
-/* New device memory for the pool. When the device is full, the pool first gives back its
- * own cached blocks whose frees have completed, as the driver does. */
+/* New memory for the pool (device memory, or managed memory for a pool of it). When the
+ * memory is exhausted, the pool first gives back its own cached blocks whose frees have
+ * completed, as the driver does. */
 static gpumem_status grow_pool(sim_pool *pool, size_t bytes, sim_alloc **out) {
   size_t size = rounded_size(bytes);
-  if (size != 0 && size > gpumem__sim.capacity - gpumem__sim.used[pool->device])
+  int device = pool->device;
+  uint64_t room = pool->managed ? gpumem__sim.managed_limit - gpumem__sim.managed_used[device]
+                                : gpumem__sim.capacity - gpumem__sim.used[device];
+  if (size != 0 && size > room)
     release_cached(pool, 0, true);
   sim_alloc *block = NULL;
-  gpumem_status status = allocate(SIM_MEM_POOL, pool->device, bytes, "pool_alloc_async", &block);
+  gpumem_status status =
+      allocate(SIM_MEM_POOL, pool->managed, device, bytes, "pool_alloc_async", &block);
   if (status != GPUMEM_OK)
     return status;
   link_block(pool, block);
@@ -536,6 +548,13 @@ gpumem_status gpumem__sim_pool_destroy(int device, gpumem__mempool handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_pool *pool = NULL;
   gpumem_status status = find_pool_of_device("pool_destroy", device, handle, &pool);
+  if (status == GPUMEM_OK && pool->managed) {
+    gpumem__set_cuda_error(GPUMEM__SIM_CUDA_INVALID_VALUE);
+    status = gpumem__fail(GPUMEM_ERR_CUDA,
+                          "simulated device: pool_destroy: pool %p is device %d's default pool "
+                          "of managed memory, which cannot be destroyed",
+                          (void *)handle, device);
+  }
   if (status == GPUMEM_OK) {
     gpumem__sim_run_device(pool->device);
     while (pool->blocks)
@@ -587,6 +606,15 @@ gpumem_status gpumem__sim_pool_alloc_async(int device, gpumem__mempool handle, s
   sim_stream *stream = NULL;
   sim_alloc *block = NULL;
   gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_POOL_ALLOC);
+  if (status == GPUMEM_OK && !gpumem__sim_index_get(&gpumem__sim.pools, (uintptr_t)handle)) {
+    /* The driver's answer for a pool it does not know (never created, or destroyed since):
+     * an allocation failure with CUDA_ERROR_INVALID_VALUE, not a refused argument. */
+    gpumem__set_cuda_error(GPUMEM__SIM_CUDA_INVALID_VALUE);
+    status = gpumem__fail(GPUMEM_ERR_CUDA,
+                          "simulated device: pool_alloc_async: %p is not a driver pool of the "
+                          "simulated device (never created, or destroyed)",
+                          (void *)handle);
+  }
   if (status == GPUMEM_OK)
     status = find_pool_of_device("pool_alloc_async", device, handle, &pool);
   if (status == GPUMEM_OK)
@@ -629,6 +657,39 @@ gpumem_status gpumem__sim_free_async(void *ptr, gpumem_stream stream_handle) {
     block->free_point = stream->enqueued;
     cached_insert(block->pool, block);
   }
+  pthread_mutex_unlock(&gpumem__sim.lock);
+  return status;
+}
+
+/* The device's default pool of managed memory, made on first use and kept for the life of
+ * the process, as the driver's. Counted as a pool_create call (so that fault injection
+ * reaches it). */
+gpumem_status gpumem__sim_pool_default_managed(int device, gpumem__mempool *out) {
+  pthread_mutex_lock(&gpumem__sim.lock);
+  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_POOL_CREATE);
+  if (status == GPUMEM_OK)
+    status = gpumem__sim_check_device("pool_default_managed", device);
+  if (status == GPUMEM_OK && !gpumem__sim.managed_pools)
+    status = gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                          "simulated device: pool_default_managed: this driver has no pools of "
+                          "managed memory (they need CUDA 13.0; GPUMEM_SIM_MANAGED_POOLS=0)");
+  sim_pool *pool = status == GPUMEM_OK ? gpumem__sim.managed_pool[device] : NULL;
+  if (status == GPUMEM_OK && !pool) {
+    pool = calloc(1, sizeof *pool);
+    if (!pool || !gpumem__sim_index_put(&gpumem__sim.pools, (uintptr_t)pool, pool)) {
+      free(pool);
+      pool = NULL;
+      status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY,
+                            "simulated device: pool_default_managed: the host is out of memory");
+    } else {
+      /* As CUDA's default pools: release threshold 0, no IPC handles. */
+      pool->device = device;
+      pool->managed = true;
+      gpumem__sim.managed_pool[device] = pool;
+    }
+  }
+  if (status == GPUMEM_OK)
+    *out = (gpumem__mempool)pool;
   pthread_mutex_unlock(&gpumem__sim.lock);
   return status;
 }

@@ -602,7 +602,7 @@ gpumem_status gpumem__sim_memset_async(void *dst, unsigned char value, size_t by
 static gpumem_status check_managed(const char *call, void *ptr, size_t bytes) {
   sim_alloc *alloc = NULL;
   gpumem_status status = gpumem__sim_check_range(call, "target", ptr, bytes, &alloc);
-  if (status != GPUMEM_OK || (alloc && alloc->kind == SIM_MEM_MANAGED))
+  if (status != GPUMEM_OK || (alloc && alloc->managed))
     return status;
   return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                       "simulated device: %s(%p, %zu bytes): needs managed memory, and this is %s "
@@ -613,7 +613,7 @@ static gpumem_status check_managed(const char *call, void *ptr, size_t bytes) {
 gpumem_status gpumem__sim_pointer_is_managed(const void *ptr, int *managed) {
   pthread_mutex_lock(&gpumem__sim.lock);
   const sim_alloc *alloc = gpumem__sim_find_allocation((uintptr_t)ptr);
-  *managed = alloc && alloc->kind == SIM_MEM_MANAGED;
+  *managed = alloc && alloc->managed;
   pthread_mutex_unlock(&gpumem__sim.lock);
   return GPUMEM_OK;
 }

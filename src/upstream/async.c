@@ -6,7 +6,10 @@
  * (UINT64_MAX), the setting under which the driver pool is fastest. A resource given a pool
  * of the program's (options.pool: the device's default pool, say) only allocates from it:
  * it neither changes nor destroys the pool, and counts as reserved only what it allocated,
- * since the pool's own figure is shared with whoever else uses it. */
+ * since the pool's own figure is shared with whoever else uses it. A managed resource
+ * (options.managed, RMM's cuda_async_managed_memory_resource) allocates managed memory from
+ * the device's default pool of managed memory (CUDA 13), which is the driver's and shared by
+ * the whole process, so it is treated the same way as a pool of the program's. */
 #include "upstream/base.h"
 
 #include <stdio.h>
@@ -47,14 +50,23 @@ static const gpumem__base_impl view_impl = {
     .raw_free = async_raw_free,
 };
 
+/* Whether the pool is someone else's (the program's, or the driver's default pool of managed
+ * memory): never destroyed, its threshold left alone unless given, reserved bytes counted by
+ * the base. */
+static bool pool_is_shared(const gpumem_async_options *o) {
+  return o->pool || o->managed;
+}
+
 static const char *ipc_name(gpumem_ipc_handle ipc) {
   return ipc == GPUMEM_IPC_POSIX_FD ? "posix_fd" : ipc == GPUMEM_IPC_FABRIC ? "fabric" : "none";
 }
 
 static void async_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const gpumem_async_options *o = &((const async_resource *)mr)->options;
-  if (o->pool) {
-    int n = snprintf(buf, size, "async(pool=%llu", (unsigned long long)(uintptr_t)o->pool);
+  if (pool_is_shared(o)) {
+    int n = o->managed
+                ? snprintf(buf, size, "async(managed=true")
+                : snprintf(buf, size, "async(pool=%llu", (unsigned long long)(uintptr_t)o->pool);
     if (o->release_threshold && n >= 0 && (size_t)n < size)
       n += snprintf(buf + n, size - (size_t)n, ", release_threshold=%llu",
                     (unsigned long long)o->release_threshold);
@@ -72,9 +84,9 @@ static gpumem_status async_destroy(gpumem_resource *mr) {
   async_resource *self = (async_resource *)mr;
   /* Off the list of holders first: a report reads the driver pool's figures. */
   gpumem__holder_remove(&self->base.holder);
-  /* A pool of the program's (options.pool) is never destroyed here. */
+  /* A pool of the program's (options.pool) or the driver's (managed) is never destroyed here. */
   gpumem_status status =
-      self->options.pool ? GPUMEM_OK : mr->dev->pool_destroy(mr->device, self->pool);
+      pool_is_shared(&self->options) ? GPUMEM_OK : mr->dev->pool_destroy(mr->device, self->pool);
   if (status != GPUMEM_OK) {
     gpumem__holder_add(&self->base.holder, mr);
     return status;
@@ -112,15 +124,20 @@ static gpumem_status warm_pool(const gpumem__device_ops *dev, int device, gpumem
   return status != GPUMEM_OK ? status : synced != GPUMEM_OK ? synced : destroyed;
 }
 
-/* The driver pool the resource allocates from: a new one, or the program's (checked to be
- * a pool the driver knows), with the release threshold set where it is the resource's to
- * set. */
+/* The driver pool the resource allocates from: a new one, the program's (checked to be a
+ * pool the driver knows) or the device's default pool of managed memory, with the release
+ * threshold set where it is the resource's to set. */
 static gpumem_status get_pool(const gpumem__device_ops *dev, int device,
                               gpumem_async_options *options, gpumem__mempool *pool) {
-  if (options->pool) {
+  if (pool_is_shared(options)) {
     uint64_t reserved;
-    *pool = (gpumem__mempool)options->pool;
-    gpumem_status status = dev->pool_reserved(*pool, &reserved);
+    gpumem_status status;
+    if (options->managed) {
+      status = dev->pool_default_managed(device, pool); /* the driver's: no need to check it */
+    } else {
+      *pool = (gpumem__mempool)options->pool;
+      status = dev->pool_reserved(*pool, &reserved);
+    }
     if (status == GPUMEM_OK && options->release_threshold)
       status = dev->pool_set_release_threshold(*pool, options->release_threshold);
     return status;
@@ -148,6 +165,12 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_async_create: an IPC handle type for a pool of the program's "
                         "(its own handle types apply)");
+  if (options.managed && (options.pool || options.ipc_handle != GPUMEM_IPC_NONE))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_async_create: managed allocates from the device's default pool "
+                        "of managed memory, which takes no %s",
+                        options.pool ? "pool of the program's" : "IPC handle type");
+  options.managed = options.managed != 0;
   const gpumem__device_ops *dev;
   gpumem_status status = gpumem__device_for("gpumem_async_create", device, &dev, &device);
   if (status != GPUMEM_OK)
@@ -156,6 +179,13 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
   status = dev->device_attribute(device, GPUMEM__ATTR_MEMPOOL_SUPPORTED, &supported);
   if (status == GPUMEM_OK && !supported)
     status = gpumem__fail(GPUMEM_ERR_UNSUPPORTED, "device %d has no stream-ordered memory pools",
+                          device);
+  if (status == GPUMEM_OK && options.managed)
+    status = dev->device_attribute(device, GPUMEM__ATTR_CONCURRENT_MANAGED, &supported);
+  if (status == GPUMEM_OK && options.managed && !supported)
+    status = gpumem__fail(GPUMEM_ERR_UNSUPPORTED,
+                          "device %d has no concurrent managed access, which pools of managed "
+                          "memory need",
                           device);
   gpumem__mempool pool = NULL;
   if (status == GPUMEM_OK)
@@ -166,12 +196,15 @@ gpumem_status gpumem_async_create(int device, const gpumem_async_options *opts,
   if (status == GPUMEM_OK && !(self = calloc(1, sizeof *self)))
     status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "out of host memory");
   if (status != GPUMEM_OK) {
-    if (pool && !options.pool)
+    if (pool && !pool_is_shared(&options))
       dev->pool_destroy(device, pool);
     return gpumem__fail_context(status, "gpumem_async_create on device %d", device);
   }
-  gpumem__base_init(&self->base, &async_ops, options.pool ? &view_impl : &async_impl, device, dev);
+  gpumem__base_init(&self->base, &async_ops, pool_is_shared(&options) ? &view_impl : &async_impl,
+                    device, dev);
   self->base.header.caps.stream_ordered = true;
+  if (options.managed)
+    self->base.header.caps.memory = GPUMEM_MEMORY_MANAGED;
   /* Not annotatable: compute-sanitizer refuses a heap over a driver pool's allocation
    * (measured with 2025.3), so a pool over async is seen only as the driver pool's blocks. */
   self->options = options;

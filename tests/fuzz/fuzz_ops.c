@@ -82,6 +82,9 @@ static const resource_row resources[] = {
     /* Over the driver pool of another async resource, made for the input (%llu: its handle). */
     {.spec = "async(pool=%llu)"},
     {.spec = "pool(async(pool=%llu), initial=1)"},
+    /* The device's default pool of managed memory, shared by every input. */
+    {.spec = "async(managed=true)"},
+    {.spec = "pool(async(managed=true), initial=1)"},
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
