@@ -98,8 +98,10 @@ static int make_buffer(py_buffer *self, Py_ssize_t size, gpumem_stream stream,
     return 0;
   gpumem_status status;
   GPUMEM_PY_CALL(status, gpumem_buffer_create((size_t)size, stream, mr, &self->buf));
-  if (!ok_or_raise(status))
+  if (status != GPUMEM_OK) {
+    gpumem_py_raise_allocation(status);
     return 0;
+  }
   if (given)
     self->mr = Py_NewRef(mr_object);
   set_stream_object(self, stream_object);

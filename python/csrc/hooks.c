@@ -118,7 +118,7 @@ static py_allocation *new_owner(gpumem_resource *mr, size_t nbytes, gpumem_strea
   GPUMEM_PY_CALL(status, gpumem_allocate(mr, nbytes, stream, &owner->ptr));
   if (status != GPUMEM_OK) {
     Py_DECREF(owner);
-    return (py_allocation *)gpumem_py_raise(status);
+    return (py_allocation *)gpumem_py_raise_allocation(status);
   }
   owner->mr = gpumem_resource_retain(mr);
   return owner;

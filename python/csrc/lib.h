@@ -15,8 +15,9 @@
 #include <stdatomic.h>
 
 /* Exceptions: GpumemError(RuntimeError), OutOfMemoryError(GpumemError, MemoryError),
- * InvalidArgumentError(GpumemError, ValueError). */
+ * InvalidArgumentError(GpumemError, ValueError), AllocationError(GpumemError, MemoryError). */
 extern PyObject *gpumem_py_error, *gpumem_py_oom_error, *gpumem_py_invalid_error;
+extern PyObject *gpumem_py_allocation_error;
 
 /* ---- calls that may run Python callbacks (callbacks.c) ---- */
 
@@ -62,6 +63,10 @@ void gpumem_py_report_unraisable(gpumem_status status, PyObject *object);
 /* Raises the exception for `status` with the library's message (or the exception a Python
  * callback raised during the call, see callbacks.c); returns NULL. */
 PyObject *gpumem_py_raise(gpumem_status status);
+/* As gpumem_py_raise for the failure of an allocation: a driver error (GPUMEM_ERR_CUDA)
+ * raises AllocationError, a MemoryError, as any failed allocation does in Python (and in
+ * RMM); other statuses as gpumem_py_raise. */
+PyObject *gpumem_py_raise_allocation(gpumem_status status);
 /* None for GPUMEM_OK, else raises as gpumem_py_raise: the result of a call returning
  * nothing. */
 PyObject *gpumem_py_none_or_raise(gpumem_status status);

@@ -7,6 +7,7 @@
 #include "gpumem/sim.h"
 
 PyObject *gpumem_py_error, *gpumem_py_oom_error, *gpumem_py_invalid_error;
+PyObject *gpumem_py_allocation_error;
 
 /* An out-of-memory message that ends with a report (the library's lines after the first,
  * ending "verdict: WORD: ..."): the exception being raised gets it as .report and WORD as
@@ -30,11 +31,13 @@ static void attach_report(const char *message) {
   PyErr_Restore(type, value, traceback);
 }
 
-PyObject *gpumem_py_raise(gpumem_status status) {
+static PyObject *raise_status(gpumem_status status, int allocation) {
   if (gpumem_py_restore_callback_error())
     return NULL;
   PyObject *type = gpumem_py_error;
-  if (status == GPUMEM_ERR_OUT_OF_MEMORY)
+  if (allocation && status == GPUMEM_ERR_CUDA)
+    type = gpumem_py_allocation_error;
+  else if (status == GPUMEM_ERR_OUT_OF_MEMORY)
     type = gpumem_py_oom_error;
   else if (status == GPUMEM_ERR_INVALID_ARGUMENT || status == GPUMEM_ERR_INVALID_DEVICE ||
            status == GPUMEM_ERR_INVALID_STREAM)
@@ -45,6 +48,14 @@ PyObject *gpumem_py_raise(gpumem_status status) {
   if (status == GPUMEM_ERR_OUT_OF_MEMORY)
     attach_report(message);
   return NULL;
+}
+
+PyObject *gpumem_py_raise(gpumem_status status) {
+  return raise_status(status, 0);
+}
+
+PyObject *gpumem_py_raise_allocation(gpumem_status status) {
+  return raise_status(status, 1);
 }
 
 PyObject *gpumem_py_none_or_raise(gpumem_status status) {
@@ -329,9 +340,17 @@ static int add_exceptions(PyObject *module) {
   Py_DECREF(oom_attributes);
   gpumem_py_invalid_error = PyErr_NewExceptionWithDoc(
       "gpumem.InvalidArgumentError", "A bad argument, device or stream.", invalid_bases, NULL);
+  gpumem_py_allocation_error = PyErr_NewExceptionWithDoc(
+      "gpumem.AllocationError",
+      "The device refused an allocation for another reason than lack of memory (a driver "
+      "error: a driver pool destroyed under its resource, say). A MemoryError, as every "
+      "failed allocation is in Python.",
+      oom_bases, NULL);
   Py_DECREF(oom_bases);
   Py_DECREF(invalid_bases);
-  if (!gpumem_py_oom_error || !gpumem_py_invalid_error)
+  if (!gpumem_py_oom_error || !gpumem_py_invalid_error || !gpumem_py_allocation_error)
+    return -1;
+  if (PyModule_AddObjectRef(module, "AllocationError", gpumem_py_allocation_error) < 0)
     return -1;
   return PyModule_AddObjectRef(module, "GpumemError", gpumem_py_error) < 0 ||
                  PyModule_AddObjectRef(module, "OutOfMemoryError", gpumem_py_oom_error) < 0 ||

@@ -64,7 +64,7 @@ static PyObject *resource_allocate(gpumem_py_resource *self, PyObject *args, PyO
   void *ptr;
   gpumem_status status;
   GPUMEM_PY_CALL(status, gpumem_allocate(self->mr, (size_t)nbytes, stream, &ptr));
-  return status == GPUMEM_OK ? PyLong_FromVoidPtr(ptr) : gpumem_py_raise(status);
+  return status == GPUMEM_OK ? PyLong_FromVoidPtr(ptr) : gpumem_py_raise_allocation(status);
 }
 
 static PyObject *resource_deallocate(gpumem_py_resource *self, PyObject *args, PyObject *kwargs) {
@@ -299,15 +299,15 @@ static PyObject *py_init_spec(PyObject *module, PyObject *args) {
   return store(self, status, mr);
 }
 
-/* init_base(self, kind, device, a, b, c, d): the base resources, with up to four numeric
+/* init_base(self, kind, device, a, b, c, d, e): the base resources, with up to five numeric
  * options whose meaning depends on the kind (see gpumem/mr.py). */
 static PyObject *py_init_base(PyObject *module, PyObject *args) {
   PyObject *object, *device_object;
   const char *kind;
-  unsigned long long a = 0, b = 0, c = 0, d = 0;
+  unsigned long long a = 0, b = 0, c = 0, d = 0, e = 0;
   int device;
   gpumem_py_resource *self;
-  if (!PyArg_ParseTuple(args, "OsO|KKKK", &object, &kind, &device_object, &a, &b, &c, &d) ||
+  if (!PyArg_ParseTuple(args, "OsO|KKKKK", &object, &kind, &device_object, &a, &b, &c, &d, &e) ||
       !gpumem_py_device(device_object, &device) || !(self = empty_resource(object)))
     return NULL;
   gpumem_resource *mr = NULL;
@@ -321,7 +321,8 @@ static PyObject *py_init_base(PyObject *module, PyObject *args) {
     gpumem_async_options options = {.release_threshold = a,
                                     .initial_size = (size_t)b,
                                     .ipc_handle = (gpumem_ipc_handle)c,
-                                    .pool = (void *)(uintptr_t)d};
+                                    .pool = (void *)(uintptr_t)d,
+                                    .managed = e != 0};
     status = gpumem_async_create(device, &options, &mr);
   } else if (!strcmp(kind, "pinned_host")) {
     gpumem_pinned_host_options options = {.flags = (unsigned)a};

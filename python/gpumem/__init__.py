@@ -17,6 +17,7 @@ everything on gpumem's simulated device.
 """
 from . import _lib, mr, statistics
 from ._lib import (
+    AllocationError,
     DeviceBuffer,
     GpumemError,
     InvalidArgumentError,
@@ -30,6 +31,7 @@ from ._lib import copy_device_to_ptr, copy_host_to_ptr, copy_ptr_to_host
 from .stream import Stream
 
 __all__ = [
+    "AllocationError",
     "DeviceBuffer",
     "GpumemError",
     "InvalidArgumentError",

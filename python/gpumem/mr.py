@@ -29,6 +29,7 @@ __all__ = [
     "ArenaMemoryResource",
     "BinningMemoryResource",
     "CallbackMemoryResource",
+    "CudaAsyncManagedMemoryResource",
     "CudaAsyncMemoryResource",
     "CudaAsyncViewMemoryResource",
     "CudaMemoryResource",
@@ -172,6 +173,26 @@ class CudaAsyncViewMemoryResource(MemoryResource):
 
     def pool_handle(self):
         """The driver pool's handle, as given."""
+        return _lib.async_pool_handle(self)
+
+
+class CudaAsyncManagedMemoryResource(MemoryResource):
+    """Managed memory from the device's default pool of managed memory (cudaMallocFromPoolAsync
+    over cudaMemGetDefaultMemPool with managed allocation; RMM's
+    rmm.mr.experimental.CudaAsyncManagedMemoryResource). The pool is the driver's, shared by
+    the process: neither destroyed nor changed, except its release threshold when
+    release_threshold is given (the pool's own is 0: freed memory goes back at each
+    synchronization). Needs CUDA 13.0 and concurrent managed access; raises GpumemError
+    (GPUMEM_ERR_UNSUPPORTED) otherwise."""
+
+    def __init__(self, *, release_threshold=None, device=None):
+        threshold = _size(release_threshold, device)
+        if release_threshold is not None and threshold == 0:
+            threshold = 1  # 0 means "leave the pool's threshold" to the C library
+        _lib.init_base(self, "async", device, threshold, 0, 0, 0, 1)
+
+    def pool_handle(self):
+        """The driver pool's handle (a CUmemoryPool value, an int)."""
         return _lib.async_pool_handle(self)
 
 
@@ -553,6 +574,8 @@ def _typed(resource):
     cls = _CLASS_OF_KIND.get(resource.name)
     if cls is CudaAsyncMemoryResource and resource.spec.startswith("async(pool="):
         cls = CudaAsyncViewMemoryResource
+    if cls is CudaAsyncMemoryResource and resource.spec.startswith("async(managed=true"):
+        cls = CudaAsyncManagedMemoryResource
     if cls is None:
         return resource
     typed = cls.__new__(cls)
