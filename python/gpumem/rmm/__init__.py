@@ -3,9 +3,11 @@ gpumem. Programs written for RMM reach it as `rmm` through `python -m gpumem.as_
 gpumem.install_as_rmm() (docs/rmm-compat.md); it can also be imported as gpumem.rmm.
 
 Every name here is one of gpumem's own objects under the name RMM gives it
-(rmm.statistics.statistics is gpumem.statistics.statistics, ...), except where RMM 26.06
-refuses stream=None, which gpumem takes: rmm.DeviceBuffer and the classes of rmm.mr are
-gpumem's with a thin override of their stream arguments (_streams.py). Where gpumem lacks
+(rmm.statistics.statistics is gpumem.statistics.statistics, ...), except where RMM behaves
+otherwise on purpose: RMM 26.06 refuses stream=None, which gpumem takes, so rmm.DeviceBuffer
+and the classes of rmm.mr are gpumem's with a thin override of their stream arguments
+(_streams.py); rmm.mr.CallbackMemoryResource turns its allocate function's exceptions into
+RuntimeError as RMM's does; rmm.allocators.cupy.rmm_cupy_allocator makes rmm.DeviceBuffers. Where gpumem lacks
 a feature, the name is absent, not faked: docs/rmm-compat.md lists them. Importing it
 imports no framework: the old top-level names of the framework hook-ups
 (rmm.rmm_cupy_allocator, rmm.RMMNumbaManager, rmm.rmm_torch_allocator) import their

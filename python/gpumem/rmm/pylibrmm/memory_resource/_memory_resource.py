@@ -6,13 +6,15 @@ allocate and deallocate default to DEFAULT_STREAM and refuse None with TypeError
 read None as the default stream; _streams.py says why the layer differs). One mixin does
 it for every class, listed below one line each; nothing else is overridden. The base
 classes are gpumem's own (DeviceMemoryResource is gpumem.mr.MemoryResource), so every
-resource of the layer is one of gpumem's too.
+resource of the layer is one of gpumem's too. One class adds RMM's behaviour besides:
+CallbackMemoryResource raises what its allocate function raised as RMM does (below).
 
 Resources that gpumem built (the default, reinitialize's, the adaptors gpumem.statistics
 sets) come out of the layer's current-resource functions, DeviceBuffer.mr and upstream_mr
 as objects of the layer's classes: one view per gpumem object over the same resource,
 made once, so that identity holds and gpumem's object keeps accepting None. Resources RMM
 has and gpumem lacks (SamHeadroomMemoryResource) are absent, not faked: docs/rmm-compat.md."""
+import functools
 import threading
 import weakref
 
@@ -50,7 +52,6 @@ def _layer_class(base, name=None):
 
 ArenaMemoryResource = _layer_class(_mr.ArenaMemoryResource)
 BinningMemoryResource = _layer_class(_mr.BinningMemoryResource)
-CallbackMemoryResource = _layer_class(_mr.CallbackMemoryResource)
 CudaAsyncMemoryResource = _layer_class(_mr.CudaAsyncMemoryResource)
 CudaAsyncViewMemoryResource = _layer_class(_mr.CudaAsyncViewMemoryResource)
 CudaMemoryResource = _layer_class(_mr.CudaMemoryResource)
@@ -65,6 +66,39 @@ PrefetchResourceAdaptor = _layer_class(_mr.PrefetchResourceAdaptor)
 StatisticsResourceAdaptor = _layer_class(_mr.StatisticsResourceAdaptor)
 SystemMemoryResource = _layer_class(_mr.SystemMemoryResource)
 TrackingResourceAdaptor = _layer_class(_mr.TrackingResourceAdaptor)
+
+
+def _rmm_errors(allocate_func):
+    """allocate_func raising as in RMM: a MemoryError or RuntimeError as it was raised, any
+    other exception as a RuntimeError with its message (chained to it). RMM turns every other
+    exception into a C++ std::runtime_error on its way through its C++ resource, so its users
+    catch RuntimeError; gpumem's own CallbackMemoryResource passes every exception as raised.
+    KeyboardInterrupt and SystemExit pass unchanged (RMM converts them too): they ask the
+    program to stop, which a RuntimeError would hide."""
+    @functools.wraps(allocate_func)
+    def allocate(size, stream):
+        try:
+            return allocate_func(size, stream)
+        except (MemoryError, RuntimeError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as error:
+            raise RuntimeError(str(error)) from error
+
+    return allocate
+
+
+class CallbackMemoryResource(_StreamArguments, _mr.CallbackMemoryResource):
+    """gpumem.mr.CallbackMemoryResource with RMM 26.06's stream arguments, whose
+    allocate_func's exceptions reach the caller as in RMM: a MemoryError or RuntimeError as
+    raised, any other (KeyboardInterrupt and SystemExit excepted) as a RuntimeError with its
+    message."""
+
+    def __init__(self, allocate_func, deallocate_func, device=None):
+        super().__init__(_rmm_errors(allocate_func), deallocate_func, device)
+        self._allocate_func = allocate_func  # the function given, as gpumem's class keeps it
+
+
+_LAYER_CLASS[_mr.CallbackMemoryResource] = CallbackMemoryResource
 # gpumem's classes RMM has no name for, as the layer hands out objects of them.
 _layer_class(_mr.MemoryResource, "_PlainMemoryResource")
 _layer_class(_mr.VmmMemoryResource)
