@@ -27,21 +27,28 @@
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free;
  * so sixteen threads' fronts hold at most 16 * 8.8 MiB more than the pool alone would keep
  * (measured on the threads workload: +67 MiB of peak reserved with 16 threads on their own
- * streams, +6 MiB on one stream, less than before with a producer).
+ * streams, +6 MiB on one stream, less than before with a producer). Host memory: a front
+ * that allocates keeps 8 live maps of 16 KiB at first (they grow with its live blocks).
  *
- * Blocks a front hands out are found by address in one of GPUMEM__POOL_LIVE_SHARDS live
- * maps, each under a lock of its own, so that a free from any thread finds its block and
- * checks its size without the pool's lock; the freeing thread's front takes it (a consumer
- * thread absorbs what a producer allocated, with no lock that both take on every call).
+ * Blocks a front hands out are filed by address in that front's own live maps
+ * (GPUMEM__POOL_LIVE_SHARDS of them, each under a lock of its own), so that a thread that
+ * frees what it allocated touches no line another thread writes: its front, its maps and
+ * its blocks stay in its cache. A free looks in its own front's maps first, then in those of
+ * the front where its last miss was found, then in every front's (a consumer finds its
+ * producer's at the second look, one lock on one of eight maps); it checks the size there,
+ * without the pool's lock, and the freeing thread's front takes the block (a consumer thread
+ * absorbs what a producer allocated, onto the consumer's stream, which is the one it is free
+ * on). A front makes its maps before its first refill, so a thread that only frees has none.
  * Blocks held or handed out by fronts are in state GPUMEM__BLOCK_FRONT, which the pool's
  * merging never touches; only the pool's lock holder changes a block's state, its neighbours
  * and its size, so front code reads those and writes only its lists and `requested`.
  *
- * Locks, in the order they are taken: the pool's lock, a front's lock, a shard's lock. A
+ * Locks, in the order they are taken: the pool's lock, a front's lock, a map's lock. A
  * front's thread never waits for the pool's lock while it holds its front's, so the pool's
- * lock holder may drain every front. Front and shard locks are short spin locks (a few list
+ * lock holder may drain every front. Front and map locks are short spin locks (a few list
  * and map operations, no device call); each is nearly always taken by one thread, so it
- * costs an uncontended atomic exchange on a line that stays in that thread's cache.
+ * costs an uncontended atomic exchange on a line that stays in that thread's cache. A map's
+ * lock is a leaf: a free takes another front's map's lock while it holds its own front's.
  *
  * Why fronts of blocks rather than a sub-pool per thread over superblocks (as the arena
  * keeps per stream): a sub-pool keeps every superblock it has touched, so memory would stay
@@ -74,7 +81,7 @@
 #define BATCH_MAX 64
 #define HOLD_BYTES ((size_t)8 << 20)
 
-_Static_assert(GPUMEM__POOL_LIVE_SHARDS == 64, "shard_of keeps 6 bits");
+_Static_assert(GPUMEM__POOL_LIVE_SHARDS == 8, "shard_of keeps 3 bits");
 _Static_assert(GPUMEM__POOL_FRONT_LIMIT < GPUMEM__POOL_CACHE_LIMIT / 2,
                "fronts' blocks, at the top of their class, are under the cache's limit");
 _Static_assert(GPUMEM__POOL_FRONT_SL_SHIFT == 2 &&
@@ -114,10 +121,76 @@ void gpumem__pool_spin(atomic_int *lock, bool take) {
     spin_unlock(lock);
 }
 
-/* The live map of `addr`: blocks carved together (a refill's batch) share a page, and so a
- * shard, which their thread then keeps in its cache. */
-static inline pool_live_shard *shard_of(pool_fronts *fronts, uintptr_t addr) {
-  return &fronts->shards[((uint64_t)(addr >> 12) * 0x9E3779B97F4A7C15ull) >> 58];
+/* Counts one of the front's own statistics (plain stores: only its thread writes them). */
+static inline void bump(_Atomic uint64_t *counter) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+}
+
+/* The live map of front `f` for `addr`: blocks carved together (a refill's batch) share a
+ * page, and so a map. */
+static inline pool_live_shard *shard_of(pool_front *f, uintptr_t addr) {
+  return &f->shards[((uint64_t)(addr >> 12) * 0x9E3779B97F4A7C15ull) >> 61];
+}
+
+/* Makes the front's live maps, before its first refill (by its thread, under no lock but
+ * each map's, which other threads' frees read); false when host memory is exhausted (the
+ * maps made so far stay, for the next try). */
+GPUMEM_COLD static bool ready_maps(pool_front *f) {
+  for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
+    pool_live_shard *shard = &f->shards[k];
+    gpumem__block_map map;
+    if (shard->map.slots) /* only this thread writes it */
+      continue;
+    if (!gpumem__block_map_init(&map))
+      return false;
+    spin_lock(&shard->lock);
+    shard->map = map;
+    spin_unlock(&shard->lock);
+  }
+  f->maps_ready = true;
+  return true;
+}
+
+/* The map of front `f` that holds `addr`, its lock held; NULL when it holds none there. */
+static pool_live_shard *live_in(pool_front *f, uintptr_t addr) {
+  pool_live_shard *shard = shard_of(f, addr);
+  spin_lock(&shard->lock);
+  if (shard->map.slots && shard->map.slots[gpumem__block_map_slot_of(&shard->map, addr)].addr)
+    return shard;
+  spin_unlock(&shard->lock);
+  return NULL;
+}
+
+/* The live map holding `ptr`, its lock held; NULL when no front handed it out (or it was
+ * freed meanwhile). The calling thread's front `self` (NULL past the slots' count) looks in
+ * its own maps first, then in those of the front that held the last block it found
+ * elsewhere (a consumer's producer), then in every front's; it counts the maps of other
+ * fronts it locks, lines that their threads write too. */
+static pool_live_shard *find_live(pool_fronts *fronts, pool_front *self, void *ptr) {
+  uintptr_t addr = (uintptr_t)ptr;
+  pool_live_shard *shard;
+  pool_front *hint = self ? &fronts->fronts[self->hint] : NULL;
+  if (self && self->maps_ready && (shard = live_in(self, addr)))
+    return shard;
+  if (hint && hint != self) {
+    bump(&self->shared_locks);
+    if ((shard = live_in(hint, addr)))
+      return shard;
+  }
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    pool_front *f = &fronts->fronts[i];
+    if (f == self || f == hint || !gpumem__thread_slot_used(&fronts->slots, i))
+      continue;
+    if (self)
+      bump(&self->shared_locks);
+    if ((shard = live_in(f, addr))) {
+      if (self)
+        self->hint = i;
+      return shard;
+    }
+  }
+  return NULL;
 }
 
 /* The size a front carves for a request of `bytes`: the top of the request's front class. */
@@ -138,12 +211,6 @@ static inline size_t clamp_batch(size_t n, size_t size) {
  * give-back returns. */
 static inline size_t batch_of(const pool_front *f, size_t c, size_t size) {
   return f->batches[c] ? f->batches[c] : clamp_batch(REFILL_BYTES / size, size);
-}
-
-/* Counts one of the front's own statistics (plain stores: only its thread writes them). */
-static inline void bump(_Atomic uint64_t *counter) {
-  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
 }
 
 static inline gpumem__block *front_pop(pool_front *f, size_t c) {
@@ -217,15 +284,7 @@ void gpumem__pool_enable_fronts(pool_resource *pool) {
   pool_fronts *fronts = aligned_alloc(GPUMEM__SLOT_ALIGN, sizeof *fronts);
   if (!fronts)
     return;
-  memset(fronts, 0, sizeof *fronts);
-  for (size_t i = 0; i < GPUMEM__POOL_LIVE_SHARDS; i++) {
-    if (!gpumem__block_map_init(&fronts->shards[i].map)) {
-      while (i-- > 0)
-        gpumem__block_map_destroy(&fronts->shards[i].map);
-      free(fronts);
-      return;
-    }
-  }
+  memset(fronts, 0, sizeof *fronts); /* no live maps yet: each front makes its own */
   atomic_store_explicit(&pool->fronts, fronts, memory_order_release);
 }
 
@@ -233,8 +292,9 @@ void gpumem__pool_free_fronts(pool_resource *pool) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_relaxed);
   if (!fronts)
     return;
-  for (size_t i = 0; i < GPUMEM__POOL_LIVE_SHARDS; i++)
-    gpumem__block_map_destroy(&fronts->shards[i].map);
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
+      gpumem__block_map_destroy(&fronts->fronts[i].shards[k].map);
   free(fronts);
 }
 
@@ -335,6 +395,8 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
 GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts *fronts,
                                                 pool_front *f, size_t bytes, size_t size,
                                                 gpumem_stream stream, void **ptr) {
+  if (!f->maps_ready && !ready_maps(f))
+    return false;
   bump(&f->pool_locks);
   bump(&f->refills);
   gpumem__biased_lock_take(&pool->lock);
@@ -381,8 +443,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
     front_push(f, batch[k]);
   gpumem__block *block = batch[0];
   block->requested = bytes;
-  pool_live_shard *shard = shard_of(fronts, block->addr);
-  bump(&f->shared_locks);
+  pool_live_shard *shard = shard_of(f, block->addr);
   spin_lock(&shard->lock);
   bool filed = gpumem__block_map_insert(&shard->map, block);
   spin_unlock(&shard->lock);
@@ -410,7 +471,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   gpumem__block *block = NULL;
   bump(&f->ops);
   spin_lock(&f->lock);
-  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream ||
+  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream || !f->maps_ready ||
                       !(block = front_pop(f, gpumem__pool_front_class(size))))) {
     spin_unlock(&f->lock);
     *status = GPUMEM_OK;
@@ -420,8 +481,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
     return served;
   }
   block->requested = bytes;
-  pool_live_shard *shard = shard_of(fronts, block->addr);
-  bump(&f->shared_locks);
+  pool_live_shard *shard = shard_of(f, block->addr);
   spin_lock(&shard->lock);
   bool filed = gpumem__block_map_insert(&shard->map, block);
   spin_unlock(&shard->lock);
@@ -442,13 +502,15 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
  * Free
  * ------------------------------------------------------------------------------------- */
 
-/* Takes the block at `ptr` out of its shard when it was allocated with `bytes`. *status:
- * a misuse failure when it was allocated with another size (it stays live). NULL when no
- * front handed it out, or on misuse. Under the caller's locks, if any. */
-static gpumem__block *take_live(pool_fronts *fronts, void *ptr, size_t bytes,
+/* Takes the block at `ptr` out of `shard` (from find_live: its lock held, which this
+ * releases; NULL: none) when it was allocated with `bytes`. *status: a misuse failure when
+ * it was allocated with another size (it stays live). NULL when no front handed it out, or
+ * on misuse. Under the caller's locks, if any. */
+static gpumem__block *take_live(pool_live_shard *shard, void *ptr, size_t bytes,
                                 gpumem_status *status) {
-  pool_live_shard *shard = shard_of(fronts, (uintptr_t)ptr);
-  spin_lock(&shard->lock);
+  *status = GPUMEM_OK;
+  if (!shard)
+    return NULL;
   gpumem__block *block = gpumem__block_map_take(&shard->map, (uintptr_t)ptr);
   size_t requested = block ? block->requested : 0;
   if (block && requested != bytes) {
@@ -456,7 +518,6 @@ static gpumem__block *take_live(pool_fronts *fronts, void *ptr, size_t bytes,
     block = NULL;
   }
   spin_unlock(&shard->lock);
-  *status = GPUMEM_OK;
   if (requested && requested != bytes)
     *status = gpumem__fail(GPUMEM_ERR_MISUSE,
                            "deallocate of %p from a pool with %zu bytes, but it was allocated "
@@ -465,26 +526,24 @@ static gpumem__block *take_live(pool_fronts *fronts, void *ptr, size_t bytes,
   return block;
 }
 
-/* Whether a front handed `ptr` out and it is live. */
-static bool is_front_live(pool_fronts *fronts, void *ptr) {
-  pool_live_shard *shard = shard_of(fronts, (uintptr_t)ptr);
-  spin_lock(&shard->lock);
-  size_t at = gpumem__block_map_slot_of(&shard->map, (uintptr_t)ptr);
-  bool live = shard->map.slots[at].addr != 0;
-  spin_unlock(&shard->lock);
-  return live;
+/* Whether a front handed `ptr` out and it is live; `self` as for find_live. */
+static bool is_front_live(pool_fronts *fronts, pool_front *self, void *ptr) {
+  pool_live_shard *shard = find_live(fronts, self, ptr);
+  if (shard)
+    spin_unlock(&shard->lock);
+  return shard != NULL;
 }
 
 /* A thread past the slots' count: the block goes straight to its stream's set. */
 GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts, void *ptr,
                                        size_t bytes, gpumem_stream stream, gpumem_status *status) {
-  if (!is_front_live(fronts, ptr))
+  if (!is_front_live(fronts, NULL, ptr))
     return false;
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
   gpumem__block *block = NULL;
   bool handled = (*status = set_for(pool, stream, &set)) != GPUMEM_OK;
-  if (!handled && (block = take_live(fronts, ptr, bytes, status))) {
+  if (!handled && (block = take_live(find_live(fronts, NULL, ptr), ptr, bytes, status))) {
     atomic_fetch_sub_explicit(&fronts->unslotted_live_bytes, (int64_t)bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
     release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
@@ -532,10 +591,8 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
                                       gpumem_status *status) {
   /* Frees of blocks no front handed out bind nothing: the caller's locked path has them. */
   bump(&f->pool_locks);
-  bump(&f->shared_locks);
-  if (!is_front_live(fronts, ptr))
+  if (!is_front_live(fronts, f, ptr))
     return false;
-  bump(&f->shared_locks);
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
   if ((*status = set_for(pool, stream, &set)) != GPUMEM_OK) {
@@ -547,7 +604,7 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
     flush_front(pool, f); /* not a call on that stream: no seal */
   if (!f->set)
     bind(f, set);
-  gpumem__block *block = take_live(fronts, ptr, bytes, status);
+  gpumem__block *block = take_live(find_live(fronts, f, ptr), ptr, bytes, status);
   size_t size = block ? block->size : 0; /* once the lock is free, a drain may merge it */
   bool over = false;
   if (block) {
@@ -576,8 +633,7 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
       spin_unlock(&f->lock);
       handled = free_slow(pool, fronts, f, ptr, bytes, stream, status);
     } else {
-      bump(&f->shared_locks);
-      gpumem__block *block = take_live(fronts, ptr, bytes, status);
+      gpumem__block *block = take_live(find_live(fronts, f, ptr), ptr, bytes, status);
       size_t size = block ? block->size : 0; /* once the lock is free, a drain may merge it */
       bool over = false;
       if (block) {

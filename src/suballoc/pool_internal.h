@@ -77,12 +77,12 @@ typedef struct chunk {
 /* ---------------------------------------------------------------------------------------
  * Thread fronts (pool_front.c): once a second thread uses the pool, each thread keeps
  * whole blocks of small size classes for one stream, and blocks it hands out are found by
- * address in one of several live maps, each under a lock of its own.
+ * address in its own live maps, each under a lock of its own.
  * ------------------------------------------------------------------------------------- */
 
 /* Requests under this go through the fronts. */
 #define GPUMEM__POOL_FRONT_LIMIT ((size_t)256 << 10)
-#define GPUMEM__POOL_LIVE_SHARDS 64
+#define GPUMEM__POOL_LIVE_SHARDS 8 /* live maps of each front */
 /* Fronts' size classes: 4 to a power of two (exact sizes under 8 units), coarser than the
  * cache's 16, so that a thread's blocks spread over few lists that each see enough traffic
  * to be rarely empty or full. A front's block is the top of its class: at most 1/4 above
@@ -98,6 +98,12 @@ static inline size_t gpumem__pool_front_class(size_t size) {
   return ((size_t)shift << GPUMEM__POOL_FRONT_SL_SHIFT) + (size_t)(units >> shift);
 }
 
+/* A live map of a front: the blocks it handed out whose addresses hash here. */
+typedef struct pool_live_shard {
+  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
+  gpumem__block_map map; /* slots NULL until the front's first refill (under the lock) */
+} pool_live_shard;
+
 typedef struct pool_front {
   /* A spin lock: its thread, or the pool's lock holder draining it. */
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
@@ -110,21 +116,20 @@ typedef struct pool_front {
   /* What its thread did (gpumem__pool_front_stats): operations through the front, those
    * that took the pool's lock, and locks taken on lines that other threads write too. */
   _Atomic uint64_t ops, pool_locks, shared_locks, refills, give_backs;
+  int hint;        /* the front whose map last held a block its thread freed elsewhere */
+  bool maps_ready; /* its live maps are made; only its thread writes both */
   uint16_t lengths[GPUMEM__POOL_FRONT_CLASSES]; /* of each list */
   uint8_t
       batches[GPUMEM__POOL_FRONT_CLASSES]; /* blocks a refill of each class takes; 0: none yet */
   gpumem__block *lists[GPUMEM__POOL_FRONT_CLASSES]; /* linked through next_free */
+  /* The blocks it handed out and that are live, by address; its thread's own lines but for
+   * other threads' frees of them. */
+  pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
 } pool_front;
-
-typedef struct pool_live_shard {
-  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
-  gpumem__block_map map;
-} pool_live_shard;
 
 typedef struct pool_fronts {
   gpumem__thread_slots slots;
   pool_front fronts[GPUMEM__THREAD_SLOTS];
-  pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
   /* Frees of front blocks by threads past the slots' count. */
   _Atomic int64_t unslotted_live_bytes, unslotted_live_count;
   _Atomic uint64_t flushes; /* of fronts that held blocks, under the pool's lock */

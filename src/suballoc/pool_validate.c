@@ -184,11 +184,15 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
 /* The fronts and their live maps, whose locks the caller holds; and each set's count of the
  * fronts bound to it. */
 static bool gather_fronts(walk *w, pool_fronts *fronts) {
-  for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
-    char why[400];
-    if (!gpumem__block_map_check(&fronts->shards[k].map, visit_front_live, w, why, sizeof why))
-      return w->failed ? false : complain(w, "front live map %zu: %s", k, why);
-  }
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
+      const gpumem__block_map *map = &fronts->fronts[i].shards[k].map;
+      char why[400];
+      if (!map->slots) /* not made yet */
+        continue;
+      if (!gpumem__block_map_check(map, visit_front_live, w, why, sizeof why))
+        return w->failed ? false : complain(w, "front %d: live map %zu: %s", i, k, why);
+    }
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     if (!gather_front(w, &fronts->fronts[i], i))
       return false;
@@ -385,8 +389,9 @@ static gpumem_status validate_locked(pool_resource *pool) {
 static void lock_fronts(pool_fronts *fronts, bool take) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     gpumem__pool_spin(&fronts->fronts[i].lock, take);
-  for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
-    gpumem__pool_spin(&fronts->shards[k].lock, take);
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
+      gpumem__pool_spin(&fronts->fronts[i].shards[k].lock, take);
 }
 
 gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {
