@@ -358,12 +358,16 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
 GPUMEM_COLD static gpumem_status refuse_free_then_unlock(pool_resource *pool, gpumem__block *block,
                                                          void *ptr, size_t bytes, bool *owned) {
   size_t requested = block ? block->requested : 0;
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
   if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
     gpumem__block_map_insert(&pool->live, block);
+  else if (fronts) /* a front's block, freed with a size no front serves */
+    requested = gpumem__pool_front_requested(fronts, ptr);
+  bool found = block || requested;
   gpumem__biased_lock_release(&pool->lock);
   if (owned)
-    *owned = block != NULL;
-  if (!block)
+    *owned = found;
+  if (!found)
     return owned ? GPUMEM_OK
                  : gpumem__fail(GPUMEM_ERR_MISUSE,
                                 "deallocate of %p (%zu bytes) from a pool: that pointer is not a "

@@ -618,9 +618,22 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
   return block || *status != GPUMEM_OK; /* else freed meanwhile: the locked path says so */
 }
 
+size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
+  pool_live_shard *shard = find_live(fronts, NULL, ptr);
+  if (!shard)
+    return 0;
+  size_t requested =
+      shard->map.slots[gpumem__block_map_slot_of(&shard->map, (uintptr_t)ptr)].block->requested;
+  spin_unlock(&shard->lock);
+  return requested;
+}
+
 bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
                                    size_t bytes, gpumem_stream stream, bool *owned,
                                    gpumem_status *status) {
+  /* No front hands out such a size: the locked path has it (and names a wrong size). */
+  if (bytes - 1 >= GPUMEM__POOL_FRONT_LIMIT)
+    return false;
   int slot = gpumem__thread_slot(&fronts->slots);
   bool handled;
   if (GPUMEM_UNLIKELY(slot < 0)) {

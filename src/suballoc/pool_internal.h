@@ -451,6 +451,9 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
 bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
                                    size_t bytes, gpumem_stream stream, bool *owned,
                                    gpumem_status *status);
+/* The size a front's live block at `ptr` was requested with; 0 when no front handed it out.
+ * Looks in every front's maps: for the message of a free with a size no front serves. */
+size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr);
 /* Gives the blocks of every front (only = NULL), or of the fronts bound to `only`, back to
  * their sets, open; seals `calling` afterwards when a seal is due (the set of the call in
  * progress, whose stream is alive; may be NULL). Returns whether any of those fronts held
