@@ -159,7 +159,10 @@ def worker_report():
 
         allocator = cupy.cuda.get_allocator()
         report["cupy_allocator"] = getattr(allocator, "__qualname__", repr(allocator))
-        report["cupy_allocator_is_gpumem"] = allocator is gpumem_cupy_allocator
+        # gpumem's own allocator, or the RMM layer's rmm_cupy_allocator (RMM's, over gpumem).
+        report["cupy_allocator_is_gpumem"] = allocator is gpumem_cupy_allocator or getattr(
+            allocator, "__module__", ""
+        ).startswith("gpumem.")
     return report
 
 
