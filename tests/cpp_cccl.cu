@@ -13,6 +13,7 @@
 #include <gpumem_cccl.hpp>
 
 #include "check.h"
+#include "check_throws.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -26,20 +27,6 @@
 using gpumem::cccl_device_resource_ref;
 using gpumem::cccl_resource;
 using gpumem::resource;
-
-#define CHECK_THROWS(E, statement)                                                                 \
-  do {                                                                                             \
-    bool check_thrown_ = false;                                                                    \
-    try {                                                                                          \
-      statement;                                                                                   \
-    } catch (const E &) {                                                                          \
-      check_thrown_ = true;                                                                        \
-    } catch (...) {                                                                                \
-      CHECK_FAIL_("%s threw something else than %s", #statement, #E);                              \
-    }                                                                                              \
-    if (!check_thrown_)                                                                            \
-      CHECK_FAIL_("%s did not throw %s", #statement, #E);                                          \
-  } while (0)
 
 /* The stream-ordered calls under either version's names. */
 static void *ref_allocate(cccl_device_resource_ref ref, gpumem::stream_view stream,

@@ -8,6 +8,7 @@
 #include "gpumem.hpp"
 
 #include "check.h"
+#include "check_throws.hpp"
 
 #include <cuda.h>
 
@@ -21,21 +22,6 @@ using gpumem::device_scalar;
 using gpumem::device_uvector;
 using gpumem::resource;
 using gpumem::stream_view;
-
-/* `statement` throws an E (and nothing else). */
-#define CHECK_THROWS(E, statement)                                                                 \
-  do {                                                                                             \
-    bool check_thrown_ = false;                                                                    \
-    try {                                                                                          \
-      statement;                                                                                   \
-    } catch (const E &) {                                                                          \
-      check_thrown_ = true;                                                                        \
-    } catch (...) {                                                                                \
-      CHECK_FAIL_("%s threw something else than %s", #statement, #E);                              \
-    }                                                                                              \
-    if (!check_thrown_)                                                                            \
-      CHECK_FAIL_("%s did not throw %s", #statement, #E);                                          \
-  } while (0)
 
 /* The text (a std::string, kept alive here) contains `needle`. */
 #define CHECK_TEXT_HAS(text, needle)                                                               \

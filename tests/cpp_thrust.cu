@@ -15,13 +15,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "cuda_expect.cuh"
 
 static_assert(std::is_same<gpumem::thrust_allocator<int>::rebind<char>::other,
                            gpumem::thrust_allocator<char>>::value,

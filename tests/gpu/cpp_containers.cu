@@ -17,28 +17,12 @@
 #include <cstdlib>
 #include <vector>
 
-#define EXPECT(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "../cuda_expect.cuh"
 
 struct alignas(512) wide {
   long long value;
   int pad[64];
 };
-
-__global__ void iota(int *v, size_t n, int offset) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    v[i] = static_cast<int>(i) + offset;
-}
-
-__global__ void sum(const int *v, size_t n, unsigned long long *total) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
-    atomicAdd(total, static_cast<unsigned long long>(v[i]));
-}
 
 /* Counts elements that are not i + offset. */
 __global__ void count_wrong(const int *v, size_t n, int offset, unsigned long long *wrong) {
