@@ -584,6 +584,23 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
   gpumem__biased_lock_release(&pool->lock);
 }
 
+/* A free of `ptr` into front `f` (its lock held): the block out of its live map, into `f`'s
+ * list, counted. NULL when no front handed it out or on misuse (*status). *size: the block's
+ * size, read now, since a drain may merge it once the lock is free; *over: `f` holds more
+ * than it keeps, and its caller gives a batch of that size back. */
+static inline gpumem__block *absorb_free(pool_fronts *fronts, pool_front *f, void *ptr,
+                                         size_t bytes, gpumem_status *status, size_t *size,
+                                         bool *over) {
+  gpumem__block *block = take_live(find_live(fronts, f, ptr), ptr, bytes, status);
+  *size = block ? block->size : 0;
+  *over = false;
+  if (block) {
+    *over = front_push(f, block);
+    front_count(f, -(int64_t)bytes, -1);
+  }
+  return block;
+}
+
 /* The front cannot take the block as it is (bound to another stream, to none, or full):
  * under the pool's lock it gives its blocks back and binds to the stream of this call. */
 GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, pool_front *f,
@@ -604,13 +621,9 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
     flush_front(pool, f); /* not a call on that stream: no seal */
   if (!f->set)
     bind(f, set);
-  gpumem__block *block = take_live(find_live(fronts, f, ptr), ptr, bytes, status);
-  size_t size = block ? block->size : 0; /* once the lock is free, a drain may merge it */
-  bool over = false;
-  if (block) {
-    over = front_push(f, block);
-    front_count(f, -(int64_t)bytes, -1);
-  }
+  size_t size;
+  bool over;
+  gpumem__block *block = absorb_free(fronts, f, ptr, bytes, status, &size, &over);
   spin_unlock(&f->lock);
   gpumem__biased_lock_release(&pool->lock);
   if (over)
@@ -646,13 +659,9 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
       spin_unlock(&f->lock);
       handled = free_slow(pool, fronts, f, ptr, bytes, stream, status);
     } else {
-      gpumem__block *block = take_live(find_live(fronts, f, ptr), ptr, bytes, status);
-      size_t size = block ? block->size : 0; /* once the lock is free, a drain may merge it */
-      bool over = false;
-      if (block) {
-        over = front_push(f, block);
-        front_count(f, -(int64_t)bytes, -1);
-      }
+      size_t size;
+      bool over;
+      gpumem__block *block = absorb_free(fronts, f, ptr, bytes, status, &size, &over);
       spin_unlock(&f->lock);
       if (GPUMEM_UNLIKELY(over))
         give_back_batch(pool, f, size);
