@@ -8,16 +8,11 @@
  * may reuse them at once (stream order). Once a second stream uses the pool, sets are
  * sealed in batches: every GPUMEM__POOL_SEAL_EVERY-th free on a stream records one event on
  * it, during that free (when the stream is alive by contract), and the blocks freed so far
- * become "sealed". Another stream carves a sealed block after waiting on that event (once
- * per seal: a set remembers the last seal it waited on); it never touches the freeing
- * stream's handle, which the program may have destroyed since. So cross-stream reuse costs
- * one event record per batch of frees and one wait per seal, and a single-stream program
- * never records an event. A steal takes only the block it carves; the rest stays sealed where
- * it was, for its own stream and every other (moving all of a set's sealed blocks to a side
- * stream that frees rarely hid a busy stream's free memory from it). Free blocks merge only
- * with neighbours of the same set: of the same state, or a block freed open takes sealed
- * neighbours in (unsealed until the next seal), so that the stream's own free memory stays
- * as whole as on one stream; a sealed block never takes an open one in.
+ * become "sealed". Another stream takes sealed blocks after waiting on that event; it never
+ * touches the freeing stream's handle, which the program may have destroyed since. So
+ * cross-stream reuse costs one event record per batch of frees and one wait per batch of
+ * blocks taken, and a single-stream program never records an event. Free blocks merge only
+ * with neighbours of the same set and state, so sealed memory stays sealed.
  *
  * When nothing fits anywhere and the upstream cannot grow, the pool waits for the whole
  * device, after which every free block is safe for every stream, and tries again.
@@ -92,18 +87,17 @@ GPUMEM_COLD static gpumem__block *skip_to_alignment(pool_resource *pool, gpumem_
 }
 
 /* Cuts an allocation of `size` bytes at `alignment` out of the front of free block `block`
- * (the lowest addresses first, which keeps a pool that grows in place low): of the
- * request's set, or a sealed block of another that the request's stream has waited for.
- * The free rest stays where it was, in its set, usually without moving in the index; the
- * piece skipped for an over-aligned allocation stays free too. NULL when host memory for a split is
- * exhausted (nothing changed then). In line: every allocation from the free index comes here. */
-static inline gpumem__block *carve(pool_resource *pool, gpumem__block *block, size_t size,
-                                   size_t alignment) {
-  gpumem__free_index *index = index_of(block->owner, block);
+ * of `set` (the lowest addresses first, which keeps a pool that grows in place low). The
+ * free rest stays where it was, usually without moving in the index; the piece skipped for
+ * an over-aligned allocation stays free too. NULL when host memory for a split is exhausted
+ * (nothing changed then). In line: every allocation from the free index comes here. */
+static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__block *block,
+                                   size_t size, size_t alignment) {
+  gpumem__free_index *index = index_of(set, block);
   GPUMEM__ASSERT(&pool->header,
-                 block->size >= size &&
+                 block->owner == set && block->size >= size &&
                      (block->state == GPUMEM__BLOCK_OPEN || block->state == GPUMEM__BLOCK_SEALED),
-                 "a block carved is free and large enough");
+                 "a block carved is free in the request's set and large enough");
   if (GPUMEM_UNLIKELY(block->addr & (alignment - 1)) &&
       !(block = skip_to_alignment(pool, index, block, alignment)))
     return NULL;
@@ -127,7 +121,7 @@ static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t se
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT && !*out; r++)
     *out = find_in_set(set, r, search);
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT && !*out && status == GPUMEM_OK; r++)
-    status = gpumem__pool_steal(pool, set, r, search, true, out);
+    status = gpumem__pool_steal(pool, set, r, search, out);
   return status;
 }
 
@@ -140,7 +134,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   gpumem__block *block = find_in_set(set, ri, search);
   gpumem_status status = GPUMEM_OK;
   if (!block)
-    status = gpumem__pool_steal(pool, set, ri, search, true, &block);
+    status = gpumem__pool_steal(pool, set, ri, search, &block);
   /* Cached blocks are under the cache's limit: they may make room in the small region (or a
    * pool without regions), never in the large one. One of a larger class is enough; only
    * when there is none does the whole cache merge, which may join smaller ones into room. */
@@ -158,7 +152,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     block = find_in_set(set, ri, search);
   if (status == GPUMEM_OK && !block && gpumem__pool_flush_fronts(pool, set, set) &&
       !(block = find_in_set(set, ri, search)))
-    status = gpumem__pool_steal(pool, set, ri, search, true, &block);
+    status = gpumem__pool_steal(pool, set, ri, search, &block);
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
@@ -187,9 +181,10 @@ gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t
   }
   if (may_grow)
     status = find_block(pool, set, size, &block, why);
-  else if (!(block = find_in_set(set, region_for(pool, size), size)))
-    status = gpumem__pool_steal(pool, set, region_for(pool, size), size, false, &block);
-  *out = status == GPUMEM_OK && block ? carve(pool, block, size, GPUMEM_DEFAULT_ALIGNMENT) : NULL;
+  else
+    block = find_in_set(set, region_for(pool, size), size);
+  *out =
+      status == GPUMEM_OK && block ? carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT) : NULL;
   return status;
 }
 
@@ -229,7 +224,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow_then_unlock(pool_resource *po
   } else if (status == GPUMEM_OK) {
     status = find_block(pool, set, search, &block, &why);
     if (status == GPUMEM_OK && block)
-      block = carve(pool, block, size, alignment);
+      block = carve(pool, set, block, size, alignment);
   }
   if (status == GPUMEM_OK && block && hand_out(pool, set, block, bytes)) {
     gpumem__biased_lock_release(&pool->lock);
@@ -250,7 +245,7 @@ static gpumem_status allocate_from_index_then_unlock(pool_resource *pool, free_s
                                                      size_t bytes, size_t size,
                                                      gpumem_stream stream, void **ptr) {
   gpumem__block *block = find_in_set(set, region_for(pool, size), size);
-  if (block && (block = carve(pool, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
+  if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
       GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
     gpumem__biased_lock_release(&pool->lock);
     *ptr = (void *)block->addr;

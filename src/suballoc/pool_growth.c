@@ -39,11 +39,6 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   return NULL;
 }
 
-/* Whether `block` is free in the index of `set`, open or sealed. */
-static bool free_in_either(const gpumem__block *block, const free_set *set) {
-  return free_in(block, set, GPUMEM__BLOCK_OPEN) || free_in(block, set, GPUMEM__BLOCK_SEALED);
-}
-
 /* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the
  * region's last block; if that block is free in `set`, the two merge and only the shortfall
  * is asked for. Otherwise, or when that address range is taken, the full step goes wherever
@@ -59,7 +54,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
   if (pool->grows_in_place && next) {
     size_t shortfall = 0;
-    bool tail_grows = tail && free_in_either(tail, set) && tail->size < size &&
+    bool tail_grows = tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
                       !growth_step(pool, size - tail->size, &shortfall);
     size_t wanted = tail_grows ? shortfall : full;
     if ((tail_grows || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
@@ -121,13 +116,7 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
   if (!last || block->addr > last->addr)
     r->tail = block;
   gpumem__counters_add_reserved(&pool->stats, step);
-  /* Growth right after a free block of the set joins it in its state: new memory has no
-   * pending work, so it may be sealed as well as open, and a sealed tail that took it in
-   * as open would stay apart from it (and the growth would have been the full step). */
-  gpumem__block_state state = block->prev_addr && free_in_either(block->prev_addr, set)
-                                  ? block->prev_addr->state
-                                  : growth_state(pool, set);
-  *grown_block = release_block(pool, set, block, state);
+  *grown_block = release_block(pool, set, block, growth_state(pool, set));
   return GPUMEM_OK;
 }
 

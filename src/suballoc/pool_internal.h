@@ -54,10 +54,6 @@ typedef struct free_set {
   gpumem__free_index sealed[GPUMEM__POOL_REGION_COUNT];
   unsigned open_frees;
   gpumem__event event; /* recorded on this stream at its last seal */
-  /* The pool's count of seals at this set's last one (0: never sealed), and at the last
-   * seal of another set that this stream waited on: a steal of blocks that seal covers
-   * needs no second wait. Counted pool-wide, so that no two seals share a number. */
-  uint64_t seal_serial, waited_serial;
   /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
    * only while the pool has one stream. */
   gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES];
@@ -151,7 +147,6 @@ typedef struct pool_resource {
   size_t set_count, set_capacity;
   free_set *last_set;
   bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
-  uint64_t seals;    /* seals so far (numbers them: free_set.seal_serial) */
   region regions[GPUMEM__POOL_REGION_COUNT];
   bool split_regions; /* small requests have a region of their own (when growing in place) */
   gpumem__block_map live;
@@ -243,66 +238,38 @@ static inline bool free_in(const gpumem__block *block, const free_set *set,
   return block->state == state && block->owner == set;
 }
 
-/* Whether free block `block` of some set joins a block filed in `set` as `state` beside it:
- * blocks of the same set and state do, and a sealed block joins an open one, which it
- * unseals (the set's own stream may use both; other streams wait for its next seal). */
-static inline bool joins(const gpumem__block *block, const free_set *set,
-                         gpumem__block_state state) {
-  return block->owner == set && (block->state == state || (state == GPUMEM__BLOCK_OPEN &&
-                                                           block->state == GPUMEM__BLOCK_SEALED));
-}
-
-/* Files a free block in `set` as `state`, merging it with the free neighbours that join it
- * (joins: an open block merged into a sealed one would unseal it, so a block filed open
- * takes sealed neighbours in as open, and one filed sealed leaves open ones apart; address
- * neighbours are always of the same region, as only a region's own tail is linked to its
- * growth). A neighbour of the same state that absorbs the block grows in place in the
- * index; one that changes state moves to the other index. Returns the free block that
- * holds the block's memory now. */
+/* Files a free block in `set` as `state`, merging it with free neighbours of the same set
+ * and state (an open block merged into a sealed one would unseal it; address neighbours
+ * are always of the same region, as only a region's own tail is linked to its growth). A
+ * neighbour that absorbs the block grows in place in the index. Returns the free block
+ * that holds the block's memory now. */
 static inline gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__block *block,
                                            gpumem__block_state state) {
   gpumem__free_index *index =
       state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
-  bool merge_prev = prev && joins(prev, set, state);
-  bool merge_following = next && joins(next, set, state);
+  bool merge_prev = prev && free_in(prev, set, state);
+  bool merge_following = next && free_in(next, set, state);
   if (merge_prev) {
     size_t old_size = prev->size;
-    bool moves = prev->state != state;
-    if (GPUMEM_UNLIKELY(moves))
-      gpumem__free_index_remove(index_of(set, prev), prev);
     merge_next(pool, prev, block);
     if (merge_following) {
-      gpumem__free_index_remove(index_of(set, next), next);
+      gpumem__free_index_remove(index, next);
       merge_next(pool, prev, next);
     }
-    if (GPUMEM_UNLIKELY(moves)) {
-      prev->state = state;
-      gpumem__free_index_insert(index, prev);
-    } else {
-      gpumem__free_index_resized(index, prev, old_size);
-    }
+    gpumem__free_index_resized(index, prev, old_size);
     return prev;
   }
   if (merge_following) {
-    /* `next` takes the block's place: it starts earlier and keeps its index entry (or moves
-     * to this state's index). */
+    /* `next` takes the block's place: it starts earlier and keeps its index entry. */
     size_t old_size = next->size;
-    bool moves = next->state != state;
-    if (GPUMEM_UNLIKELY(moves))
-      gpumem__free_index_remove(index_of(set, next), next);
     next->addr = block->addr;
     next->size += block->size;
     next->prev_addr = prev;
     if (prev)
       prev->next_addr = next;
     gpumem__block_delete(&pool->slab, block);
-    if (GPUMEM_UNLIKELY(moves)) {
-      next->state = state;
-      gpumem__free_index_insert(index, next);
-    } else {
-      gpumem__free_index_resized(index, next, old_size);
-    }
+    gpumem__free_index_resized(index, next, old_size);
     return next;
   }
   block->state = state;
@@ -411,12 +378,11 @@ GPUMEM_NOINLINE gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool,
 /* Records the set's event on its stream, covering everything enqueued there so far, and
  * seals its open blocks. Called during a call on that stream. */
 GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
-/* The best fitting sealed block of `size` bytes in region `r` of another set than `to`,
- * for `to` to carve (it stays in its set's index), after making `to`'s stream wait on that
- * set's event unless it has already waited on that seal (fresh memory needs no wait; with
- * !may_wait, only such blocks are looked at). *out: the block, or NULL when none fits. */
+/* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
+ * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
+ * wait). *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
-                                 bool may_wait, gpumem__block **out);
+                                 gpumem__block **out);
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
  * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL). */

@@ -26,31 +26,6 @@ bool gpumem__pool_add_set(pool_resource *pool, free_set *set) {
   return true;
 }
 
-/* Forgets an emptied stream set, so that sets of streams the program has finished with do
- * not pile up; the stream gets a new one if it frees again. */
-static void drop_set(pool_resource *pool, size_t at) {
-  free_set *set = pool->sets[at];
-  if (set->event)
-    pool->header.dev->event_destroy(set->event);
-  if (pool->last_set == set)
-    pool->last_set = NULL;
-  pool->sets[at] = pool->sets[--pool->set_count];
-  free(set);
-}
-
-/* Drops the sets (but the fresh one) that hold nothing: streams the program has finished
- * with, whose blocks other streams took. */
-static void drop_empty_sets(pool_resource *pool) {
-  for (size_t i = pool->set_count; i-- > 1;) {
-    const free_set *set = pool->sets[i];
-    size_t blocks = set->cached_count;
-    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
-      blocks += set->open[r].block_count + set->sealed[r].block_count;
-    if (blocks == 0 && set->fronts == 0)
-      drop_set(pool, i);
-  }
-}
-
 gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream stream,
                                            free_set **out) {
   free_set *set;
@@ -63,8 +38,6 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
   gpumem_status status = gpumem__check_stream(pool->header.dev, pool->header.device, stream);
   if (status != GPUMEM_OK)
     return status;
-  if (pool->set_count > MAX_SETS)
-    drop_empty_sets(pool);
   if (pool->set_count > MAX_SETS && gpumem__pool_fold_into_fresh(pool, NULL) != GPUMEM_OK)
     gpumem__clear_error(); /* a failed fold only leaves the sets as they were */
   set = calloc(1, sizeof *set);
@@ -125,66 +98,53 @@ gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set) {
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
     move_index(pool, &set->open[r], set, GPUMEM__BLOCK_SEALED);
   set->open_frees = 0;
-  set->seal_serial = ++pool->seals;
   return GPUMEM_OK;
 }
 
-/* Whether `to` may take the sealed blocks of `from` (another stream's set) without a
- * wait: it has waited on `from`'s last seal. */
-static bool waited_for(const free_set *to, const free_set *from) {
-  return from->seal_serial && to->waited_serial == from->seal_serial;
+/* Forgets an emptied stream set, so that sets of streams the program has finished with do
+ * not pile up; the stream gets a new one if it frees again. */
+static void drop_set(pool_resource *pool, size_t at) {
+  free_set *set = pool->sets[at];
+  if (set->event)
+    pool->header.dev->event_destroy(set->event);
+  if (pool->last_set == set)
+    pool->last_set = NULL;
+  pool->sets[at] = pool->sets[--pool->set_count];
+  free(set);
+}
+
+static size_t open_blocks(const free_set *set) {
+  size_t count = set->cached_count;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    count += set->open[r].block_count;
+  return count;
 }
 
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
-                                 bool may_wait, gpumem__block **out) {
+                                 gpumem__block **out) {
   GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
                  "a steal runs under the pool's lock");
-  /* Fresh memory first, and all of it: it has no pending work, so it joins `to` where the
-   * stream's frees merge with it (a pool with an initial size hands its first stream the
-   * whole of it, as one block), sealed where `to` has an event that others can wait on
-   * (needlessly, but then they need not tell fresh memory apart), else open. */
-  if (pool->fresh.sealed[r].total_bytes >= size &&
-      gpumem__free_index_find(&pool->fresh.sealed[r], size)) {
-    gpumem__block_state state = to->seal_serial ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN;
+  *out = NULL;
+  for (size_t i = 0; i < pool->set_count; i++) {
+    free_set *from = pool->sets[i];
+    if (from == to || from->sealed[r].total_bytes < size ||
+        !gpumem__free_index_find(&from->sealed[r], size))
+      continue;
+    if (!is_fresh(pool, from)) {
+      gpumem_status status =
+          pool->header.dev->stream_wait_event(pool->header.device, to->stream, from->event);
+      if (status != GPUMEM_OK)
+        return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
+    }
+    /* Taken blocks are open in `to`: their last use is on another stream, which only
+     * `to`'s own next seal covers for third streams. The wait covers both regions. */
     for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
-      move_index(pool, &pool->fresh.sealed[other], to, state);
+      move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
+    if (!is_fresh(pool, from) && open_blocks(from) == 0 && from->fronts == 0)
+      drop_set(pool, i);
     *out = find_in_set(to, r, size);
     return GPUMEM_OK;
   }
-  /* Then the best fit over the other sets, those that need no wait first. A steal moves
-   * only the block it carves, so that memory the stealing stream does not use stays sealed
-   * where it was, for every stream. (Moving every sealed block of the set, as one wait
-   * allows, let a side stream that frees rarely hold a busy stream's whole free memory
-   * open, unusable by anyone else, until its own next seal: the busy stream grew instead.
-   * On a real two-stream trace that quadrupled the pool's peak.) */
-  gpumem__block *best = NULL;
-  free_set *best_from = NULL;
-  for (int pass = 0; pass < 2 && !best; pass++) {
-    for (size_t i = 0; i < pool->set_count; i++) {
-      free_set *from = pool->sets[i];
-      if (from == to || is_fresh(pool, from) || from->sealed[r].total_bytes < size ||
-          waited_for(to, from) != (pass == 0))
-        continue;
-      gpumem__block *block = gpumem__free_index_find(&from->sealed[r], size);
-      if (block && (!best || block->size < best->size)) {
-        best = block;
-        best_from = from;
-      }
-    }
-    if (!may_wait)
-      break;
-  }
-  *out = NULL;
-  if (!best)
-    return GPUMEM_OK;
-  if (!waited_for(to, best_from)) {
-    gpumem_status status =
-        pool->header.dev->stream_wait_event(pool->header.device, to->stream, best_from->event);
-    if (status != GPUMEM_OK)
-      return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
-    to->waited_serial = best_from->seal_serial;
-  }
-  *out = best;
   return GPUMEM_OK;
 }
 
