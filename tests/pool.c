@@ -600,6 +600,47 @@ static void *thread_worker(void *arg) {
   return NULL;
 }
 
+/* A side stream that takes a few small blocks of a busy stream's sealed free memory leaves
+ * its large free memory where it was: the busy stream reuses it without growing (a steal
+ * moves the request's region only; taking both held the busy stream's large memory open in
+ * the side stream's set, and on a real trace grew the pool fourfold). */
+static void test_side_stream_leaves_large_memory(void) {
+  if (!check_on_sim())
+    return;
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  gpumem_stream busy, side;
+  CHECK_OK(gpumem_stream_create(0, &busy));
+  CHECK_OK(gpumem_stream_create(0, &side));
+  void *first;
+  CHECK_OK(gpumem_allocate(mr, 256, busy, &first)); /* both streams use the pool */
+  CHECK_OK(gpumem_deallocate(mr, first, 256, side));
+  enum { count = 16, large = 4 << 20, small = 64 << 10 };
+  void *big[count], *little[count];
+  for (int i = 0; i < count; i++) {
+    CHECK_OK(gpumem_allocate(mr, large, busy, &big[i]));
+    CHECK_OK(gpumem_allocate(mr, small, busy, &little[i]));
+  }
+  for (int i = 0; i < count; i++) { /* 2 * seal_every frees: every block ends sealed */
+    CHECK_OK(gpumem_deallocate(mr, little[i], small, busy));
+    CHECK_OK(gpumem_deallocate(mr, big[i], large, busy));
+  }
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  void *taken;
+  CHECK_OK(gpumem_allocate(mr, small, side, &taken)); /* a steal of the busy stream's */
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_allocate(mr, large, busy, &big[i]));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(mr, big[i], large, busy));
+  CHECK_OK(gpumem_deallocate(mr, taken, small, side));
+  CHECK_OK(gpumem_sim_complete_all());
+  CHECK_OK(gpumem_stream_destroy(busy));
+  CHECK_OK(gpumem_stream_destroy(side));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("a side stream's small steal leaves the busy stream's large memory: no growth\n");
+}
+
 static void test_threads(const char *spec) {
   CHECK_OK(gpumem_resource_from_spec(spec, &shared_pool));
   pthread_t threads[thread_count];
@@ -899,6 +940,7 @@ int main(void) {
   test_trim();
   test_trim_pieces();
   test_cross_stream();
+  test_side_stream_leaves_large_memory();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");

@@ -113,6 +113,15 @@ static void drop_set(pool_resource *pool, size_t at) {
   free(set);
 }
 
+/* Blocks of the set that other streams may take after its event: a set keeps them in the
+ * region a steal left alone. */
+static size_t sealed_blocks(const free_set *set) {
+  size_t count = 0;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    count += set->sealed[r].block_count;
+  return count;
+}
+
 static size_t open_blocks(const free_set *set) {
   size_t count = set->cached_count;
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
@@ -137,10 +146,17 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
         return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
     }
     /* Taken blocks are open in `to`: their last use is on another stream, which only
-     * `to`'s own next seal covers for third streams. The wait covers both regions. */
+     * `to`'s own next seal covers for third streams. Fresh memory goes whole; another
+     * stream's sealed blocks only in the request's region: a side stream that takes a few
+     * small blocks must not take a busy stream's large free memory with them and hold it
+     * open until its own next seal (on a real two-stream trace the busy stream then grew
+     * its pool fourfold), while a stream that takes many blocks of a size, as a producer
+     * thread does from its consumers' frees, still gets them with one wait. */
     for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
-      move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
-    if (!is_fresh(pool, from) && open_blocks(from) == 0 && from->fronts == 0)
+      if (other == r || is_fresh(pool, from))
+        move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
+    if (!is_fresh(pool, from) && open_blocks(from) == 0 && sealed_blocks(from) == 0 &&
+        from->fronts == 0)
       drop_set(pool, i);
     *out = find_in_set(to, r, size);
     return GPUMEM_OK;
