@@ -218,7 +218,6 @@ static inline gpumem__block *front_pop(pool_front *f, size_t c) {
   if (block) {
     f->lists[c] = block->next_free;
     f->lengths[c]--;
-    f->count--;
     f->bytes -= block->size;
   }
   return block;
@@ -230,7 +229,6 @@ static inline bool front_push(pool_front *f, gpumem__block *block) {
   size_t c = gpumem__pool_front_class(block->size);
   block->next_free = f->lists[c];
   f->lists[c] = block;
-  f->count++;
   f->bytes += block->size;
   return ++f->lengths[c] > 2 * batch_of(f, c, block->size) || f->bytes > HOLD_BYTES;
 }
@@ -253,13 +251,13 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
   free_set *set = f->set;
   if (!set)
     return false;
-  set->open_frees += f->count;
-  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->count > 0; c++) {
+  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->bytes > 0; c++) {
+    set->open_frees += f->lengths[c];
     gpumem__block *block;
     while ((block = front_pop(f, c)))
       release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
   }
-  GPUMEM__ASSERT(&pool->header, f->count == 0 && f->bytes == 0, "a flushed front is empty");
+  GPUMEM__ASSERT(&pool->header, f->bytes == 0, "a flushed front is empty");
   set->fronts--;
   f->set = NULL;
   bump(&atomic_load_explicit(&pool->fronts, memory_order_relaxed)->flushes);

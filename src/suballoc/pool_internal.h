@@ -109,8 +109,7 @@ typedef struct pool_front {
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
   free_set *set;        /* the set its blocks are free in; NULL while it holds none */
   gpumem_stream stream; /* set's stream, read without touching the set */
-  unsigned count;
-  size_t bytes;
+  size_t bytes;         /* of the blocks in its lists */
   /* Allocations it handed out minus frees it took (either may be the larger one). */
   _Atomic int64_t live_bytes, live_count;
   /* What its thread did (gpumem__pool_front_stats): operations through the front, those

@@ -163,10 +163,12 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
   if (f->set && (!is_set_of(w->pool, f->set) || f->set->stream != f->stream))
     return complain(w, "front %d is bound to a set the pool does not have, or of another stream",
                     i);
-  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES; c++)
+  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES; c++) {
+    size_t length = 0;
     for (gpumem__block *b = f->lists[c]; b; b = b->next_free) {
-      if (++count > f->count)
-        return complain(w, "front %d: more blocks than its count %u (or a cycle)", i, f->count);
+      if (++length > f->lengths[c])
+        return complain(w, "front %d: more blocks in class %zu than its length %u (or a cycle)", i,
+                        c, (unsigned)f->lengths[c]);
       if (b->state != GPUMEM__BLOCK_FRONT || gpumem__pool_front_class(b->size) != c)
         return complain(w, "front %d: block at %#lx of %zu bytes is %s, in class %zu", i,
                         (unsigned long)b->addr, b->size, state_name(b->state), c);
@@ -175,9 +177,14 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
       if (!push(w, b))
         return false;
     }
-  if (count != f->count || bytes != f->bytes || (count > 0 && !f->set))
-    return complain(w, "front %d: %zu blocks of %zu bytes, but it counts %u of %zu%s", i, count,
-                    bytes, f->count, f->bytes, f->set ? "" : ", and it has no set");
+    if (length != f->lengths[c])
+      return complain(w, "front %d: %zu blocks in class %zu, but its length is %u", i, length, c,
+                      (unsigned)f->lengths[c]);
+    count += length;
+  }
+  if (bytes != f->bytes || (count > 0 && !f->set))
+    return complain(w, "front %d: %zu blocks of %zu bytes, but it counts %zu bytes%s", i, count,
+                    bytes, f->bytes, f->set ? "" : ", and it has no set");
   return true;
 }
 
