@@ -26,6 +26,7 @@
  *   release failed half way (a driver free failing) still serves, and releases later. */
 #include "check.h"
 #include "gpumem/sim.h"
+#include "suballoc/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -717,6 +718,70 @@ static void test_front_gives_back(const char *spec, bool same_stream) {
          same_stream ? "same" : "another");
 }
 
+/* A thread's refill that finds nothing leaves the thread's own front's other blocks alone
+ * (taking them back would make it refill each of those classes at once, under the pool's
+ * lock): the pool grows instead, as it may for what the front holds (bounded). But it never
+ * fails while they could serve: the fold before a failure takes them back too. The thread
+ * fills its front with 16 KiB blocks, frees them, then asks for up to 64 blocks of 100 KiB
+ * (a front carves 111.75 KiB, the top of their class). */
+enum { spared_request = 100 << 10 };
+typedef struct spared_run {
+  int served;       /* requests of 100 KiB served */
+  uint64_t flushes; /* fronts the pool emptied meanwhile */
+} spared_run;
+
+static void *refill_spares_own_front(void *arg) {
+  spared_run *run = arg;
+  void *held[front_blocks];
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &held[i]));
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, held[i], front_block_bytes, front_stream));
+  gpumem__pool_front_stats before, after;
+  CHECK(gpumem__pool_front_stats_of(front_pool, &before));
+  run->served = 0;
+  while (run->served < front_blocks &&
+         gpumem_allocate(front_pool, spared_request, front_stream, &held[run->served]) ==
+             GPUMEM_OK)
+    run->served++;
+  CHECK(gpumem__pool_front_stats_of(front_pool, &after));
+  run->flushes = after.flushes - before.flushes;
+  for (int i = 0; i < run->served; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, held[i], spared_request, front_stream));
+  return NULL;
+}
+
+static spared_run run_refill_spares(const char *spec) {
+  CHECK_OK(gpumem_resource_from_spec(spec, &front_pool));
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr)); /* biased to this thread */
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, front_stream));
+  spared_run run;
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, refill_spares_own_front, &run), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  return run;
+}
+
+static void test_front_refill_spares_its_own(void) {
+  spared_run grows = run_refill_spares("pool(vmm)");
+  CHECK_EQ(grows.served, front_blocks);
+  CHECK_U64_EQ(grows.flushes, 0);
+  /* 2 MiB hold 18 blocks of 111.75 KiB: the fold before the failure gave the 16 KiB blocks
+   * back, where without them fewer would fit. */
+  spared_run bounded = run_refill_spares("pool(limit(vmm, max=2MiB))");
+  CHECK(bounded.served >= 17);
+  printf("pool(limit(vmm, max=2MiB)) with fronts: %d requests of 100 KiB served\n",
+         bounded.served);
+  CHECK(bounded.flushes >= 1);
+  printf("pool(vmm) with fronts: a refill keeps its own front's blocks while the pool may grow, "
+         "and takes them back before failing\n");
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
@@ -949,6 +1014,7 @@ int main(void) {
   test_threads("pool(limit(vmm, max=4GiB))");
   test_front_gives_back("pool(limit(vmm, max=2MiB))", true);
   test_front_gives_back("pool(limit(vmm, max=2MiB))", false);
+  test_front_refill_spares_its_own();
   test_front_queries_and_trim();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);

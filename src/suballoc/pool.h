@@ -42,6 +42,8 @@ typedef struct gpumem__pool_front_stats {
   uint64_t refills;      /* batches the fronts took from the pool */
   uint64_t give_backs;   /* batches they gave back as their lists grew long */
   uint64_t flushes;      /* fronts holding blocks that the pool emptied (growth, queries) */
+  uint64_t lock_wait_ns; /* the fronts' threads waited for the pool's lock (refills, ...) */
+  uint64_t lock_hold_ns; /* and held it */
 } gpumem__pool_front_stats;
 /* False when `mr` is no pool, or one without fronts. */
 bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_stats *out);

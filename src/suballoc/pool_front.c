@@ -68,6 +68,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A class's first refill carves this many bytes' worth of blocks (at least one); each
  * later refill of the class twice as many as the one before, up to BATCH_BYTES' worth and
@@ -88,6 +89,10 @@ _Static_assert(GPUMEM__POOL_FRONT_SL_SHIFT == 2 &&
                    (GPUMEM__POOL_FRONT_LIMIT >> GPUMEM__BLOCK_UNIT_SHIFT) == 1024,
                "the limit's class top, 1279 units, is in class 36 of GPUMEM__POOL_FRONT_CLASSES");
 _Static_assert(BATCH_MAX <= UINT8_MAX, "batches fit pool_front.batches");
+_Static_assert(GPUMEM__POOL_FRONT_TOP ==
+                   (((((GPUMEM__POOL_FRONT_LIMIT >> GPUMEM__BLOCK_UNIT_SHIFT) >> 8) + 1) << 8) - 1)
+                       << GPUMEM__BLOCK_UNIT_SHIFT,
+               "front_size(GPUMEM__POOL_FRONT_LIMIT), with its class shift of 8");
 
 /* ---------------------------------------------------------------------------------------
  * Spin locks, shards, lists
@@ -125,6 +130,35 @@ void gpumem__pool_spin(atomic_int *lock, bool take) {
 static inline void bump(_Atomic uint64_t *counter) {
   atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
                         memory_order_relaxed);
+}
+
+static inline void add_to(_Atomic uint64_t *counter, uint64_t amount) {
+  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + amount,
+                        memory_order_relaxed);
+}
+
+static inline uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* The pool's lock, taken for front `f`'s thread and timed (only the fronts' slow paths take
+ * it): how long its threads waited for it and held it (gpumem-bench threads --stats), which
+ * is what bounds the pool's throughput when many threads share it. Returns when it was
+ * taken, for release_pool. */
+static inline uint64_t take_pool(pool_resource *pool, pool_front *f) {
+  bump(&f->pool_locks);
+  uint64_t before = now_ns();
+  gpumem__biased_lock_take(&pool->lock);
+  uint64_t taken = now_ns();
+  add_to(&f->lock_wait_ns, taken - before);
+  return taken;
+}
+
+static inline void release_pool(pool_resource *pool, pool_front *f, uint64_t taken) {
+  add_to(&f->lock_hold_ns, now_ns() - taken);
+  gpumem__biased_lock_release(&pool->lock);
 }
 
 /* The live map of front `f` for `addr`: blocks carved together (a refill's batch) share a
@@ -296,13 +330,15 @@ void gpumem__pool_free_fronts(pool_resource *pool) {
   free(fronts);
 }
 
-bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling) {
+bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling,
+                               bool spare_callers) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
   if (!fronts)
     return false;
   bool any = false;
+  int spared = spare_callers ? gpumem__thread_slot(&fronts->slots) : -1;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
-    if (!gpumem__thread_slot_used(&fronts->slots, i))
+    if (!gpumem__thread_slot_used(&fronts->slots, i) || i == spared)
       continue;
     pool_front *f = &fronts->fronts[i];
     spin_lock(&f->lock);
@@ -317,7 +353,7 @@ bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_s
 
 bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
-  if (!fronts || size >= front_size(GPUMEM__POOL_FRONT_LIMIT))
+  if (!fronts || size >= GPUMEM__POOL_FRONT_TOP)
     return false;
   size_t above = gpumem__pool_front_class(front_size(size)) + 1, best_class = SIZE_MAX;
   pool_front *best = NULL;
@@ -395,13 +431,12 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
                                                 gpumem_stream stream, void **ptr) {
   if (!f->maps_ready && !ready_maps(f))
     return false;
-  bump(&f->pool_locks);
   bump(&f->refills);
-  gpumem__biased_lock_take(&pool->lock);
+  uint64_t taken = take_pool(pool, f);
   uint64_t reserved = gpumem__counters_reserved(&pool->stats);
   free_set *set;
   if (set_for(pool, stream, &set) != GPUMEM_OK) {
-    gpumem__biased_lock_release(&pool->lock);
+    release_pool(pool, f, taken);
     gpumem__clear_error(); /* the locked path meets the same failure and reports it */
     return false;
   }
@@ -431,7 +466,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
     batch[n++] = block;
   }
   if (n == 0) {
-    gpumem__biased_lock_release(&pool->lock);
+    release_pool(pool, f, taken);
     return false;
   }
   spin_lock(&f->lock);
@@ -455,7 +490,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
    * front at each refill would read lines that all threads write. */
   if (gpumem__counters_reserved(&pool->stats) != reserved)
     raise_peak(pool, fronts);
-  gpumem__biased_lock_release(&pool->lock);
+  release_pool(pool, f, taken);
   return filed;
 }
 
@@ -564,9 +599,8 @@ static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t 
  * this call on its stream (which may seal it); and when the front holds over HOLD_BYTES,
  * half of every list, the largest classes first, until it holds half of that. */
 GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, size_t size) {
-  bump(&f->pool_locks);
   bump(&f->give_backs);
-  gpumem__biased_lock_take(&pool->lock);
+  uint64_t taken = take_pool(pool, f);
   spin_lock(&f->lock);
   free_set *set = f->set; /* a drain may have emptied the front meanwhile */
   size_t c = gpumem__pool_front_class(size);
@@ -579,7 +613,7 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
   spin_unlock(&f->lock);
   if (set)
     seal_if_due(pool, set);
-  gpumem__biased_lock_release(&pool->lock);
+  release_pool(pool, f, taken);
 }
 
 /* A free of `ptr` into front `f` (its lock held): the block out of its live map, into `f`'s
@@ -605,13 +639,14 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
                                       void *ptr, size_t bytes, gpumem_stream stream,
                                       gpumem_status *status) {
   /* Frees of blocks no front handed out bind nothing: the caller's locked path has them. */
-  bump(&f->pool_locks);
-  if (!is_front_live(fronts, f, ptr))
+  if (!is_front_live(fronts, f, ptr)) {
+    bump(&f->pool_locks); /* the caller's locked path */
     return false;
-  gpumem__biased_lock_take(&pool->lock);
+  }
+  uint64_t taken = take_pool(pool, f);
   free_set *set;
   if ((*status = set_for(pool, stream, &set)) != GPUMEM_OK) {
-    gpumem__biased_lock_release(&pool->lock); /* nothing changed: the block stays live */
+    release_pool(pool, f, taken); /* nothing changed: the block stays live */
     return true;
   }
   spin_lock(&f->lock);
@@ -623,7 +658,7 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
   bool over;
   gpumem__block *block = absorb_free(fronts, f, ptr, bytes, status, &size, &over);
   spin_unlock(&f->lock);
-  gpumem__biased_lock_release(&pool->lock);
+  release_pool(pool, f, taken);
   if (over)
     give_back_batch(pool, f, size);
   return block || *status != GPUMEM_OK; /* else freed meanwhile: the locked path says so */
@@ -686,6 +721,8 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
     out->shared_locks += atomic_load_explicit(&f->shared_locks, memory_order_relaxed);
     out->refills += atomic_load_explicit(&f->refills, memory_order_relaxed);
     out->give_backs += atomic_load_explicit(&f->give_backs, memory_order_relaxed);
+    out->lock_wait_ns += atomic_load_explicit(&f->lock_wait_ns, memory_order_relaxed);
+    out->lock_hold_ns += atomic_load_explicit(&f->lock_hold_ns, memory_order_relaxed);
   }
   return true;
 }

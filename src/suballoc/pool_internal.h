@@ -82,6 +82,8 @@ typedef struct chunk {
 
 /* Requests under this go through the fronts. */
 #define GPUMEM__POOL_FRONT_LIMIT ((size_t)256 << 10)
+/* The largest block a front carves: the top of the limit's class (pool_front.c checks). */
+#define GPUMEM__POOL_FRONT_TOP ((size_t)1279 << GPUMEM__BLOCK_UNIT_SHIFT)
 #define GPUMEM__POOL_LIVE_SHARDS 8 /* live maps of each front */
 /* Fronts' size classes: 4 to a power of two (exact sizes under 8 units), coarser than the
  * cache's 16, so that a thread's blocks spread over few lists that each see enough traffic
@@ -115,6 +117,7 @@ typedef struct pool_front {
   /* What its thread did (gpumem__pool_front_stats): operations through the front, those
    * that took the pool's lock, and locks taken on lines that other threads write too. */
   _Atomic uint64_t ops, pool_locks, shared_locks, refills, give_backs;
+  _Atomic uint64_t lock_wait_ns, lock_hold_ns; /* for the pool's lock, on its slow paths */
   int hint;        /* the front whose map last held a block its thread freed elsewhere */
   bool maps_ready; /* its live maps are made; only its thread writes both */
   uint16_t lengths[GPUMEM__POOL_FRONT_CLASSES]; /* of each list */
@@ -455,9 +458,11 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr);
 /* Gives the blocks of every front (only = NULL), or of the fronts bound to `only`, back to
  * their sets, open; seals `calling` afterwards when a seal is due (the set of the call in
- * progress, whose stream is alive; may be NULL). Returns whether any of those fronts held
- * blocks. Called with the pool's lock held and no front's. */
-bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling);
+ * progress, whose stream is alive; may be NULL). With `spare_callers`, the calling thread's
+ * own front keeps its blocks. Returns whether any of those fronts held blocks. Called with
+ * the pool's lock held and no front's. */
+bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling,
+                               bool spare_callers);
 /* Before the pool grows for `size` bytes on `set`: the smallest block of the fronts bound
  * to `set` of a class above that of `size` (so larger) back in `set`, open; whether there
  * was one. A refill that misses thus takes one block from a front rather than the whole of
