@@ -741,8 +741,7 @@ static void *refill_spares_own_front(void *arg) {
   CHECK(gpumem__pool_front_stats_of(front_pool, &before));
   run->served = 0;
   while (run->served < front_blocks &&
-         gpumem_allocate(front_pool, spared_request, front_stream, &held[run->served]) ==
-             GPUMEM_OK)
+         gpumem_allocate(front_pool, spared_request, front_stream, &held[run->served]) == GPUMEM_OK)
     run->served++;
   CHECK(gpumem__pool_front_stats_of(front_pool, &after));
   run->flushes = after.flushes - before.flushes;
@@ -775,8 +774,7 @@ static void test_front_refill_spares_its_own(void) {
    * back, where without them fewer would fit. */
   spared_run bounded = run_refill_spares("pool(limit(vmm, max=2MiB))");
   CHECK(bounded.served >= 17);
-  printf("pool(limit(vmm, max=2MiB)) with fronts: %d requests of 100 KiB served\n",
-         bounded.served);
+  printf("pool(limit(vmm, max=2MiB)) with fronts: %d requests of 100 KiB served\n", bounded.served);
   CHECK(bounded.flushes >= 1);
   printf("pool(vmm) with fronts: a refill keeps its own front's blocks while the pool may grow, "
          "and takes them back before failing\n");
