@@ -31,7 +31,9 @@ bool gpumem__block_slab_grow(gpumem__block_slab *slab) {
     slab->pages = pages;
     slab->page_capacity = capacity;
   }
-  gpumem__block *page = malloc(SLAB_PAGE_BLOCKS * sizeof *page);
+  /* On a line of its own: a block that straddled two would share them with its neighbours,
+   * which other threads' fronts may be using. */
+  gpumem__block *page = aligned_alloc(64, SLAB_PAGE_BLOCKS * sizeof *page);
   if (!page)
     return false;
   slab->pages[slab->page_count++] = page;

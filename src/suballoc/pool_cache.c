@@ -36,7 +36,7 @@ gpumem__block *gpumem__pool_uncache_larger(pool_resource *pool, free_set *set, s
 
 void gpumem__pool_flush_caches(pool_resource *pool) {
   /* The threads' fronts too: their blocks are free memory kept whole as well. */
-  gpumem__pool_flush_fronts(pool, NULL, NULL, false);
+  gpumem__pool_flush_fronts(pool);
   for (size_t i = 1; i < pool->set_count; i++)
     gpumem__pool_flush_cache(pool, pool->sets[i]);
 }

@@ -18,11 +18,14 @@
  * their stream's set, when its thread turns to another stream, and whenever the pool would
  * fold, trim or answer a free-memory query. So memory one thread's front holds never makes
  * the pool grow or fail for another: before growing, the pool takes the smallest larger
- * block from the fronts of the request's stream, and when they have none, drains them and
- * looks again (blocks of another stream then need that stream's seal, or the fold before a
- * failure, as any free block of that stream does). A front never records an event: the
- * blocks it gives back are sealed by a later call on their own stream (a drain that runs
- * in a call on the front's stream seals at once when a seal is due).
+ * block from the fronts of the request's stream, and when they have none, drains them one
+ * at a time, the fullest first, until the request fits (blocks of another stream then need
+ * that stream's seal, or the fold before a failure, as any free block of that stream does).
+ * A front's refill spares its own thread's front there (it may hold up to HOLD_BYTES while
+ * the pool grows: draining it would only make its thread take it back, a class at a time,
+ * under the pool's lock), but the fold before a failure drains it too. A front never
+ * records an event: the blocks it gives back are sealed by a later call on their own stream
+ * (a drain that runs in a call on the front's stream seals at once when a seal is due).
  *
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free;
  * so sixteen threads' fronts hold at most 16 * 8.8 MiB more than the pool alone would keep
@@ -330,25 +333,45 @@ void gpumem__pool_free_fronts(pool_resource *pool) {
   free(fronts);
 }
 
-bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling,
-                               bool spare_callers) {
+void gpumem__pool_flush_fronts(pool_resource *pool) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
   if (!fronts)
-    return false;
-  bool any = false;
-  int spared = spare_callers ? gpumem__thread_slot(&fronts->slots) : -1;
+    return;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
-    if (!gpumem__thread_slot_used(&fronts->slots, i) || i == spared)
+    if (!gpumem__thread_slot_used(&fronts->slots, i))
       continue;
     pool_front *f = &fronts->fronts[i];
     spin_lock(&f->lock);
-    if (!only || f->set == only)
-      any |= flush_front(pool, f);
+    flush_front(pool, f);
     spin_unlock(&f->lock);
   }
-  if (any && calling)
-    seal_if_due(pool, calling);
-  return any;
+}
+
+bool gpumem__pool_flush_fullest_front(pool_resource *pool, free_set *set, bool spare_callers) {
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  if (!fronts)
+    return false;
+  int spared = spare_callers ? gpumem__thread_slot(&fronts->slots) : -1;
+  pool_front *fullest = NULL;
+  size_t most = 0;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    pool_front *f = &fronts->fronts[i];
+    if (!gpumem__thread_slot_used(&fronts->slots, i) || i == spared || f->set != set)
+      continue; /* f->set is stable: it changes under the pool's lock */
+    spin_lock(&f->lock);
+    if (f->bytes > most) {
+      most = f->bytes;
+      fullest = f;
+    }
+    spin_unlock(&f->lock);
+  }
+  if (!fullest)
+    return false;
+  spin_lock(&fullest->lock);
+  bool flushed = flush_front(pool, fullest);
+  spin_unlock(&fullest->lock);
+  seal_if_due(pool, set);
+  return flushed;
 }
 
 bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size) {

@@ -456,13 +456,15 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
 /* The size a front's live block at `ptr` was requested with; 0 when no front handed it out.
  * Looks in every front's maps: for the message of a free with a size no front serves. */
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr);
-/* Gives the blocks of every front (only = NULL), or of the fronts bound to `only`, back to
- * their sets, open; seals `calling` afterwards when a seal is due (the set of the call in
- * progress, whose stream is alive; may be NULL). With `spare_callers`, the calling thread's
- * own front keeps its blocks. Returns whether any of those fronts held blocks. Called with
- * the pool's lock held and no front's. */
-bool gpumem__pool_flush_fronts(pool_resource *pool, const free_set *only, free_set *calling,
-                               bool spare_callers);
+/* Gives the blocks of every front back to their sets, open. Called with the pool's lock
+ * held and no front's. */
+void gpumem__pool_flush_fronts(pool_resource *pool);
+/* Gives the blocks of the front bound to `set` that holds the most (not the calling
+ * thread's with `spare_callers`) back to `set`, open, and seals `set` when a seal is due (a
+ * call on its stream is in progress); whether there was one. The pool takes fronts back one
+ * at a time, until what it needs fits, so that a miss empties one front, not every one.
+ * Called with the pool's lock held and no front's. */
+bool gpumem__pool_flush_fullest_front(pool_resource *pool, free_set *set, bool spare_callers);
 /* Before the pool grows for `size` bytes on `set`: the smallest block of the fronts bound
  * to `set` of a class above that of `size` (so larger) back in `set`, open; whether there
  * was one. A refill that misses thus takes one block from a front rather than the whole of

@@ -414,16 +414,37 @@ static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int
   }
 }
 
-/* --stats: the allocator's peak reserved bytes, and for a pool with thread fronts, how many
- * of the fronts' operations (warm-up passes included) took the pool's lock, and how many
- * locks they took on lines that other threads write too. */
-static void print_thread_stats(bench_allocator *alloc, const char *mode, int count) {
+/* A thread's own timed passes, medians over the repetitions: the fastest thread's and the
+ * slowest's, in ms (the run's figure spans from the first start to the last end, so a gap
+ * between them says that threads waited for each other or started apart). */
+static void thread_pass_spread(const thread_run *runs, int count, int repeat, double *fastest_ms,
+                               double *slowest_ms) {
+  *fastest_ms = 1e300;
+  *slowest_ms = 0;
+  for (int i = 0; i < count; i++) {
+    uint64_t own[BENCH_MAX_REPEAT];
+    for (int r = 0; r < repeat; r++)
+      own[r] = runs[i].end_ns[r] - runs[i].start_ns[r];
+    double ms = bench_pass_times_of(own, repeat).median_ns / 1e6;
+    *fastest_ms = ms < *fastest_ms ? ms : *fastest_ms;
+    *slowest_ms = ms > *slowest_ms ? ms : *slowest_ms;
+  }
+}
+
+/* --stats: the allocator's peak reserved bytes and the spread of the threads' own pass
+ * times, and for a pool with thread fronts, how many of the fronts' operations (warm-up
+ * passes included) took the pool's lock, how long they waited for it and held it, and how
+ * many locks they took on lines that other threads write too. */
+static void print_thread_stats(bench_allocator *alloc, const char *mode, const thread_run *runs,
+                               int count, int repeat) {
   uint64_t peak = 0;
   if (!alloc->peak_reserved || alloc->peak_reserved(alloc, &peak) != GPUMEM_OK)
     peak = 0;
+  double fastest_ms, slowest_ms;
+  thread_pass_spread(runs, count, repeat, &fastest_ms, &slowest_ms);
   printf("{\"bench\":\"threads_stats\",\"resource\":\"%s\",\"mode\":\"%s\",\"threads\":%d,"
-         "\"peak_reserved_bytes\":%llu",
-         alloc->label, mode, count, (unsigned long long)peak);
+         "\"peak_reserved_bytes\":%llu,\"thread_pass_ms\":[%.2f,%.2f]",
+         alloc->label, mode, count, (unsigned long long)peak, fastest_ms, slowest_ms);
   gpumem__pool_front_stats s;
   if (alloc->resource && gpumem__pool_front_stats_of(alloc->resource, &s))
     printf(",\"front_ops\":%llu,\"pool_locks\":%llu,\"pool_lock_share\":%.5f,"
@@ -452,7 +473,7 @@ static void run_thread_count(const bench_context *ctx, int count, thread_mode mo
     double slowest_clock_ghz[BENCH_MAX_REPEAT];
     run_threads(runs, count, alloc, ctx->repeat, elapsed, slowest_clock_ghz);
     if (ctx->stats)
-      print_thread_stats(alloc, thread_mode_names[mode], count);
+      print_thread_stats(alloc, thread_mode_names[mode], runs, count, ctx->repeat);
     bench_close_or_die(alloc);
     bench_pass_times times = bench_pass_times_of(elapsed, ctx->repeat);
     double ops = (double)count * (double)thread_workload.steps;
