@@ -780,6 +780,84 @@ static void test_front_refill_spares_its_own(void) {
          "and takes them back before failing\n");
 }
 
+/* A stream that thread fronts serve keeps a working reserve of sealed free memory from the
+ * other streams' steals before the pool grows; what it holds beyond that, they may take. A
+ * thread on stream A, its front bound to A by two small blocks it keeps, frees `blocks`
+ * blocks of 1 MiB there and cycles one more until a free seals them all (simulated device:
+ * the event's record is counted); then this thread asks for blocks of 1 MiB on stream B. */
+enum { reserve_block = 1 << 20, reserve_most = 24 };
+static gpumem_stream reserve_stream;
+static int reserve_blocks;
+static void *reserve_small[4]; /* two a phase */
+static int reserve_phase;
+
+static void *free_on_reserve_stream(void *arg) {
+  (void)arg;
+  void *held[reserve_most];
+  for (int i = 0; i < reserve_blocks; i++)
+    CHECK_OK(gpumem_allocate(front_pool, reserve_block, reserve_stream, &held[i]));
+  /* After them (growth for a large block empties the stream's fronts): the second small
+   * block comes through the front, which binds it to A. */
+  for (int i = 2 * reserve_phase; i < 2 * reserve_phase + 2; i++)
+    CHECK_OK(gpumem_allocate(front_pool, 256, reserve_stream, &reserve_small[i]));
+  uint64_t records = gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD);
+  for (int i = 0; i < reserve_blocks; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, held[i], reserve_block, reserve_stream));
+  for (int cycles = 0; cycles < 32; cycles++) {
+    CHECK_OK(gpumem_allocate(front_pool, reserve_block, reserve_stream, &held[0]));
+    records = gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD);
+    CHECK_OK(gpumem_deallocate(front_pool, held[0], reserve_block, reserve_stream));
+    if (gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD) != records)
+      return NULL; /* this free sealed A's free memory, all of it */
+  }
+  CHECK(!"a free on the reserve stream sealed it");
+  return NULL;
+}
+
+/* Whether blocks of 1 MiB on `stream`, past what its set holds, made the pool grow (rather
+ * than take A's) after a thread freed `blocks` on the reserve stream. */
+static bool grows_beside(gpumem_stream stream, int blocks) {
+  reserve_blocks = blocks;
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, free_on_reserve_stream, NULL), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  uint64_t reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
+  void *ptr[reserve_most];
+  int count = 0;
+  /* B's own blocks, until the pool grows or B takes A's (after a wait for A's event). */
+  uint64_t waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
+  do
+    CHECK_OK(gpumem_allocate(front_pool, reserve_block, stream, &ptr[count++]));
+  while (count < reserve_most && check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES) == reserved &&
+         gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT) == waits);
+  bool grew = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES) != reserved;
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, ptr[i], reserve_block, stream));
+  return grew;
+}
+
+static void test_front_working_reserve(void) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  gpumem_stream stream;
+  CHECK_OK(gpumem_stream_create(0, &stream));
+  CHECK_OK(gpumem_stream_create(0, &reserve_stream));
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, 256, stream, &ptr)); /* biased to this thread */
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, stream));
+  reserve_phase = 0;
+  CHECK(grows_beside(stream, 3)); /* 3 MiB sealed on A: its thread's reserve */
+  reserve_phase = 1;
+  CHECK(!grows_beside(stream, 20)); /* 20 MiB: the surplus goes to B */
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, reserve_small[i], 256, reserve_stream));
+  CHECK_OK(gpumem_stream_synchronize(stream));
+  CHECK_OK(gpumem_stream_destroy(stream));
+  CHECK_OK(gpumem_stream_destroy(reserve_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  printf("pool(vmm) with fronts: a front's stream keeps its working reserve from steals, not "
+         "its surplus\n");
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
@@ -1013,6 +1091,8 @@ int main(void) {
   test_front_gives_back("pool(limit(vmm, max=2MiB))", true);
   test_front_gives_back("pool(limit(vmm, max=2MiB))", false);
   test_front_refill_spares_its_own();
+  if (check_on_sim()) /* it counts the device's calls */
+    test_front_working_reserve();
   test_front_queries_and_trim();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);

@@ -121,20 +121,21 @@ static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t se
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT && !*out; r++)
     *out = find_in_set(set, r, search);
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT && !*out && status == GPUMEM_OK; r++)
-    status = gpumem__pool_steal(pool, set, r, search, out);
+    status = gpumem__pool_steal(pool, set, r, search, false, out);
   return status;
 }
 
 /* Finds or makes a free block for the request: in the request's region, the stream's own
- * blocks, then other streams' sealed blocks, then growth; when growth fails, any region,
- * and last a wait for the whole device. */
+ * blocks, then other streams' sealed blocks (but the working reserves of streams that
+ * thread fronts serve), then growth; when growth fails, any region and any set's sealed
+ * blocks, and last a wait for the whole device. */
 static gpumem_status find_block(pool_resource *pool, free_set *set, size_t search,
                                 gpumem__block **out, const char **why) {
   size_t ri = region_for(pool, search);
   gpumem__block *block = find_in_set(set, ri, search);
   gpumem_status status = GPUMEM_OK;
   if (!block)
-    status = gpumem__pool_steal(pool, set, ri, search, &block);
+    status = gpumem__pool_steal(pool, set, ri, search, true, &block);
   /* Cached blocks are under the cache's limit: they may make room in the small region (or a
    * pool without regions), never in the large one. One of a larger class is enough; only
    * when there is none does the whole cache merge, which may join smaller ones into room. */
@@ -162,7 +163,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     block = find_in_set(set, ri, search);
   }
   if (flushed && !block)
-    status = gpumem__pool_steal(pool, set, ri, search, &block);
+    status = gpumem__pool_steal(pool, set, ri, search, true, &block);
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {

@@ -41,6 +41,7 @@ typedef struct gpumem__pool_front_stats {
   uint64_t shared_locks; /* locks taken on lines other threads write (not the own front's) */
   uint64_t refills;      /* batches the fronts took from the pool */
   uint64_t give_backs;   /* batches they gave back as their lists grew long */
+  uint64_t grows;        /* refills that made the pool grow */
   uint64_t flushes;      /* fronts holding blocks that the pool emptied (growth, queries) */
   uint64_t lock_wait_ns; /* the fronts' threads waited for the pool's lock (refills, ...) */
   uint64_t lock_hold_ns; /* and held it */

@@ -511,8 +511,10 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   spin_unlock(&f->lock);
   /* The peak of live bytes only from the pool's growth (and queries): a sum over every
    * front at each refill would read lines that all threads write. */
-  if (gpumem__counters_reserved(&pool->stats) != reserved)
+  if (gpumem__counters_reserved(&pool->stats) != reserved) {
+    bump(&f->grows);
     raise_peak(pool, fronts);
+  }
   release_pool(pool, f, taken);
   return filed;
 }
@@ -744,6 +746,7 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
     out->shared_locks += atomic_load_explicit(&f->shared_locks, memory_order_relaxed);
     out->refills += atomic_load_explicit(&f->refills, memory_order_relaxed);
     out->give_backs += atomic_load_explicit(&f->give_backs, memory_order_relaxed);
+    out->grows += atomic_load_explicit(&f->grows, memory_order_relaxed);
     out->lock_wait_ns += atomic_load_explicit(&f->lock_wait_ns, memory_order_relaxed);
     out->lock_hold_ns += atomic_load_explicit(&f->lock_hold_ns, memory_order_relaxed);
   }

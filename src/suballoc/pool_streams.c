@@ -130,13 +130,15 @@ static size_t open_blocks(const free_set *set) {
 }
 
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
-                                 gpumem__block **out) {
+                                 bool spare_working, gpumem__block **out) {
   GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
                  "a steal runs under the pool's lock");
   *out = NULL;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
     if (from == to || from->sealed[r].total_bytes < size ||
+        (spare_working && from->fronts > 0 &&
+         from->sealed[r].total_bytes < GPUMEM__POOL_WORKING_RESERVE) ||
         !gpumem__free_index_find(&from->sealed[r], size))
       continue;
     if (!is_fresh(pool, from)) {
