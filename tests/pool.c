@@ -27,6 +27,7 @@
 #include "check.h"
 #include "gpumem/sim.h"
 #include "suballoc/pool.h"
+#include "suballoc/pool_internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -858,6 +859,53 @@ static void test_front_working_reserve(void) {
          "its surplus\n");
 }
 
+/* Before the pool grows for a front's refill, the other fronts of its stream keep a reserve
+ * (GPUMEM__POOL_FRONT_RESERVE, 4 MiB) and give the rest, the fullest first. A thread fills
+ * its front with blocks of 8 to 64 KiB on the stream; then this thread asks for blocks of
+ * 200 KiB there (a class above all of them) until the pool grows. */
+enum { reserve_sizes = 12, reserve_each = 24 };
+static void *fill_front_many_classes(void *arg) {
+  (void)arg;
+  static void *held[reserve_sizes][reserve_each];
+  for (int k = 0; k < reserve_sizes; k++)
+    for (int i = 0; i < reserve_each; i++)
+      CHECK_OK(gpumem_allocate(front_pool, (size_t)(8 + 5 * k) << 10, front_stream, &held[k][i]));
+  for (int k = 0; k < reserve_sizes; k++)
+    for (int i = 0; i < reserve_each; i++)
+      CHECK_OK(gpumem_deallocate(front_pool, held[k][i], (size_t)(8 + 5 * k) << 10, front_stream));
+  return NULL;
+}
+
+static void test_front_keeps_reserve(void) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  void *ptr[64];
+  CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr[0])); /* biased to this thread */
+  CHECK_OK(gpumem_deallocate(front_pool, ptr[0], 256, front_stream));
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, fill_front_many_classes, NULL), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  gpumem__pool_front_stats before, after;
+  CHECK(gpumem__pool_front_stats_of(front_pool, &before));
+  uint64_t reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
+  int count = 0;
+  do
+    CHECK_OK(gpumem_allocate(front_pool, 200 << 10, front_stream, &ptr[count++]));
+  while (count < 64 && check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES) == reserved);
+  CHECK(gpumem__pool_front_stats_of(front_pool, &after));
+  CHECK(before.held_bytes > GPUMEM__POOL_FRONT_RESERVE);
+  CHECK(after.trims > before.trims); /* the thread's front gave what it held past its reserve */
+  CHECK_U64_EQ(after.flushes, before.flushes); /* and kept that */
+  CHECK(after.held_bytes >= GPUMEM__POOL_FRONT_RESERVE / 2);
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, ptr[i], 200 << 10, front_stream));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  printf("pool(vmm) with fronts: before growing, another thread's front gives all but its "
+         "reserve (%.2f of %.2f MiB kept)\n",
+         (double)after.held_bytes / (1 << 20), (double)before.held_bytes / (1 << 20));
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
@@ -1091,6 +1139,7 @@ int main(void) {
   test_front_gives_back("pool(limit(vmm, max=2MiB))", true);
   test_front_gives_back("pool(limit(vmm, max=2MiB))", false);
   test_front_refill_spares_its_own();
+  test_front_keeps_reserve();
   if (check_on_sim()) /* it counts the device's calls */
     test_front_working_reserve();
   test_front_queries_and_trim();

@@ -148,21 +148,20 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   /* Threads' fronts on this stream may hold what fits: it goes back before the pool grows
    * (other streams' fronts hold blocks this stream could only take after a wait for the
    * device: the fold below, before a failure, takes them back); one larger block first, and
-   * only when there is none, whole fronts, the fullest first, until it fits. For a size that
-   * fronts serve, the calling thread's
-   * own front keeps its smaller blocks: the caller is then a front's refill, whose thread
-   * would refill each of those classes at once, under this lock, to take back what it just
-   * gave (on the threads workload, own streams, nine times the pool's locks, and more
-   * memory, not less); what a front holds is bounded (pool_front.c). */
+   * only when there is none, from the fullest front on, until it fits. For a size that
+   * fronts serve, the caller is a front's refill: its own front keeps what it holds, and
+   * the others a reserve each (gpumem__pool_drain_fullest_front), since a thread whose
+   * front is emptied refills each of its classes at once, under this lock, to take back
+   * what it just gave (on the threads workload, 16 threads on their own streams took nine
+   * times the pool's locks, on one stream ten times, for less than half the memory). */
   if (status == GPUMEM_OK && !block && gpumem__pool_front_give_larger(pool, set, search))
     block = find_in_set(set, ri, search);
-  bool flushed = false;
-  while (status == GPUMEM_OK && !block &&
-         gpumem__pool_flush_fullest_front(pool, set, search <= GPUMEM__POOL_FRONT_TOP)) {
-    flushed = true;
+  bool drained = false;
+  while (status == GPUMEM_OK && !block && gpumem__pool_drain_fullest_front(pool, set, search)) {
+    drained = true;
     block = find_in_set(set, ri, search);
   }
-  if (flushed && !block)
+  if (drained && !block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);

@@ -43,6 +43,8 @@ typedef struct gpumem__pool_front_stats {
   uint64_t give_backs;   /* batches they gave back as their lists grew long */
   uint64_t grows;        /* refills that made the pool grow */
   uint64_t flushes;      /* fronts holding blocks that the pool emptied (growth, queries) */
+  uint64_t trims;        /* fronts the pool took down to their reserve before growing */
+  uint64_t held_bytes;   /* free in the fronts now */
   uint64_t lock_wait_ns; /* the fronts' threads waited for the pool's lock (refills, ...) */
   uint64_t lock_hold_ns; /* and held it */
 } gpumem__pool_front_stats;

@@ -17,15 +17,17 @@
  * batches, half of every list when it holds over HOLD_BYTES, and all its blocks, open in
  * their stream's set, when its thread turns to another stream, and whenever the pool would
  * fold, trim or answer a free-memory query. So memory one thread's front holds never makes
- * the pool grow or fail for another: before growing, the pool takes the smallest larger
- * block from the fronts of the request's stream, and when they have none, drains them one
- * at a time, the fullest first, until the request fits (blocks of another stream then need
- * that stream's seal, or the fold before a failure, as any free block of that stream does).
- * A front's refill spares its own thread's front there (it may hold up to HOLD_BYTES while
- * the pool grows: draining it would only make its thread take it back, a class at a time,
- * under the pool's lock), but the fold before a failure drains it too. A front never
- * records an event: the blocks it gives back are sealed by a later call on their own stream
- * (a drain that runs in a call on the front's stream seals at once when a seal is due).
+ * the pool fail for another, and what it keeps while the pool grows is bounded: before
+ * growing, the pool takes the smallest larger block from the fronts of the request's
+ * stream, and when they have none, drains them one at a time, the fullest first, until the
+ * request fits (blocks of another stream then need that stream's seal, or the fold before
+ * a failure, as any free block of that stream does). For a front's refill, the drain leaves
+ * the refilling thread's own front whole (up to HOLD_BYTES) and each other front
+ * GPUMEM__POOL_FRONT_RESERVE: a drained front's thread takes its blocks back a class at a
+ * time, under the pool's lock, so that fronts drained to nothing kept 16 threads on one
+ * stream at a tenth of the speed. The fold before a failure drains everything. A front
+ * never records an event: the blocks it gives back are sealed by a later call on their own
+ * stream (a drain that runs in a call on the front's stream seals at once when due).
  *
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free;
  * so sixteen threads' fronts hold at most 16 * 8.8 MiB more than the pool alone would keep
@@ -282,6 +284,14 @@ static void bind(pool_front *f, free_set *set) {
   set->fronts++;
 }
 
+/* Gives `n` blocks of class `c` back to `set`, open. */
+static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t c, size_t n) {
+  for (; n > 0 && f->lengths[c] > 0; n--) {
+    release_block(pool, set, front_pop(f, c), GPUMEM__BLOCK_OPEN);
+    set->open_frees++;
+  }
+}
+
 /* Gives the front's blocks back to its set, open; under the pool's lock and the front's.
  * Returns whether it held any. */
 static bool flush_front(pool_resource *pool, pool_front *f) {
@@ -347,13 +357,15 @@ void gpumem__pool_flush_fronts(pool_resource *pool) {
   }
 }
 
-bool gpumem__pool_flush_fullest_front(pool_resource *pool, free_set *set, bool spare_callers) {
+bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t size) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
   if (!fronts)
     return false;
-  int spared = spare_callers ? gpumem__thread_slot(&fronts->slots) : -1;
+  bool front_sized = size <= GPUMEM__POOL_FRONT_TOP;
+  int spared = front_sized ? gpumem__thread_slot(&fronts->slots) : -1;
+  size_t keep = front_sized ? GPUMEM__POOL_FRONT_RESERVE : 0;
   pool_front *fullest = NULL;
-  size_t most = 0;
+  size_t most = keep;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     pool_front *f = &fronts->fronts[i];
     if (!gpumem__thread_slot_used(&fronts->slots, i) || i == spared || f->set != set)
@@ -368,10 +380,19 @@ bool gpumem__pool_flush_fullest_front(pool_resource *pool, free_set *set, bool s
   if (!fullest)
     return false;
   spin_lock(&fullest->lock);
-  bool flushed = flush_front(pool, fullest);
+  if (keep == 0) {
+    flush_front(pool, fullest);
+  } else {
+    /* Half of every list, the largest classes first, until it holds its reserve: it keeps
+     * some of each class it uses, so its thread does not refill them all at once. */
+    while (fullest->bytes > keep)
+      for (size_t c = GPUMEM__POOL_FRONT_CLASSES; c-- > 0 && fullest->bytes > keep;)
+        give_back(pool, set, fullest, c, (fullest->lengths[c] + 1u) / 2);
+    bump(&fronts->trims);
+  }
   spin_unlock(&fullest->lock);
   seal_if_due(pool, set);
-  return flushed;
+  return true;
 }
 
 bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size) {
@@ -612,14 +633,6 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
   return handled || block || *status != GPUMEM_OK; /* else freed meanwhile */
 }
 
-/* Gives `n` blocks of class `c` back to `set`, open. */
-static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t c, size_t n) {
-  for (; n > 0 && f->lengths[c] > 0; n--) {
-    release_block(pool, set, front_pop(f, c), GPUMEM__BLOCK_OPEN);
-    set->open_frees++;
-  }
-}
-
 /* A list of the front grew past two batches: one batch goes back to the front's set, in
  * this call on its stream (which may seal it); and when the front holds over HOLD_BYTES,
  * half of every list, the largest classes first, until it holds half of that. */
@@ -739,6 +752,7 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
   if (!fronts)
     return false;
   out->flushes = atomic_load_explicit(&fronts->flushes, memory_order_relaxed);
+  out->trims = atomic_load_explicit(&fronts->trims, memory_order_relaxed);
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     const pool_front *f = &fronts->fronts[i];
     out->ops += atomic_load_explicit(&f->ops, memory_order_relaxed);
@@ -746,6 +760,12 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
     out->shared_locks += atomic_load_explicit(&f->shared_locks, memory_order_relaxed);
     out->refills += atomic_load_explicit(&f->refills, memory_order_relaxed);
     out->give_backs += atomic_load_explicit(&f->give_backs, memory_order_relaxed);
+    if (gpumem__thread_slot_used(&fronts->slots, i)) {
+      pool_front *locked = (pool_front *)f; /* its lock guards the bytes it holds */
+      spin_lock(&locked->lock);
+      out->held_bytes += f->bytes;
+      spin_unlock(&locked->lock);
+    }
     out->grows += atomic_load_explicit(&f->grows, memory_order_relaxed);
     out->lock_wait_ns += atomic_load_explicit(&f->lock_wait_ns, memory_order_relaxed);
     out->lock_hold_ns += atomic_load_explicit(&f->lock_hold_ns, memory_order_relaxed);
