@@ -30,10 +30,11 @@
  * stream (a drain that runs in a call on the front's stream seals at once when due).
  *
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free;
- * so sixteen threads' fronts hold at most 16 * 8.8 MiB more than the pool alone would keep
- * (measured on the threads workload: +67 MiB of peak reserved with 16 threads on their own
- * streams, +6 MiB on one stream, less than before with a producer). Host memory: a front
- * that allocates keeps 8 live maps of 16 KiB at first (they grow with its live blocks).
+ * so sixteen threads' fronts hold at most 16 * 8.8 MiB. Measured on the threads workload,
+ * 16 threads on the GPU host, peak reserved: 150 MiB on their own streams, 112 MiB on one
+ * stream (60 MiB where fronts kept nothing, ten times slower), 172 MiB with a producer;
+ * arena(vmm) in the same run 108, 112 and 172 MiB. Host memory: a front that allocates
+ * keeps 8 live maps of 16 KiB at first (they grow with its live blocks).
  *
  * Blocks a front hands out are filed by address in that front's own live maps
  * (GPUMEM__POOL_LIVE_SHARDS of them, each under a lock of its own), so that a thread that

@@ -84,9 +84,9 @@ typedef struct chunk {
 #define GPUMEM__POOL_FRONT_LIMIT ((size_t)256 << 10)
 /* What a thread's front keeps when the pool, about to grow for another thread's request
  * of a size fronts serve, takes back what the fronts of its stream hold: 16 threads on one
- * stream then ran at 150 to 170 million operations a second on the GPU host, with 117 to
- * 122 MiB reserved at their peak, where fronts that gave everything ran at 14 to 15 with
- * 63 to 65 MiB (2 MiB: 48, 99 MiB). Before a failure, fronts give everything. */
+ * stream then ran at 150 to 170 million operations a second on the GPU host, with 112 to
+ * 116 MiB reserved at their peak, where fronts that gave everything ran at 14 to 15 with
+ * 60 to 62 MiB (2 MiB: 48, 94 MiB). Before a failure, fronts give everything. */
 #define GPUMEM__POOL_FRONT_RESERVE ((size_t)4 << 20)
 /* Sealed free memory of a region that a stream served by thread fronts keeps from other
  * streams' steals before the pool grows (not from the fold before a failure): its thread's
