@@ -30,9 +30,11 @@
 #include "suballoc/pool_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static size_t rounded(size_t bytes) {
   return (bytes + 255) & ~(size_t)255;
@@ -694,6 +696,7 @@ static void *fill_front(void *arg) {
  * for the whole granule on `stream`. */
 static void test_front_gives_back(const char *spec, bool same_stream) {
   CHECK_OK(gpumem_resource_from_spec(spec, &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
   CHECK_OK(gpumem_stream_create(0, &front_stream));
   void *ptr;
   CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr)); /* biased to this thread */
@@ -753,6 +756,7 @@ static void *refill_spares_own_front(void *arg) {
 
 static spared_run run_refill_spares(const char *spec) {
   CHECK_OK(gpumem_resource_from_spec(spec, &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
   CHECK_OK(gpumem_stream_create(0, &front_stream));
   void *ptr;
   CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr)); /* biased to this thread */
@@ -839,6 +843,7 @@ static bool grows_beside(gpumem_stream stream, int blocks) {
 
 static void test_front_working_reserve(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
   gpumem_stream stream;
   CHECK_OK(gpumem_stream_create(0, &stream));
   CHECK_OK(gpumem_stream_create(0, &reserve_stream));
@@ -878,6 +883,7 @@ static void *fill_front_many_classes(void *arg) {
 
 static void test_front_keeps_reserve(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
   CHECK_OK(gpumem_stream_create(0, &front_stream));
   void *ptr[64];
   CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr[0])); /* biased to this thread */
@@ -906,9 +912,70 @@ static void test_front_keeps_reserve(void) {
          (double)after.held_bytes / (1 << 20), (double)before.held_bytes / (1 << 20));
 }
 
+/* Fronts come when threads meet at the pool's lock, not when they take turns: two threads
+ * that alternate (each waits for its turn, never for the lock) leave the pool without
+ * fronts; four that run at once give it fronts. */
+enum { turn_rounds = 2000, meet_threads = 4 };
+static gpumem_resource *turn_pool;
+static atomic_int turn;
+static atomic_int meeting_done;
+
+static void small_round(gpumem_stream stream) {
+  void *held[8];
+  for (int i = 0; i < 8; i++)
+    CHECK_OK(gpumem_allocate(turn_pool, 512 + 256 * (size_t)i, stream, &held[i]));
+  for (int i = 0; i < 8; i++)
+    CHECK_OK(gpumem_deallocate(turn_pool, held[i], 512 + 256 * (size_t)i, stream));
+}
+
+static void *take_turns(void *arg) {
+  int me = (int)(intptr_t)arg;
+  for (int round = 0; round < turn_rounds; round++) {
+    while (atomic_load(&turn) != me)
+      sched_yield();
+    small_round(NULL);
+    atomic_store(&turn, 1 - me);
+  }
+  return NULL;
+}
+
+static void *meet(void *arg) {
+  (void)arg;
+  gpumem__pool_front_stats stats;
+  while (!atomic_load(&meeting_done) && !gpumem__pool_front_stats_of(turn_pool, &stats))
+    small_round(NULL);
+  return NULL;
+}
+
+static void test_fronts_when_threads_meet(void) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &turn_pool));
+  pthread_t threads[meet_threads];
+  atomic_store(&turn, 0);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, take_turns, (void *)(intptr_t)i), 0);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  gpumem__pool_front_stats stats;
+  CHECK(!gpumem__pool_front_stats_of(turn_pool, &stats)); /* 64,000 calls in turns */
+  atomic_store(&meeting_done, 0);
+  for (int i = 0; i < meet_threads; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, meet, NULL), 0);
+  for (int waited_ms = 0; !gpumem__pool_front_stats_of(turn_pool, &stats) && waited_ms < 60000;
+       waited_ms++)
+    usleep(1000);
+  atomic_store(&meeting_done, 1);
+  for (int i = 0; i < meet_threads; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  CHECK(gpumem__pool_front_stats_of(turn_pool, &stats));
+  CHECK_U64_EQ(check_query(turn_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(turn_pool));
+  printf("pool(vmm): threads that take turns get no fronts; threads that meet at its lock do\n");
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
   CHECK_OK(gpumem_stream_create(0, &front_stream));
   void *ptr;
   CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr));
@@ -1138,6 +1205,7 @@ int main(void) {
   test_threads("pool(limit(vmm, max=4GiB))");
   test_front_gives_back("pool(limit(vmm, max=2MiB))", true);
   test_front_gives_back("pool(limit(vmm, max=2MiB))", false);
+  test_fronts_when_threads_meet();
   test_front_refill_spares_its_own();
   test_front_keeps_reserve();
   if (check_on_sim()) /* it counts the device's calls */

@@ -283,6 +283,7 @@ static uint64_t shared_locks(void) {
 
 static void test_front_live_maps(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
   CHECK_OK(gpumem_stream_create(0, &front_stream));
   void *ptr;
   CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr)); /* biased to this thread */

@@ -48,6 +48,10 @@ typedef struct gpumem__pool_front_stats {
   uint64_t lock_wait_ns; /* the fronts' threads waited for the pool's lock (refills, ...) */
   uint64_t lock_hold_ns; /* and held it */
 } gpumem__pool_front_stats;
+/* Makes the pool's thread fronts now, as threads meeting at its lock would (for tests of
+ * the fronts; no thread may use the pool meanwhile); false when `mr` is no pool or cannot
+ * have fronts. */
+bool gpumem__pool_make_fronts(gpumem_resource *mr);
 /* False when `mr` is no pool, or one without fronts. */
 bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_stats *out);
 

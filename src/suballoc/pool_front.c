@@ -1,10 +1,11 @@
 /* pool_front.c: the pool's thread fronts, which let a pool that many threads use scale with
  * them. A pool used by one thread never has them: its biased lock (core/biased_lock.h)
  * costs plain loads and stores, and its paths stay exactly as they are. Once a second
- * thread takes the lock, the bias is revoked for good and every call would take the shared
- * lock, which sixteen threads fight over (850 ns an operation on the H100 host, 38 times
- * one thread's cost); from then on requests under GPUMEM__POOL_FRONT_LIMIT go through a
- * front of the calling thread instead.
+ * thread takes the lock, the bias is revoked for good and every call takes the shared lock,
+ * which sixteen threads fight over (850 ns an operation on the H100 host, 38 times one
+ * thread's cost); once threads find it held (pool.c, note_thread: threads that take turns
+ * never do), requests under GPUMEM__POOL_FRONT_LIMIT go through a front of the calling
+ * thread instead.
  *
  * A front (one per thread slot, core/thread_slots.h: no thread-local storage) holds whole
  * blocks by size class (4 to a power of two, GPUMEM__POOL_FRONT_SL_SHIFT), all free on one
@@ -743,6 +744,16 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
   if (handled && owned)
     *owned = true;
   return handled;
+}
+
+bool gpumem__pool_make_fronts(gpumem_resource *mr) {
+  if (!gpumem__is_pool(mr))
+    return false;
+  pool_resource *pool = (pool_resource *)mr;
+  gpumem__biased_lock_take(&pool->lock);
+  gpumem__pool_enable_fronts(pool);
+  gpumem__biased_lock_release(&pool->lock);
+  return atomic_load_explicit(&pool->fronts, memory_order_acquire) != NULL;
 }
 
 bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_stats *out) {

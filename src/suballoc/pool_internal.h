@@ -75,11 +75,15 @@ typedef struct chunk {
 } chunk;
 
 /* ---------------------------------------------------------------------------------------
- * Thread fronts (pool_front.c): once a second thread uses the pool, each thread keeps
+ * Thread fronts (pool_front.c): once threads meet at the pool's lock, each thread keeps
  * whole blocks of small size classes for one stream, and blocks it hands out are found by
  * address in its own live maps, each under a lock of its own.
  * ------------------------------------------------------------------------------------- */
 
+/* Fronts come once threads meet at the pool's lock: in a window of this many shared-lock
+ * takes, at least one in GPUMEM__POOL_FRONT_CONTENDED found it held (pool.c, note_thread). */
+#define GPUMEM__POOL_FRONT_WINDOW 1024u
+#define GPUMEM__POOL_FRONT_CONTENDED 64u
 /* Requests under this go through the fronts. */
 #define GPUMEM__POOL_FRONT_LIMIT ((size_t)256 << 10)
 /* What a thread's front keeps when the pool, about to grow for another thread's request
@@ -175,9 +179,13 @@ typedef struct pool_resource {
   size_t piece_size;
   uintptr_t piece_origin;
   gpumem__memory_counters stats;
-  /* Made, under the lock, once a second thread uses the pool; never freed before it. */
+  /* Made, under the lock, once threads meet at it (pool.c); never freed before the pool. */
   pool_fronts *_Atomic fronts;
   uintptr_t first_thread; /* the token of the first thread that took the shared lock */
+  bool second_thread;     /* another thread took it since */
+  /* Shared-lock takes since a second thread came, in windows of GPUMEM__POOL_FRONT_WINDOW,
+   * and how many of the window's found the lock held (pool.c, note_thread). */
+  unsigned window_takes, window_waits;
 } pool_resource;
 
 /* ---------------------------------------------------------------------------------------
@@ -456,7 +464,7 @@ gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);
  * Thread fronts (pool_front.c)
  * ------------------------------------------------------------------------------------- */
 
-/* Makes the fronts of a pool that a second thread uses; called with the lock held. Host
+/* Makes the fronts of a pool that threads use at once; called with the lock held. Host
  * memory exhausted only leaves the pool without fronts. */
 void gpumem__pool_enable_fronts(pool_resource *pool);
 /* Allocation through the calling thread's front; false when it cannot serve it (the caller
