@@ -14,6 +14,7 @@
  * allocate and free once first, so that a pool's calls go through its thread fronts.
  * Simulated device only. */
 #include "check.h"
+#include "suballoc/pool.h"
 #include "forwarding.h"
 #include "gpumem/sim.h"
 
@@ -52,8 +53,9 @@ typedef struct other_thread {
   gpumem_stream stream;
 } other_thread;
 
-/* Another thread's allocation and free: a pool is then used by two threads. Its steps are
- * checked as the workload's (the workload waits for it). */
+/* Another thread's allocation and free: a pool is then used by two threads, and has its
+ * thread fronts (which threads meeting at its lock would make). Its steps are checked as the
+ * workload's (the workload waits for it). */
 static void *use_from_another_thread(void *arg) {
   other_thread *t = arg;
   void *ptr = NULL;
@@ -71,6 +73,7 @@ static void workload(const char *spec) {
   gpumem_stream stream = NULL;
   STEP(gpumem_stream_create(0, &stream));
   if (threads) {
+    gpumem__pool_make_fronts(mr); /* false for other resources: nothing to make */
     pthread_t thread;
     other_thread other = {mr, stream};
     CHECK_EQ(pthread_create(&thread, NULL, use_from_another_thread, &other), 0);
