@@ -86,6 +86,9 @@ typedef struct replay_team {
 typedef struct replay_member {
   replay_team *team;
   uint16_t index;
+  /* When it left the start barrier and ended its part: the pass runs from the first start
+   * to the last end (the caller's own clock after the barrier could read after the work). */
+  uint64_t start_ns, end_ns;
 } replay_member;
 
 static void wait_for_turn(_Atomic uint32_t *turn, uint32_t op) {
@@ -102,11 +105,12 @@ static void hand_turn(replay_team *team, uint16_t thread, uint32_t op) {
 }
 
 static void *replay_member_run(void *arg) {
-  const replay_member *member = arg;
+  replay_member *member = arg;
   replay_team *team = member->team;
   const bench_trace *trace = team->trace;
   size_t count = trace->seq.count;
   pthread_barrier_wait(&team->start);
+  member->start_ns = bench_now_ns();
   for (size_t i = 0; i < count; i++) {
     if (trace->op_thread[i] != member->index)
       continue;
@@ -119,6 +123,7 @@ static void *replay_member_run(void *arg) {
     if (i + 1 < count && trace->op_thread[i + 1] != member->index)
       hand_turn(team, trace->op_thread[i + 1], (uint32_t)(i + 1));
   }
+  member->end_ns = bench_now_ns();
   pthread_barrier_wait(&team->done);
   return NULL;
 }
@@ -138,18 +143,21 @@ static gpumem_status run_on_threads(replay_team *team, uint64_t *elapsed_ns) {
     atomic_init(&team->turn[t], NO_TURN);
   atomic_store(&team->turn[team->trace->op_thread[0]], 0);
   for (size_t t = 0; t < threads; t++) {
-    members[t] = (replay_member){team, (uint16_t)t};
+    members[t] = (replay_member){.team = team, .index = (uint16_t)t};
     if (pthread_create(&ids[t], NULL, replay_member_run, &members[t]) != 0) {
       fprintf(stderr, "gpumem-bench: cannot start %zu replay threads\n", threads);
       exit(EXIT_FAILURE);
     }
   }
   pthread_barrier_wait(&team->start);
-  uint64_t start = bench_now_ns();
   pthread_barrier_wait(&team->done);
-  *elapsed_ns = bench_now_ns() - start;
-  for (size_t t = 0; t < threads; t++)
+  uint64_t first_start = UINT64_MAX, last_end = 0;
+  for (size_t t = 0; t < threads; t++) {
     pthread_join(ids[t], NULL);
+    first_start = members[t].start_ns < first_start ? members[t].start_ns : first_start;
+    last_end = members[t].end_ns > last_end ? members[t].end_ns : last_end;
+  }
+  *elapsed_ns = last_end - first_start;
   pthread_barrier_destroy(&team->start);
   pthread_barrier_destroy(&team->done);
   free(team->turn);
