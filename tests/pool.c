@@ -775,10 +775,12 @@ static void test_front_refill_spares_its_own(void) {
   spared_run grows = run_refill_spares("pool(vmm)");
   CHECK_EQ(grows.served, front_blocks);
   CHECK_U64_EQ(grows.flushes, 0);
-  /* 2 MiB hold 18 blocks of 111.75 KiB: the fold before the failure gave the 16 KiB blocks
-   * back, where without them fewer would fit. */
+  /* 2 MiB hold 18 blocks of 111.75 KiB; the front keeps about 1 MiB of 16 KiB blocks (two
+   * batches of 25), beside which 9 would fit: the fold before the failure gave them back
+   * (16 or 17 served, as the pieces fall: where locks cannot be biased, under
+   * ThreadSanitizer, this thread's first call has a front too). */
   spared_run bounded = run_refill_spares("pool(limit(vmm, max=2MiB))");
-  CHECK(bounded.served >= 17);
+  CHECK(bounded.served >= 14);
   printf("pool(limit(vmm, max=2MiB)) with fronts: %d requests of 100 KiB served\n", bounded.served);
   CHECK(bounded.flushes >= 1);
   printf("pool(vmm) with fronts: a refill keeps its own front's blocks while the pool may grow, "
