@@ -18,6 +18,10 @@
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
  * - Many threads on one pool, freeing each other's blocks.
+ * - Thread fronts: made when threads meet at the pool's lock, never for threads that take
+ *   turns; they give back before the pool grows for a large request and before it fails; a
+ *   refill keeps its own front whole and the others a reserve; a stream they serve keeps
+ *   a working reserve from other streams' steals.
  * - A pool of device 1 used with the default streams while device 0 is current: they mean
  *   device 1's default stream, so its frees (which record events there) succeed.
  * - More streams than the pool keeps sets for (64): it folds them together (after waiting
@@ -668,10 +672,11 @@ static void test_threads(const char *spec) {
 
 /* ---- thread fronts: exact counters, and memory given back before growth or failure ----
  *
- * Once a second thread uses a pool, each thread keeps blocks of its own (pool_front.c). A
- * pool over a limit of one granule, full of one thread's freed blocks, must still serve a
- * request for the whole granule from another thread, on the same stream or another: the
- * fronts give their blocks back before the pool grows or fails. */
+ * Once threads meet at a pool's lock, each thread keeps blocks of its own (pool_front.c);
+ * these tests make the fronts at once (gpumem__pool_make_fronts). A pool over a limit of
+ * one granule, full of one thread's freed blocks, must still serve a request for the whole
+ * granule from another thread, on the same stream or another: the fronts give their blocks
+ * back before the pool grows (for requests larger than fronts serve) or fails. */
 
 enum { front_blocks = 64, front_block_bytes = 16 << 10 };
 static gpumem_resource *front_pool;
