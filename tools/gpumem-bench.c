@@ -23,8 +23,10 @@
  *                    shares can slow any one of them.
  *   --stats          replay: after each resource's replay, a line with its stats as JSON
  *                    ({"bench":"replay_stats",...,"stats":{...}}; docs/reports.md);
- *                    threads: after each run, a pool's peak reserved bytes and how often
- *                    its threads' fronts took its lock ({"bench":"threads_stats",...}).
+ *                    threads: after each run, peak reserved bytes, each thread's own pass
+ *                    time (fastest, slowest), and for a pool with thread fronts how often
+ *                    and how long its threads took its lock, its refills, growths and
+ *                    trims, and what the fronts hold ({"bench":"threads_stats",...}).
  *
  * random runs each workload (all three by default) single-threaded on one stream: a warm-up
  * pass, then a timed pass over the same precomputed sequence. threads runs each thread
@@ -84,7 +86,10 @@ static const char usage_text[] =
     "                   fastest and slowest beside it\n"
     "  --stats          replay: after each resource's replay, its stats as a JSON line\n"
     "                   (bench replay_stats: the resource's tree with every figure);\n"
-    "                   threads: a pool's peak reserved bytes and lock share (threads_stats)\n"
+    "                   threads: peak reserved bytes, the fastest and slowest thread's\n"
+    "                   pass, and for a pool with thread fronts its lock share, the time\n"
+    "                   its threads waited for its lock and held it, refills, growths,\n"
+    "                   trims and the bytes fronts hold (threads_stats)\n"
     "  -h, --help       print this help\n"
     "\n"
     "Output: one JSON object per line on stdout (bench, resource, device, gpu, and the\n"
