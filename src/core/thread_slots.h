@@ -108,4 +108,10 @@ static inline void gpumem__slot_add(_Atomic int64_t *value, int64_t delta) {
                         memory_order_relaxed);
 }
 
+/* The same for a count that only grows. */
+static inline void gpumem__slot_count(_Atomic uint64_t *value, uint64_t amount) {
+  atomic_store_explicit(value, atomic_load_explicit(value, memory_order_relaxed) + amount,
+                        memory_order_relaxed);
+}
+
 #endif /* GPUMEM_CORE_THREAD_SLOTS_H */

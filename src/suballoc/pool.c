@@ -325,9 +325,14 @@ static void note_thread(pool_resource *pool, bool waited) {
     pool->second_thread = true;
 }
 
-/* Whether the pool's shared lock is held now (a relaxed look, for note_thread's count). */
-static inline bool lock_busy(pool_resource *pool) {
-  return atomic_load_explicit(&pool->lock.locked, memory_order_relaxed) != GPUMEM__UNLOCKED;
+/* Takes the pool's shared lock; until the fronts are made, notes whether this thread found
+ * it held (a relaxed look before taking it) for note_thread. */
+static inline void take_shared(pool_resource *pool, bool fronts_made) {
+  bool waited = !fronts_made &&
+                atomic_load_explicit(&pool->lock.locked, memory_order_relaxed) != GPUMEM__UNLOCKED;
+  gpumem__biased_lock_take_shared(&pool->lock);
+  if (GPUMEM_UNLIKELY(!fronts_made))
+    note_thread(pool, waited);
 }
 
 /* Pools shared between threads (or where locks cannot be biased) take this path always:
@@ -341,10 +346,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t
   if (fronts && alignment == GPUMEM_DEFAULT_ALIGNMENT && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT &&
       gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr, &status))
     return status;
-  bool waited = !fronts && lock_busy(pool);
-  gpumem__biased_lock_take_shared(&pool->lock);
-  if (GPUMEM_UNLIKELY(!fronts))
-    note_thread(pool, waited);
+  take_shared(pool, fronts != NULL);
   return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
@@ -448,10 +450,7 @@ GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void
   gpumem_status status;
   if (fronts && gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned, &status))
     return status;
-  bool waited = !fronts && lock_busy(pool);
-  gpumem__biased_lock_take_shared(&pool->lock);
-  if (GPUMEM_UNLIKELY(!fronts))
-    note_thread(pool, waited);
+  take_shared(pool, fronts != NULL);
   return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
 }
 

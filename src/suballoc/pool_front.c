@@ -135,13 +135,7 @@ void gpumem__pool_spin(atomic_int *lock, bool take) {
 
 /* Counts one of the front's own statistics (plain stores: only its thread writes them). */
 static inline void bump(_Atomic uint64_t *counter) {
-  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
-}
-
-static inline void add_to(_Atomic uint64_t *counter, uint64_t amount) {
-  atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + amount,
-                        memory_order_relaxed);
+  gpumem__slot_count(counter, 1);
 }
 
 static inline uint64_t now_ns(void) {
@@ -159,12 +153,12 @@ static inline uint64_t take_pool(pool_resource *pool, pool_front *f) {
   uint64_t before = now_ns();
   gpumem__biased_lock_take(&pool->lock);
   uint64_t taken = now_ns();
-  add_to(&f->lock_wait_ns, taken - before);
+  gpumem__slot_count(&f->lock_wait_ns, taken - before);
   return taken;
 }
 
 static inline void release_pool(pool_resource *pool, pool_front *f, uint64_t taken) {
-  add_to(&f->lock_hold_ns, now_ns() - taken);
+  gpumem__slot_count(&f->lock_hold_ns, now_ns() - taken);
   gpumem__biased_lock_release(&pool->lock);
 }
 
@@ -300,12 +294,8 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
   free_set *set = f->set;
   if (!set)
     return false;
-  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->bytes > 0; c++) {
-    set->open_frees += f->lengths[c];
-    gpumem__block *block;
-    while ((block = front_pop(f, c)))
-      release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
-  }
+  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->bytes > 0; c++)
+    give_back(pool, set, f, c, f->lengths[c]);
   GPUMEM__ASSERT(&pool->header, f->bytes == 0, "a flushed front is empty");
   set->fronts--;
   f->set = NULL;
@@ -417,14 +407,11 @@ bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t s
   }
   if (!best)
     return false;
-  spin_lock(&best->lock);
-  gpumem__block *block = front_pop(best, best_class); /* only its thread pops, and it waits */
+  spin_lock(&best->lock); /* only its thread pops, and it waits for the pool's lock */
+  bool taken = best->lengths[best_class] > 0;
+  give_back(pool, set, best, best_class, 1);
   spin_unlock(&best->lock);
-  if (!block)
-    return false;
-  release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
-  set->open_frees++;
-  return true;
+  return taken;
 }
 
 /* Live bytes and count, fronts included (sums of relaxed loads: exact at rest). */
@@ -440,11 +427,16 @@ static void live_totals(const pool_resource *pool, pool_fronts *fronts, int64_t 
   }
 }
 
+/* Raises the peak of live bytes to `bytes`, a sum from live_totals. */
+static void raise_peak_to(pool_resource *pool, int64_t bytes) {
+  if (bytes > 0)
+    gpumem__counters_raise_peak(&pool->stats.peak_live_bytes, (uint64_t)bytes);
+}
+
 static void raise_peak(pool_resource *pool, pool_fronts *fronts) {
   int64_t bytes, count;
   live_totals(pool, fronts, &bytes, &count);
-  if (bytes > 0)
-    gpumem__counters_raise_peak(&pool->stats.peak_live_bytes, (uint64_t)bytes);
+  raise_peak_to(pool, bytes);
 }
 
 gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_query what,
@@ -457,7 +449,7 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
   live_totals(pool, fronts, &bytes, &count);
   if (what == GPUMEM_QUERY_PEAK_LIVE_BYTES) {
     /* The counters are atomics: raising the peak from a query is safe. */
-    raise_peak((pool_resource *)pool, fronts);
+    raise_peak_to((pool_resource *)pool, bytes);
     return gpumem__counters_query(&pool->stats, what, out);
   }
   int64_t value = what == GPUMEM_QUERY_LIVE_BYTES ? bytes : count;

@@ -177,7 +177,8 @@ gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) 
       move_index(pool, &set->open[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
       move_index(pool, &set->sealed[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
     }
-    if (set != keep && set->fronts == 0) /* fronts were flushed with the caches */
+    GPUMEM__ASSERT(&pool->header, set->fronts == 0, "fronts were flushed with the caches");
+    if (set != keep)
       drop_set(pool, i);
   }
   return GPUMEM_OK;

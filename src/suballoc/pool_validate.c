@@ -77,14 +77,22 @@ static bool push(walk *w, gpumem__block *block) {
   return true;
 }
 
+/* A block of a live map (`map` names it) in `state`, holding what was requested of it. */
+static bool check_live(walk *w, const gpumem__block *block, gpumem__block_state state,
+                       const char *map) {
+  if (block->state != state)
+    return complain(w, "%s: block at %#lx is %s, not %s", map, (unsigned long)block->addr,
+                    state_name(block->state), state_name(state));
+  if (block->requested == 0 || block->requested > block->size)
+    return complain(w, "%s: block at %#lx of %zu bytes was requested with %zu", map,
+                    (unsigned long)block->addr, block->size, block->requested);
+  return true;
+}
+
 static bool visit_live(gpumem__block *block, void *user) {
   walk *w = user;
-  if (block->state != GPUMEM__BLOCK_ALLOCATED)
-    return complain(w, "live map: block at %#lx is %s, not allocated", (unsigned long)block->addr,
-                    state_name(block->state));
-  if (block->requested == 0 || block->requested > block->size)
-    return complain(w, "live map: block at %#lx of %zu bytes was requested with %zu",
-                    (unsigned long)block->addr, block->size, block->requested);
+  if (!check_live(w, block, GPUMEM__BLOCK_ALLOCATED, "live map"))
+    return false;
   if (w->pool->fixed_block && block->size != w->pool->fixed_block)
     return complain(w, "live map: block at %#lx has %zu bytes, not the fixed block size %zu",
                     (unsigned long)block->addr, block->size, w->pool->fixed_block);
@@ -138,12 +146,8 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
 /* A block a front handed out, in a front live map. */
 static bool visit_front_live(gpumem__block *block, void *user) {
   walk *w = user;
-  if (block->state != GPUMEM__BLOCK_FRONT)
-    return complain(w, "front live map: block at %#lx is %s", (unsigned long)block->addr,
-                    state_name(block->state));
-  if (block->requested == 0 || block->requested > block->size)
-    return complain(w, "front live map: block at %#lx of %zu bytes was requested with %zu",
-                    (unsigned long)block->addr, block->size, block->requested);
+  if (!check_live(w, block, GPUMEM__BLOCK_FRONT, "front live map"))
+    return false;
   w->front_live_bytes += block->requested;
   w->front_live_count++;
   w->where = "front live map";
