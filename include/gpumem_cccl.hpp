@@ -216,20 +216,18 @@ template <typename Resource> struct cccl_upstream {
     gpumem_set_error_message(what);
     return status;
   }
-  static gpumem_status allocate(void *state, std::size_t bytes, std::size_t alignment,
-                                gpumem_stream stream, void **ptr) noexcept {
-    auto *self = static_cast<cccl_upstream *>(state);
+  /* Runs `call`, a call into the CCCL resource, and turns what it throws into a status with
+   * its text: gpumem's own failures (gpumem under CCCL under gpumem) keep their status, a
+   * std::bad_alloc gets `on_bad_alloc`, anything else GPUMEM_ERR_CALLBACK. */
+  template <typename Call>
+  static gpumem_status guarded(Call call, gpumem_status on_bad_alloc) noexcept {
     try {
-#if GPUMEM_CCCL_STREAM_FIRST
-      *ptr = self->res.allocate(cuda::stream_ref{stream}, bytes, alignment);
-#else
-      *ptr = self->res.allocate_async(bytes, alignment, cuda::stream_ref{stream});
-#endif
+      call();
       return GPUMEM_OK;
-    } catch (const failure &f) { /* gpumem under CCCL under gpumem: its own status */
+    } catch (const failure &f) {
       return fail(f.message(), f.status());
     } catch (const std::bad_alloc &e) {
-      return fail(e.what(), GPUMEM_ERR_OUT_OF_MEMORY);
+      return fail(e.what(), on_bad_alloc);
     } catch (const std::exception &e) {
       return fail(e.what(), GPUMEM_ERR_CALLBACK);
     } catch (...) {
@@ -237,24 +235,31 @@ template <typename Resource> struct cccl_upstream {
                   GPUMEM_ERR_CALLBACK);
     }
   }
+  static gpumem_status allocate(void *state, std::size_t bytes, std::size_t alignment,
+                                gpumem_stream stream, void **ptr) noexcept {
+    auto *self = static_cast<cccl_upstream *>(state);
+    return guarded(
+        [&] {
+#if GPUMEM_CCCL_STREAM_FIRST
+          *ptr = self->res.allocate(cuda::stream_ref{stream}, bytes, alignment);
+#else
+          *ptr = self->res.allocate_async(bytes, alignment, cuda::stream_ref{stream});
+#endif
+        },
+        GPUMEM_ERR_OUT_OF_MEMORY);
+  }
   static gpumem_status deallocate(void *state, void *ptr, std::size_t bytes, std::size_t alignment,
                                   gpumem_stream stream) noexcept {
     auto *self = static_cast<cccl_upstream *>(state);
-    try {
+    return guarded(
+        [&] {
 #if GPUMEM_CCCL_STREAM_FIRST
-      self->res.deallocate(cuda::stream_ref{stream}, ptr, bytes, alignment);
+          self->res.deallocate(cuda::stream_ref{stream}, ptr, bytes, alignment);
 #else
-      self->res.deallocate_async(ptr, bytes, alignment, cuda::stream_ref{stream});
+          self->res.deallocate_async(ptr, bytes, alignment, cuda::stream_ref{stream});
 #endif
-      return GPUMEM_OK;
-    } catch (const failure &f) {
-      return fail(f.message(), f.status());
-    } catch (const std::exception &e) {
-      return fail(e.what(), GPUMEM_ERR_CALLBACK);
-    } catch (...) {
-      return fail("a CCCL resource threw something other than a std::exception",
-                  GPUMEM_ERR_CALLBACK);
-    }
+        },
+        GPUMEM_ERR_CALLBACK); /* a free's bad_alloc is no shortage */
   }
   static void destroy(void *state) noexcept {
     delete static_cast<cccl_upstream *>(state);
@@ -272,15 +277,14 @@ template <typename Resource> struct cccl_upstream {
  * live figures are its own. `r` is copied (see the header's opening comment on refs). Throws
  * gpumem::error (no device for GPUMEM_CURRENT_DEVICE, bad options) or std::bad_alloc. */
 template <typename R> resource from_cccl(R r, const cccl_options &opts = {}) {
-  using held = typename std::decay<R>::type;
 #if GPUMEM_CCCL_STREAM_FIRST
-  static_assert(cuda::mr::resource_with<held, cuda::mr::device_accessible>,
+  static_assert(cuda::mr::resource_with<R, cuda::mr::device_accessible>,
                 "gpumem::from_cccl needs a cuda::mr::resource with device_accessible");
 #else
-  static_assert(cuda::mr::async_resource_with<held, cuda::mr::device_accessible>,
+  static_assert(cuda::mr::async_resource_with<R, cuda::mr::device_accessible>,
                 "gpumem::from_cccl needs a cuda::mr::async_resource with device_accessible");
 #endif
-  using upstream = detail::cccl_upstream<held>;
+  using upstream = detail::cccl_upstream<R>;
   std::unique_ptr<upstream> state(new upstream{std::move(r)});
   gpumem_user_resource_ops ops{};
   ops.size = sizeof ops;

@@ -15,6 +15,7 @@
 #include <gpumem_cccl.hpp>
 
 #include "check.h"
+#include "check_throws.hpp"
 
 #include <cuda_runtime_api.h>
 #include <rmm/device_buffer.hpp>
@@ -35,29 +36,12 @@ using gpumem::cccl_resource;
 using gpumem::resource;
 
 static_assert(GPUMEM_CCCL_STREAM_FIRST, "RMM 26 builds on CCCL 3.1 or later");
-static_assert(cuda::mr::resource_with<cccl_resource, cuda::mr::device_accessible>, "");
 static_assert(std::is_constructible<rmm::device_async_resource_ref, cccl_resource &>::value, "");
 static_assert(std::is_same<rmm::device_async_resource_ref, gpumem::cccl_device_resource_ref>::value,
               "gpumem's ref is RMM's");
 static_assert(std::is_constructible<cuda::mr::any_resource<cuda::mr::device_accessible>,
                                     cccl_resource>::value,
               "RMM's owning holders take a copy");
-
-/* The statement throws an E; returns its what(). */
-#define CHECK_THROWS_TEXT(E, statement, text)                                                      \
-  do {                                                                                             \
-    bool check_thrown_ = false;                                                                    \
-    try {                                                                                          \
-      statement;                                                                                   \
-    } catch (const E &check_e_) {                                                                  \
-      check_thrown_ = true;                                                                        \
-      CHECK_CONTAINS(check_e_.what(), text);                                                       \
-    } catch (const std::exception &check_e_) {                                                     \
-      CHECK_FAIL_("%s threw another exception than %s: %s", #statement, #E, check_e_.what());      \
-    }                                                                                              \
-    if (!check_thrown_)                                                                            \
-      CHECK_FAIL_("%s did not throw %s", #statement, #E);                                          \
-  } while (0)
 
 /* Whether the CUDA runtime has a device here (not on the CI machine). */
 static bool runtime_has_device() {
@@ -99,15 +83,17 @@ static void test_ref_and_containers() {
 
   /* A buffer given the resource itself holds a copy: the gpumem resource lives on after the
    * caller's handles are gone, and the buffer frees into it. */
+  resource base = resource::statistics(resource::from_spec("cuda"));
   std::optional<rmm::device_buffer> kept;
   {
-    resource own = resource::statistics(resource::from_spec("cuda"));
+    resource own = resource::statistics(base);
     kept.emplace(2048, stream, cccl_resource{own});
     CHECK_U64_EQ(own.live_bytes(), 2048);
   }
   CHECK_U64_EQ(kept->size(), 2048);
   kept.reset();
   s.synchronize();
+  CHECK_U64_EQ(base.live_bytes(), 0); /* the buffer freed into `own`, and `own` into `base` */
 }
 
 static void test_current_resource() {
@@ -194,14 +180,8 @@ static void test_rmm_under_gpumem() {
     CHECK_U64_EQ(bottom.live_bytes(), 2 << 20);
     void *p = pool.allocate(1 << 20, s);
     CHECK_U64_EQ(rmm_limit.get_allocated_bytes(), 2 << 20); /* from the pool's reserve */
-    bool caught = false;
-    try {
-      (void)pool.allocate(16 << 20, s); /* past RMM's limit: RMM says no, gpumem says why */
-    } catch (const gpumem::out_of_memory &e) {
-      caught = true;
-      CHECK_CONTAINS(e.message(), "rmm-limit");
-    }
-    CHECK(caught);
+    /* Past RMM's limit: RMM says no, gpumem says where (the upstream's name). */
+    CHECK_THROWS_TEXT(gpumem::out_of_memory, (void)pool.allocate(16 << 20, s), "rmm-limit");
     CHECK_U64_EQ(pool.live_bytes(), 1 << 20);
     pool.deallocate(p, 1 << 20, s);
     s.synchronize();
