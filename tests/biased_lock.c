@@ -48,6 +48,7 @@ static void test_bias_and_revocation(void) {
   CHECK_EQ(pthread_create(&other, NULL, lock_once, NULL), 0);
   CHECK_EQ(pthread_join(other, NULL), 0);
   CHECK_EQ(atomic_load(&shared_lock.revoked), 1);
+  CHECK(atomic_load(&shared_lock.owner) == 0); /* so the former owner never writes its flag */
   /* The former owner now takes the shared lock like everyone. */
   gpumem__biased_lock_take(&shared_lock);
   CHECK_EQ(atomic_load(&shared_lock.locked), 1);

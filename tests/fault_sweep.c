@@ -73,7 +73,7 @@ static void workload(const char *spec) {
   gpumem_stream stream = NULL;
   STEP(gpumem_stream_create(0, &stream));
   if (threads) {
-    gpumem__pool_make_fronts(mr); /* false for other resources: nothing to make */
+    CHECK(gpumem__pool_make_fronts(mr)); /* every threads: spec is a pool */
     pthread_t thread;
     other_thread other = {mr, stream};
     CHECK_EQ(pthread_create(&thread, NULL, use_from_another_thread, &other), 0);

@@ -269,8 +269,11 @@ static gpumem__block *front_live_block(gpumem_resource *mr, void *ptr) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
       const gpumem__block_map *map = &fronts->fronts[i].shards[k].map;
-      if (map->slots && map->slots[gpumem__block_map_slot_of(map, (uintptr_t)ptr)].addr)
-        return map->slots[gpumem__block_map_slot_of(map, (uintptr_t)ptr)].block;
+      if (!map->slots)
+        continue;
+      size_t slot = gpumem__block_map_slot_of(map, (uintptr_t)ptr);
+      if (map->slots[slot].addr)
+        return map->slots[slot].block;
     }
   return NULL;
 }

@@ -67,13 +67,6 @@ static inline void gpumem__cpu_relax(void) {
 static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
   if (atomic_load_explicit(&lock->owner, memory_order_relaxed) != gpumem__thread_token())
     return false;
-  /* Revoked is for good: the former owner then leaves the line alone, as every other
-   * thread does. Storing owner_inside on each call wrote the line that all of them read
-   * on each call: on the GPU host, 8 threads on their own streams through one pool's
-   * fronts did 55 million operations a second where the bias owner was one of them, 150
-   * to 200 with this check. */
-  if (__builtin_expect(atomic_load_explicit(&lock->revoked, memory_order_relaxed), 0))
-    return false;
   atomic_store_explicit(&lock->owner_inside, 1, memory_order_relaxed);
   /* No processor fence here: the revoker's membarrier is the fence (see above). */
   atomic_signal_fence(memory_order_seq_cst);
