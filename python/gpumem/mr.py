@@ -143,9 +143,8 @@ class CudaAsyncMemoryResource(MemoryResource):
         if enable_ipc and enable_fabric:
             raise InvalidArgumentError("a gpumem driver pool exports one kind of handle: "
                                        "enable_ipc or enable_fabric, not both")
-        threshold = _size(release_threshold, device)
-        if release_threshold is not None and threshold == 0:
-            threshold = 1  # 0 means "the default: keep everything" to the C library
+        # 0 means "the default: keep everything" to the C library
+        threshold = _release_threshold(release_threshold, device)
         _lib.init_base(self, "async", device, threshold, _size(initial_pool_size, device),
                        1 if enable_ipc else 2 if enable_fabric else 0)
 
@@ -186,10 +185,9 @@ class CudaAsyncManagedMemoryResource(MemoryResource):
     (GPUMEM_ERR_UNSUPPORTED) otherwise."""
 
     def __init__(self, *, release_threshold=None, device=None):
-        threshold = _size(release_threshold, device)
-        if release_threshold is not None and threshold == 0:
-            threshold = 1  # 0 means "leave the pool's threshold" to the C library
-        _lib.init_base(self, "async", device, threshold, 0, 0, 0, 1)
+        # 0 means "leave the pool's threshold" to the C library
+        _lib.init_base(self, "async", device, _release_threshold(release_threshold, device),
+                       0, 0, 0, 1)
 
     def pool_handle(self):
         """The driver pool's handle (a CUmemoryPool value, an int)."""
@@ -488,6 +486,13 @@ def _log_base_name(log_file_name):
             raise ValueError("gpumem log file must be specified either using log_file_name= "
                              "argument or GPUMEM_LOG_FILE environment variable")
     return os.path.abspath(os.fspath(log_file_name))
+
+
+def _release_threshold(value, device):
+    """A driver pool's release threshold for the C library, where 0 means "not given": a
+    threshold of 0 that was given becomes 1 byte."""
+    threshold = _size(value, device)
+    return 1 if value is not None and threshold == 0 else threshold
 
 
 def _log_file_for_device(log_file_name, device):

@@ -126,7 +126,7 @@ def test_resource_classes_are_gpumems_with_rmms_stream_arguments(name):
     assert layer.__mro__[2] is own and layer.__name__ == name  # the mixin, then gpumem's
     assert getattr(rmm.pylibrmm.memory_resource, name) is layer
     assert issubclass(layer, rmm.mr.DeviceMemoryResource)
-    # CallbackMemoryResource adds RMM's exception rule to its constructor (test_rmm_layer.py)
+    # CallbackMemoryResource adds RMM's exception rule to its constructor (test_rmm_behaviours.py)
     own_names = {"__init__"} if name == "CallbackMemoryResource" else set()
     assert set(layer.__dict__) <= {"__module__", "__qualname__", "__doc__"} | own_names
 
