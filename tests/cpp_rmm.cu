@@ -180,8 +180,11 @@ static void test_rmm_under_gpumem() {
     CHECK_U64_EQ(bottom.live_bytes(), 2 << 20);
     void *p = pool.allocate(1 << 20, s);
     CHECK_U64_EQ(rmm_limit.get_allocated_bytes(), 2 << 20); /* from the pool's reserve */
-    /* Past RMM's limit: RMM says no, gpumem says where (the upstream's name). */
+    /* Past RMM's limit: RMM says no, gpumem says where (the upstream's name) and quotes
+     * RMM's own words. */
     CHECK_THROWS_TEXT(gpumem::out_of_memory, (void)pool.allocate(16 << 20, s), "rmm-limit");
+    CHECK_THROWS_TEXT(gpumem::out_of_memory, (void)pool.allocate(16 << 20, s),
+                      "Exceeded memory limit");
     CHECK_U64_EQ(pool.live_bytes(), 1 << 20);
     pool.deallocate(p, 1 << 20, s);
     s.synchronize();

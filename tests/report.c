@@ -509,15 +509,18 @@ static void test_report_without_host_memory(void) {
 typedef struct user_state {
   gpumem_resource *inner; /* NULL: refuses everything with a message of its own */
   bool query_sets_message;
+  bool closes_after_one; /* forwards its first allocation, then refuses as above */
+  int allocations;
 } user_state;
 
 static gpumem_status user_allocate(void *state, size_t bytes, size_t alignment,
                                    gpumem_stream stream, void **ptr) {
   user_state *s = state;
-  if (!s->inner) {
+  if (!s->inner || (s->closes_after_one && s->allocations > 0)) {
     gpumem_set_error_message("my arena is full");
     return GPUMEM_ERR_OUT_OF_MEMORY;
   }
+  s->allocations++;
   return gpumem_allocate_aligned(s->inner, bytes, alignment, stream, ptr);
 }
 
@@ -553,8 +556,23 @@ static void test_user_resources(void) {
   gpumem_resource *mine = user_resource("mine", &refusing);
   expect_out_of_memory(mine, KiB);
   CHECK_CONTAINS(gpumem_last_error_message(), "my arena is full");
-  check_verdict(gpumem_last_error_message(), "unexplained", "mine said it has no memory for 1 KiB");
+  check_verdict(gpumem_last_error_message(), "unexplained",
+                "mine said it has no memory for 1 KiB: \"my arena is full\"");
   CHECK_OK(gpumem_resource_release(mine));
+
+  /* A pool over it that cannot grow: the pool's message quotes the user's words. */
+  user_state closing = {.inner = check_build("cuda"), .closes_after_one = true};
+  gpumem_resource *closing_mr = user_resource("mine", &closing);
+  gpumem_resource *over_mine = NULL;
+  gpumem_pool_options one_mib = {.initial_size = MiB};
+  CHECK_OK(gpumem_pool_create(closing_mr, &one_mib, &over_mine));
+  expect_out_of_memory(over_mine, 4 * MiB);
+  CHECK_CONTAINS(gpumem_last_error_message(), "its upstream could not give more memory");
+  check_verdict(gpumem_last_error_message(), "unexplained",
+                "mine said it has no memory for 4 MiB: \"my arena is full\" (gpumem cannot see");
+  CHECK_OK(gpumem_resource_release(over_mine));
+  CHECK_OK(gpumem_resource_release(closing_mr));
+  CHECK_OK(gpumem_resource_release(closing.inner));
 
   /* Over a gpumem resource the device refuses: the cause passes up, one report (the
    * outer's), a query that sets a message changes nothing of it. */

@@ -28,6 +28,7 @@ static _Thread_local size_t long_capacity;
 static _Thread_local bool long_in_use;
 static _Thread_local gpumem__oom_note last_oom;
 static _Thread_local uint64_t oom_serial;
+static _Thread_local char oom_said[512];
 
 const char *gpumem_status_name(gpumem_status status) {
   switch (status) {
@@ -125,7 +126,12 @@ bool gpumem__set_long_message(const char *text, size_t length) {
 }
 
 void gpumem__note_oom(gpumem__oom_cause cause, const gpumem_resource *mr, uint64_t bytes) {
-  last_oom = (gpumem__oom_note){cause, mr, bytes, ++oom_serial};
+  last_oom = (gpumem__oom_note){cause, mr, bytes, ++oom_serial, ""};
+}
+
+void gpumem__note_oom_said(const gpumem_resource *mr, uint64_t bytes, const char *said) {
+  snprintf(oom_said, sizeof oom_said, "%s", said ? said : "");
+  last_oom = (gpumem__oom_note){GPUMEM__OOM_OTHER, mr, bytes, ++oom_serial, oom_said};
 }
 
 gpumem__oom_note gpumem__last_oom(void) {

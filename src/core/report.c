@@ -143,9 +143,10 @@ typedef enum reason {
 
 typedef struct judgement {
   reason why;
-  int node;       /* the resource the reason is about; -1: none */
-  uint64_t asked; /* what was asked of it */
-  int fragmented; /* a suballocator with enough free bytes and no block large enough; or -1 */
+  int node;         /* the resource the reason is about; -1: none */
+  uint64_t asked;   /* what was asked of it */
+  int fragmented;   /* a suballocator with enough free bytes and no block large enough; or -1 */
+  const char *said; /* REASON_OTHER: the refusing resource's own words, or "" */
 } judgement;
 
 /* Node i only passes fact f on: its upstream answers the same (for the limits, which never
@@ -194,18 +195,18 @@ static judgement look_along(const gpumem__report_walk *walk, const int *path, si
     if (!known && has(walk, i, GPUMEM__FACT_LIMIT_BYTES) &&
         !forwarded(walk, i, GPUMEM__FACT_LIMIT_BYTES) && has(walk, i, GPUMEM__FACT_LIVE_BYTES) &&
         fact(walk, i, GPUMEM__FACT_LIVE_BYTES) + need > fact(walk, i, GPUMEM__FACT_LIMIT_BYTES))
-      return (judgement){REASON_LIMIT, i, need, j.fragmented};
+      return (judgement){REASON_LIMIT, i, need, j.fragmented, NULL};
     if (suballocator(walk, i)) {
       uint64_t largest = fact(walk, i, GPUMEM__FACT_LARGEST_FREE_BLOCK);
       if (!known && largest >= need)
-        return (judgement){REASON_FITS_BLOCK, i, need, -1};
+        return (judgement){REASON_FITS_BLOCK, i, need, -1, NULL};
       if (largest < need && fact(walk, i, GPUMEM__FACT_FREE_BYTES) >= need && j.fragmented < 0)
         j.fragmented = i;
       if (!known && has(walk, i, GPUMEM__FACT_MAX_RESERVED_BYTES) &&
           !forwarded(walk, i, GPUMEM__FACT_MAX_RESERVED_BYTES) &&
           fact(walk, i, GPUMEM__FACT_RESERVED_BYTES) + need >
               fact(walk, i, GPUMEM__FACT_MAX_RESERVED_BYTES))
-        return (judgement){REASON_MAXIMUM, i, need, j.fragmented};
+        return (judgement){REASON_MAXIMUM, i, need, j.fragmented, NULL};
     }
     if (i == cause)
       break;
@@ -274,10 +275,12 @@ static void write_reason(gpumem__text *text, const gpumem__report_walk *walk, co
                         B(walk->process_held), B(walk->tree_held));
     break;
   case REASON_OTHER:
-    gpumem__text_printf(text,
-                        "%s said it has no memory for %s (gpumem cannot see into it; the "
-                        "first line has its message)",
-                        kind_of(walk, i), B(j->asked));
+    gpumem__text_printf(text, "%s said it has no memory for %s", kind_of(walk, i), B(j->asked));
+    if (j->said && j->said[0])
+      gpumem__text_printf(text, ": \"%s\"", j->said);
+    else
+      gpumem__text_printf(text, " and gave no reason");
+    gpumem__text_printf(text, " (gpumem cannot see into it)");
     break;
   case REASON_FITS_BLOCK:
     gpumem__text_printf(text, "%s has a free block of %s for the %s the request needs",
@@ -347,9 +350,10 @@ static void write_verdict(gpumem__text *text, const gpumem__report_walk *walk, u
     const gpumem__report_node *c = &walk->nodes[cause];
     if (note->cause == GPUMEM__OOM_DEVICE)
       j.why = REASON_DEVICE;
-    else if (note->cause == GPUMEM__OOM_OTHER)
+    else if (note->cause == GPUMEM__OOM_OTHER) {
       j.why = REASON_OTHER;
-    else if (gpumem__report_has(c, GPUMEM__FACT_LIMIT_BYTES))
+      j.said = note->said;
+    } else if (gpumem__report_has(c, GPUMEM__FACT_LIMIT_BYTES))
       j.why = REASON_LIMIT;
     else if (gpumem__report_has(c, GPUMEM__FACT_MAX_RESERVED_BYTES))
       j.why = REASON_MAXIMUM;

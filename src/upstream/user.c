@@ -44,7 +44,10 @@ static gpumem_status allocate_failed(user_resource *self, size_t bytes, gpumem_s
              gpumem_status_name(status));
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     gpumem__oom_note note = gpumem__last_oom();
-    gpumem__note_oom(noted ? note.cause : GPUMEM__OOM_OTHER, &self->header, bytes);
+    if (noted)
+      gpumem__note_oom(note.cause, &self->header, bytes);
+    else
+      gpumem__note_oom_said(&self->header, bytes, message_set ? why : NULL);
     return gpumem__fail_out_of_memory(&self->header, bytes, why);
   }
   return gpumem__fail(status, "user resource '%s': allocating %zu bytes: %s", self->name, bytes,
