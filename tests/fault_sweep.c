@@ -115,10 +115,12 @@ static void workload(const char *spec) {
   STEP(gpumem_resource_release(mr));
 }
 
+/* Device and managed memory in use: a leak of either shows. */
 static uint64_t device_used(void) {
-  uint64_t used = 0;
+  uint64_t used = 0, managed = 0;
   CHECK_OK(gpumem_sim_device_used(0, &used));
-  return used;
+  CHECK_OK(gpumem_sim_managed_used(0, &managed));
+  return used + managed;
 }
 
 static void sweep_device_calls(const char *spec) {

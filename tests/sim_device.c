@@ -148,9 +148,18 @@ static void test_capacity(void) {
   void *managed = NULL;
   CHECK_OK(dev->managed_alloc(0, (size_t)CAPACITY + GiB, &managed));
   CHECK_U64_EQ(used(0), 0);
+  uint64_t managed_bytes = 0;
+  CHECK_OK(gpumem_sim_managed_used(0, &managed_bytes));
+  CHECK_U64_EQ(managed_bytes, CAPACITY + GiB);
   CHECK_FAILS_WITH(dev->managed_alloc(0, (size_t)CAPACITY * 3, &untouched),
                    GPUMEM_ERR_OUT_OF_MEMORY, "managed");
   CHECK_OK(dev->managed_free(0, managed));
+  CHECK_OK(gpumem_sim_managed_used(0, &managed_bytes));
+  CHECK_U64_EQ(managed_bytes, 0);
+  CHECK_FAILS_WITH(gpumem_sim_managed_used(0, NULL), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "gpumem_sim_managed_used: bytes is NULL");
+  CHECK_FAILS_WITH(gpumem_sim_managed_used(GPUMEM_MAX_DEVICES, &managed_bytes),
+                   GPUMEM_ERR_INVALID_DEVICE, "gpumem_sim_managed_used: device");
 
   void *pinned = NULL;
   CHECK_OK(dev->host_alloc(0, 3000, GPUMEM_PINNED_PORTABLE, &pinned));

@@ -103,6 +103,12 @@ GPUMEM_API uint64_t gpumem_sim_call_count(gpumem_sim_call kind);
  * physical memory). */
 GPUMEM_API gpumem_status gpumem_sim_device_used(int device, uint64_t *bytes);
 
+/* Bytes of managed memory in use for a device, which counts apart from the device's own:
+ * managed allocations and the allocated blocks of its default pool of managed memory. What
+ * that pool keeps cached after frees is not counted: the pool is the process's, and keeps
+ * up to whatever release threshold a program gave it. */
+GPUMEM_API gpumem_status gpumem_sim_managed_used(int device, uint64_t *bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -467,18 +467,29 @@ void gpumem_sim_reset_hazards(void) {
     atomic_store(&gpumem__sim.hazards, 0);
 }
 
-gpumem_status gpumem_sim_device_used(int device, uint64_t *bytes) {
-  gpumem_status status = gpumem__sim_require("gpumem_sim_device_used");
+/* One of the device's counters of memory in use, read under the simulator's lock, less
+ * what the driver's default pool of managed memory keeps cached where `less_managed_cache`. */
+static gpumem_status read_used(const char *call, const uint64_t *counters, bool less_managed_cache,
+                               int device, uint64_t *bytes) {
+  gpumem_status status = gpumem__sim_require(call);
   if (status == GPUMEM_OK)
-    status = gpumem__sim_check_device("gpumem_sim_device_used", device);
+    status = gpumem__sim_check_device(call, device);
   if (status == GPUMEM_OK && !bytes)
-    status = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "gpumem_sim_device_used: bytes is NULL");
+    status = gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT, "%s: bytes is NULL", call);
   if (status != GPUMEM_OK)
     return status;
   pthread_mutex_lock(&gpumem__sim.lock);
-  *bytes = gpumem__sim.used[device];
+  *bytes = counters[device] - (less_managed_cache ? gpumem__sim_managed_pool_cached(device) : 0);
   pthread_mutex_unlock(&gpumem__sim.lock);
   return GPUMEM_OK;
+}
+
+gpumem_status gpumem_sim_device_used(int device, uint64_t *bytes) {
+  return read_used("gpumem_sim_device_used", gpumem__sim.used, false, device, bytes);
+}
+
+gpumem_status gpumem_sim_managed_used(int device, uint64_t *bytes) {
+  return read_used("gpumem_sim_managed_used", gpumem__sim.managed_used, true, device, bytes);
 }
 
 /* ---------------------------------------------------------------------------------------

@@ -233,6 +233,9 @@ gpumem_status gpumem__sim_pool_destroy(int device, gpumem__mempool pool);
 gpumem_status gpumem__sim_pool_set_release_threshold(gpumem__mempool pool, uint64_t bytes);
 gpumem_status gpumem__sim_pool_reserved(gpumem__mempool pool, uint64_t *bytes);
 gpumem_status gpumem__sim_pool_trim(gpumem__mempool pool, size_t keep);
+/* Bytes the device's default pool of managed memory keeps cached (freed blocks it has not
+ * released). Called with the simulator's lock held. */
+uint64_t gpumem__sim_managed_pool_cached(int device);
 gpumem_status gpumem__sim_pool_alloc_async(int device, gpumem__mempool pool, size_t bytes,
                                            gpumem_stream stream, void **ptr);
 gpumem_status gpumem__sim_free_async(void *ptr, gpumem_stream stream);

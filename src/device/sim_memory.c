@@ -587,6 +587,14 @@ gpumem_status gpumem__sim_pool_reserved(gpumem__mempool handle, uint64_t *bytes)
   return status;
 }
 
+uint64_t gpumem__sim_managed_pool_cached(int device) {
+  const sim_pool *pool = gpumem__sim.managed_pool[device];
+  uint64_t bytes = 0;
+  for (size_t at = 0; pool && at < pool->cached_count; at++)
+    bytes += pool->cached[at]->size;
+  return bytes;
+}
+
 gpumem_status gpumem__sim_pool_trim(gpumem__mempool handle, size_t keep) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_pool *pool = NULL;

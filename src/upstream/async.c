@@ -108,7 +108,9 @@ static const gpumem__resource_ops async_ops = {
 
 /* Grows the pool to `bytes` once, so the first allocations find memory ready: allocate,
  * free, and wait for the free, with the release threshold keeping the memory. On a stream
- * of the pool's own device, whichever device is current. */
+ * of the pool's own device, whichever device is current. A free that fails is tried once
+ * more after the stream's work: in a shared pool (the driver's managed one) nothing else
+ * would ever free the block. */
 static gpumem_status warm_pool(const gpumem__device_ops *dev, int device, gpumem__mempool pool,
                                size_t bytes) {
   gpumem_stream stream;
@@ -117,9 +119,15 @@ static gpumem_status warm_pool(const gpumem__device_ops *dev, int device, gpumem
     return status;
   void *ptr;
   status = dev->pool_alloc_async(device, pool, bytes, stream, &ptr);
-  if (status == GPUMEM_OK)
-    status = dev->free_async(ptr, stream);
+  gpumem_status freed = status == GPUMEM_OK ? dev->free_async(ptr, stream) : GPUMEM_OK;
   gpumem_status synced = dev->stream_synchronize(stream);
+  if (freed != GPUMEM_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", gpumem_last_error_message());
+    if (dev->free_async(ptr, stream) == GPUMEM_OK)
+      synced = dev->stream_synchronize(stream);
+    status = gpumem__fail(freed, "%s", why); /* the first failure is the one to tell */
+  }
   gpumem_status destroyed = dev->stream_destroy(stream);
   return status != GPUMEM_OK ? status : synced != GPUMEM_OK ? synced : destroyed;
 }

@@ -40,7 +40,8 @@ static inline void fuzz_sim_init(const gpumem_sim_config *config) {
 }
 
 /* After an input: all queued work runs, no cross-stream hazard was seen, and the device
- * holds no memory (every resource the input built was released and gave its memory back). */
+ * holds no memory, its own or managed (every resource the input built was released and gave
+ * its memory back). */
 static inline void fuzz_check_device_idle(void) {
   FUZZ_OK(gpumem_sim_complete_all());
   FUZZ_CHECK(gpumem_sim_hazard_count() == 0, "%llu cross-stream hazards",
@@ -48,6 +49,11 @@ static inline void fuzz_check_device_idle(void) {
   uint64_t used = 0;
   FUZZ_OK(gpumem_sim_device_used(0, &used));
   FUZZ_CHECK(used == 0, "device 0 still holds %llu bytes after every resource was released",
+             (unsigned long long)used);
+  FUZZ_OK(gpumem_sim_managed_used(0, &used));
+  FUZZ_CHECK(used == 0,
+             "device 0 still holds %llu bytes of managed memory after every resource was "
+             "released",
              (unsigned long long)used);
 }
 
