@@ -622,12 +622,16 @@ static void test_side_stream_leaves_large_memory(void) {
   CHECK_OK(gpumem_allocate(mr, 256, busy, &first)); /* both streams use the pool */
   CHECK_OK(gpumem_deallocate(mr, first, 256, side));
   enum { count = 16, large = 4 << 20, small = 64 << 10 };
-  void *big[count], *little[count];
+  void *big[count], *little[count], *extra;
+  CHECK_OK(gpumem_allocate(mr, small, busy, &extra));
   for (int i = 0; i < count; i++) {
     CHECK_OK(gpumem_allocate(mr, large, busy, &big[i]));
     CHECK_OK(gpumem_allocate(mr, small, busy, &little[i]));
   }
-  for (int i = 0; i < count; i++) { /* 2 * seal_every frees: every block ends sealed */
+  /* The busy stream's first free after the second stream came seals, then every 16th:
+   * 1 + 2 * 16 frees leave every block sealed (an open one would unseal its neighbours). */
+  CHECK_OK(gpumem_deallocate(mr, extra, small, busy));
+  for (int i = 0; i < count; i++) {
     CHECK_OK(gpumem_deallocate(mr, little[i], small, busy));
     CHECK_OK(gpumem_deallocate(mr, big[i], large, busy));
   }
@@ -646,6 +650,40 @@ static void test_side_stream_leaves_large_memory(void) {
   CHECK_OK(gpumem_stream_destroy(side));
   CHECK_OK(gpumem_resource_release(mr));
   printf("a side stream's small steal leaves the busy stream's large memory: no growth\n");
+}
+
+/* A stream's open free unseals its sealed neighbours and merges with them: the stream's own
+ * free memory is not cut into open and sealed pieces that a larger request cannot use (the
+ * pool grew for it before). The merged memory is open: another stream takes it only after
+ * the next seal. */
+static void test_open_free_merges_sealed_neighbours(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  gpumem_stream busy, side;
+  CHECK_OK(gpumem_stream_create(0, &busy));
+  CHECK_OK(gpumem_stream_create(0, &side));
+  void *first;
+  CHECK_OK(gpumem_allocate(mr, 256, busy, &first)); /* both streams use the pool */
+  CHECK_OK(gpumem_deallocate(mr, first, 256, side));
+  enum { piece = 4 << 20 };
+  void *x[3];
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(gpumem_allocate(mr, piece, busy, &x[i]));
+  CHECK_PTR_EQ((char *)x[1], (char *)x[0] + piece);   /* growth in place: one range */
+  CHECK_OK(gpumem_deallocate(mr, x[0], piece, busy)); /* the first free after: a seal */
+  CHECK_OK(gpumem_deallocate(mr, x[1], piece, busy)); /* open, next to the sealed x[0] */
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  void *both;
+  CHECK_OK(gpumem_allocate(mr, 2 * piece, busy, &both));
+  CHECK_PTR_EQ(both, x[0]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem_deallocate(mr, both, 2 * piece, busy));
+  CHECK_OK(gpumem_deallocate(mr, x[2], piece, busy));
+  CHECK_OK(gpumem_stream_synchronize(busy));
+  CHECK_OK(gpumem_stream_destroy(busy));
+  CHECK_OK(gpumem_stream_destroy(side));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("an open free merges with its sealed neighbours: no growth\n");
 }
 
 static void test_threads(const char *spec) {
@@ -1191,6 +1229,7 @@ int main(void) {
   test_trim_pieces();
   test_cross_stream();
   test_side_stream_leaves_large_memory();
+  test_open_free_merges_sealed_neighbours();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");

@@ -263,9 +263,30 @@ static inline bool free_in(const gpumem__block *block, const free_set *set,
   return block->state == state && block->owner == set;
 }
 
+/* A block about to be filed open in `set`: its sealed neighbours of the same set become
+ * open, so that it merges with them. The set's own stream may use both at once; other
+ * streams lose only until the set's next seal (GPUMEM__POOL_SEAL_EVERY frees away). Kept
+ * apart, a busy stream's free memory ends up cut into open and sealed pieces that no
+ * large request fits: with a side stream of 120 small copies, a real serving trace held
+ * 1.46 times its live peak instead of 1.31. Out of line: only pools of several streams
+ * come here. */
+GPUMEM_COLD static void unseal_neighbours(free_set *set, const gpumem__block *block) {
+  gpumem__free_index *sealed = &set->sealed[block->region], *open = &set->open[block->region];
+  gpumem__block *neighbours[2] = {block->prev_addr, block->next_addr};
+  for (size_t i = 0; i < 2; i++) {
+    gpumem__block *n = neighbours[i];
+    if (n && free_in(n, set, GPUMEM__BLOCK_SEALED)) {
+      gpumem__free_index_remove(sealed, n);
+      n->state = GPUMEM__BLOCK_OPEN;
+      gpumem__free_index_insert(open, n);
+    }
+  }
+}
+
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
- * and state (an open block merged into a sealed one would unseal it; address neighbours
- * are always of the same region, as only a region's own tail is linked to its growth). A
+ * and state (an open block first unseals its sealed neighbours, above; a sealed block
+ * merges only with sealed ones, which keeps it sealed; address neighbours are always of
+ * the same region, as only a region's own tail is linked to its growth). A
  * neighbour that absorbs the block grows in place in the index. Returns the free block
  * that holds the block's memory now. */
 static inline gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__block *block,
@@ -273,6 +294,8 @@ static inline gpumem__block *release_block(pool_resource *pool, free_set *set, g
   gpumem__free_index *index =
       state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
+  if (state == GPUMEM__BLOCK_OPEN && set->sealed[block->region].block_count != 0)
+    unseal_neighbours(set, block);
   bool merge_prev = prev && free_in(prev, set, state);
   bool merge_following = next && free_in(next, set, state);
   if (merge_prev) {

@@ -257,10 +257,14 @@ static int by_address(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Whether two free blocks would have been merged when the later was filed. */
+static bool is_free(const gpumem__block *b) {
+  return b->state == GPUMEM__BLOCK_OPEN || b->state == GPUMEM__BLOCK_SEALED;
+}
+
+/* Whether two free blocks would have been merged when the later was filed: of one set,
+ * whatever their states, since an open block unseals its sealed neighbours. */
 static bool mergeable(const gpumem__block *a, const gpumem__block *b) {
-  return (a->state == GPUMEM__BLOCK_OPEN || a->state == GPUMEM__BLOCK_SEALED) &&
-         a->state == b->state && a->owner == b->owner;
+  return is_free(a) && is_free(b) && a->owner == b->owner;
 }
 
 /* The links of block i of the sorted blocks; `inside`: its end is inside a chunk (not at a
@@ -283,8 +287,9 @@ static bool check_links(walk *w, size_t i, bool inside) {
     return complain(w, "blocks at %#lx and %#lx inside one chunk are not linked",
                     (unsigned long)b->addr, (unsigned long)next->addr);
   if (b->next_addr && mergeable(b, next))
-    return complain(w, "free blocks at %#lx and %#lx (%s, one set) were not merged",
-                    (unsigned long)b->addr, (unsigned long)next->addr, state_name(b->state));
+    return complain(w, "free blocks at %#lx (%s) and %#lx (%s) of one set were not merged",
+                    (unsigned long)b->addr, state_name(b->state), (unsigned long)next->addr,
+                    state_name(next->state));
   return true;
 }
 
