@@ -40,9 +40,10 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
 }
 
 /* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the
- * region's last block; if that block is free in `set`, the two merge and only the shortfall
- * is asked for. Otherwise, or when that address range is taken, the full step goes wherever
- * the upstream puts it. */
+ * region's last block; if that block is free in `set` (open or sealed: new memory joins a
+ * stream's set open, which unseals it), the two merge and only the shortfall is asked for.
+ * Otherwise, or when that address range is taken, the full step goes wherever the upstream
+ * puts it. */
 static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set *set, size_t size,
                                         void **memory, size_t *taken, const char **why) {
   size_t full = 0;
@@ -54,7 +55,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
   if (pool->grows_in_place && next) {
     size_t shortfall = 0;
-    bool tail_grows = tail && free_in(tail, set, growth_state(pool, set)) && tail->size < size &&
+    bool tail_grows = tail && free_in_any_state(tail, set) && tail->size < size &&
                       !growth_step(pool, size - tail->size, &shortfall);
     size_t wanted = tail_grows ? shortfall : full;
     if ((tail_grows || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {

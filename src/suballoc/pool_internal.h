@@ -263,6 +263,13 @@ static inline bool free_in(const gpumem__block *block, const free_set *set,
   return block->state == state && block->owner == set;
 }
 
+/* Whether `block` is free in `set`, open or sealed: what a block filed open there merges
+ * with (below). */
+static inline bool free_in_any_state(const gpumem__block *block, const free_set *set) {
+  return block->owner == set &&
+         (block->state == GPUMEM__BLOCK_OPEN || block->state == GPUMEM__BLOCK_SEALED);
+}
+
 /* A block about to be filed open in `set`: its sealed neighbours of the same set become
  * open, so that it merges with them. The set's own stream may use both at once; other
  * streams lose only until the set's next seal (GPUMEM__POOL_SEAL_EVERY frees away). Kept
