@@ -12,7 +12,9 @@
  * touches the freeing stream's handle, which the program may have destroyed since. So
  * cross-stream reuse costs one event record per batch of frees and one wait per batch of
  * blocks taken, and a single-stream program never records an event. Free blocks merge only
- * with neighbours of the same set and state, so sealed memory stays sealed.
+ * with free neighbours of the same set; a block freed open unseals the sealed ones it
+ * merges with (until the set's next seal), so that a stream's own free memory is never cut
+ * into open and sealed pieces that no larger request fits.
  *
  * When nothing fits anywhere and the upstream cannot grow, the pool waits for the whole
  * device, after which every free block is safe for every stream, and tries again.
