@@ -214,7 +214,11 @@ typedef struct bench_result {
   double slowest_thread_clock_ghz;
   int streams; /* replay: the streams it runs on */
   uint64_t peak_live_bytes;
-  uint64_t peak_reserved_bytes;
+  uint64_t peak_reserved_bytes; /* replay: after the cold pass */
+  /* replay: after the cold and the warm passes; above peak_reserved_bytes where a loop of
+   * the workload keeps growing the allocator (a varying-shape trace run again places its
+   * blocks differently) */
+  uint64_t peak_reserved_bytes_warm;
   const char *peak_reserved_from; /* "query" or "replay" */
 } bench_result;
 

@@ -43,8 +43,12 @@ static double speedup(double reference_ns, double ns) {
   return ns > 0 ? reference_ns / ns : 0;
 }
 
+static double over_live(const bench_result *r, uint64_t reserved) {
+  return r->peak_live_bytes ? (double)reserved / (double)r->peak_live_bytes : 0;
+}
+
 static double reserved_over_live(const bench_result *r) {
-  return r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0;
+  return over_live(r, r->peak_reserved_bytes);
 }
 
 /* ---- JSON ---- */
@@ -133,6 +137,9 @@ static void put_replay_fields(const bench_result *r) {
   printf(",\"peak_live_bytes\":%llu,\"peak_reserved_bytes\":%llu,\"reserved_over_live\":%.4f",
          (unsigned long long)r->peak_live_bytes, (unsigned long long)r->peak_reserved_bytes,
          reserved_over_live(r));
+  printf(",\"peak_reserved_bytes_warm\":%llu,\"reserved_over_live_warm\":%.4f",
+         (unsigned long long)r->peak_reserved_bytes_warm,
+         over_live(r, r->peak_reserved_bytes_warm));
   printf(",\"peak_reserved_from\":\"%s\"", r->peak_reserved_from);
   if (r->clock_ghz > 0)
     printf(",\"host_clock_ghz\":%.2f,\"cycles_per_event_warm\":%.0f", r->clock_ghz, r->cycles);
@@ -242,14 +249,14 @@ static void print_operation_table(void) {
 static void print_replay_table(void) {
   printf("\n%-28s %-*s %11s %11s", "trace", resource_width, "resource", "ns/event", "warm ns/ev");
   put_speedup_headings(true);
-  printf("  %13s\n", "reserved/live");
+  printf("  %13s %11s\n", "reserved/live", "after warm");
   for (size_t i = 0; i < result_count; i++) {
     const bench_result *r = &results[i];
     if (r->kind != BENCH_REPLAY)
       continue;
     printf("%-28s %-*s %11.1f %11.1f", r->workload, resource_width, r->resource, r->ns, r->ns_warm);
     put_speedup_cells(r);
-    printf("  %13.3f", reserved_over_live(r));
+    printf("  %13.3f %11.3f", reserved_over_live(r), over_live(r, r->peak_reserved_bytes_warm));
     if (r->repeats > 1) /* the warm median's spread */
       printf("  (%d warm passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
     if (r->clock_ghz > 0)

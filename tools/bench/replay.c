@@ -328,18 +328,23 @@ static void trace_free(bench_trace *trace) {
 
 /* ---- replaying ---- */
 
-/* One more pass on a fresh allocator, reading its reserved bytes after every allocation. */
-static uint64_t replay_tracking_reserved(const bench_context *ctx, const char *label,
-                                         const char *name, const bench_trace *trace, void **slots,
-                                         gpumem_stream *streams) {
+/* As many more passes as the timed ones (`passes`) on a fresh allocator, reading its reserved
+ * bytes after every allocation: the peak after the first (*cold) and after them all (*all). */
+static void replay_tracking_reserved(const bench_context *ctx, const char *label, const char *name,
+                                     const bench_trace *trace, void **slots, gpumem_stream *streams,
+                                     int passes, uint64_t *cold, uint64_t *all) {
   bench_allocator *alloc = bench_open_or_die(label, ctx->device);
   bench_failure failure = {0};
   uint64_t peak = 0;
-  if (bench_replay_pass(alloc, trace, streams, slots, "pass measuring reserved bytes", &peak, NULL,
-                        &failure, name))
-    bench_die_failure("replay", label, name, &failure);
+  for (int pass = 0; pass < passes; pass++) {
+    if (bench_replay_pass(alloc, trace, streams, slots, "pass measuring reserved bytes", &peak,
+                          NULL, &failure, name))
+      bench_die_failure("replay", label, name, &failure);
+    if (pass == 0)
+      *cold = peak;
+  }
+  *all = peak;
   bench_close_or_die(alloc);
-  return peak;
 }
 
 /* `count` warm passes, with the host's clock measured before and after each, as
@@ -375,15 +380,19 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
   bool alloc_has_reserved = alloc->reserved != NULL;
   replay_warm_passes(alloc, trace, streams, slots, ctx->repeat, name, &warm);
   /* After the last pass, which freed what the trace left live: peaks and held memory. */
+  uint64_t peak_reserved_warm = peak_reserved;
+  if (peak_known && alloc->peak_reserved(alloc, &peak_reserved_warm) != GPUMEM_OK)
+    bench_die(GPUMEM_ERR_INTERNAL, "reading the peak reserved bytes after the warm passes");
   char *stats = ctx->stats ? bench_stats_json(alloc) : NULL;
   bench_close_or_die(alloc);
   const bench_sequence *seq = &trace->seq;
   /* An allocator with no reserved figure holds exactly what is live: its peak is the
    * trace's own, with no pass to count it. */
-  if (!peak_known)
-    peak_reserved = alloc_has_reserved
-                        ? replay_tracking_reserved(ctx, label, name, trace, slots, streams)
-                        : seq->peak_live_bytes;
+  if (!peak_known && alloc_has_reserved)
+    replay_tracking_reserved(ctx, label, name, trace, slots, streams, 1 + ctx->repeat,
+                             &peak_reserved, &peak_reserved_warm);
+  else if (!peak_known)
+    peak_reserved = peak_reserved_warm = seq->peak_live_bytes;
   bench_result result = {.kind = BENCH_REPLAY,
                          .resource = label,
                          .workload = name,
@@ -399,6 +408,7 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .cycles = warm.median_cycles / (double)seq->count,
                          .peak_live_bytes = seq->peak_live_bytes,
                          .peak_reserved_bytes = peak_reserved,
+                         .peak_reserved_bytes_warm = peak_reserved_warm,
                          .peak_reserved_from = peak_known ? "query" : "replay"};
   bench_report(ctx, &result);
   if (stats)
