@@ -6,7 +6,9 @@
 #       where there is a registry: the wheels of rmm-cu13 and what it needs (librmm-cu13,
 #       rapids-logger, cuda-bindings, cuda-pathfinder) for CPython PYTHON_VERSION (default
 #       3.12, the GPU machine's) on x86-64 Linux, into wheels/rmm-python (ignored by git;
-#       about 14 MB). Carry that folder to the GPU machine.
+#       about 14 MB). librmm-cu13 and rapids-logger are copied from wheels/librmm where
+#       scripts/librmm.sh downloaded them and they fit; only what is missing comes from the
+#       registry. Carry that folder to the GPU machine.
 #   scripts/rmm-python.sh install [TARGET_DIR]
 #       there: installs those wheels offline into TARGET_DIR (default build/rmm-python),
 #       apart from the interpreter's own packages, and prints TARGET_DIR, which
@@ -31,10 +33,17 @@ download)
   platforms=()
   for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
     manylinux_2_17_x86_64 manylinux2014_x86_64; do platforms+=(--platform "$p"); done
-  "$python" -m pip download -q --no-deps --only-binary=:all: --python-version "$version" \
-    "${platforms[@]}" -d "$wheels" "rmm-cu13==26.10.*" "librmm-cu13==26.10.*" \
-    "rapids-logger==0.3.*" "cuda-bindings>=13,<14" cuda-pathfinder ||
-    fail "pip could not download RMM's wheels into $wheels"
+  download=("$python" -m pip download -q --no-deps --only-binary=:all: --python-version
+    "$version" "${platforms[@]}" -d "$wheels")
+  # The same releases as scripts/librmm.sh's: its wheels serve where pip, offline, finds
+  # that they fit this version and platform; else they come from the registry too.
+  libraries=("librmm-cu13==26.10.*" "rapids-logger==0.3.*")
+  if "${download[@]}" --no-index --find-links "$root/wheels/librmm" "${libraries[@]}" \
+    2>/dev/null; then
+    libraries=()
+  fi
+  "${download[@]}" "rmm-cu13==26.10.*" "${libraries[@]}" "cuda-bindings>=13,<14" \
+    cuda-pathfinder || fail "pip could not download RMM's wheels into $wheels"
   ls "$wheels"
   ;;
 install)

@@ -112,6 +112,33 @@ def _load(path):
     return ops + leftovers, len(ops), streams, peak, slots
 
 
+def replay_each(traces, streams, new_stream, measure, about):
+    """The workers' loop over the traces. Each trace gets a stream per recorded stream
+    (streams[0] is the default one; new_stream() makes the rest, kept for later traces);
+    then measure(timed_replay) sets its allocator up, calls timed_replay(allocate,
+    deallocate) once (replay()'s callbacks, timed) and returns its figures, releasing the
+    allocator as it returns. One JSON line per trace: the trace, its events, those figures,
+    its streams, nanoseconds per event and `about`."""
+    for path in traces:
+        sequence, events, recorded_streams, _peak, slots = _load(path)
+        while len(streams) < len(recorded_streams):
+            streams.append(new_stream())
+        seconds = None
+
+        def timed_replay(allocate, deallocate):
+            nonlocal seconds
+            start = time.perf_counter()
+            replay(sequence, slots, allocate, deallocate)
+            seconds = time.perf_counter() - start
+
+        figures = measure(timed_replay)
+        print(json.dumps({
+            "trace": os.path.basename(path), "events": events, **figures,
+            "streams": len(recorded_streams),
+            "ns_per_event": round(seconds * 1e9 / max(len(sequence), 1), 1), **about}),
+            flush=True)
+
+
 def torch_worker(traces):
     """Replays each trace through PyTorch's caching allocator in this process."""
     try:
@@ -126,28 +153,23 @@ def torch_worker(traces):
     torch.cuda.init()
     streams = [torch.cuda.default_stream(device)]
     alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
-    for path in traces:
-        sequence, events, recorded_streams, peak, slots = _load(path)
-        while len(streams) < len(recorded_streams):
-            streams.append(torch.cuda.Stream(device))
+
+    def measure(timed_replay):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         start_reserved = torch.cuda.memory_reserved()
-        start = time.perf_counter()
-        replay(sequence, slots, lambda size, stream: alloc(size, device, streams[stream]),
-               lambda pointer, size, stream: delete(pointer))
-        elapsed = time.perf_counter() - start
+        timed_replay(lambda size, stream: alloc(size, device, streams[stream]),
+                     lambda pointer, size, stream: delete(pointer))
         torch.cuda.synchronize()
         stats = torch.cuda.memory_stats()
-        print(json.dumps({
-            "trace": os.path.basename(path), "events": events,
-            "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-            "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-            "peak_live_bytes": stats.get("requested_bytes.all.peak"),
-            "start_reserved_bytes": start_reserved, "streams": len(recorded_streams),
-            "ns_per_event": round(elapsed * 1e9 / max(len(sequence), 1), 1),
-            "torch": torch.__version__}), flush=True)
+        return {"peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                "peak_live_bytes": stats.get("requested_bytes.all.peak"),
+                "start_reserved_bytes": start_reserved}
+
+    replay_each(traces, streams, lambda: torch.cuda.Stream(device), measure,
+                {"torch": torch.__version__})
 
 
 def _peak_bytes(adaptor):
@@ -178,24 +200,17 @@ def rmm_worker(module, traces):
         return
     Stream, default_stream = _rmm_streams(rmm)
     streams = [default_stream]
-    for path in traces:
-        sequence, events, recorded_streams, peak, slots = _load(path)
-        while len(streams) < len(recorded_streams):
-            streams.append(Stream())
+
+    def measure(timed_replay):  # a fresh pool per trace, released on return
         upstream = rmm.mr.StatisticsResourceAdaptor(rmm.mr.CudaMemoryResource())
         pool = rmm.mr.PoolMemoryResource(upstream, initial_pool_size=0)
         top = rmm.mr.StatisticsResourceAdaptor(pool)
-        start = time.perf_counter()
-        replay(sequence, slots, lambda size, stream: top.allocate(size, streams[stream]),
-               lambda pointer, size, stream: top.deallocate(pointer, size, streams[stream]))
-        elapsed = time.perf_counter() - start
-        print(json.dumps({
-            "trace": os.path.basename(path), "events": events,
-            "peak_reserved_bytes": _peak_bytes(upstream), "peak_live_bytes": _peak_bytes(top),
-            "streams": len(recorded_streams),
-            "ns_per_event": round(elapsed * 1e9 / max(len(sequence), 1), 1),
-            "module": rmm.__name__, "version": getattr(rmm, "__version__", None)}), flush=True)
-        del top, pool, upstream
+        timed_replay(lambda size, stream: top.allocate(size, streams[stream]),
+                     lambda pointer, size, stream: top.deallocate(pointer, size, streams[stream]))
+        return {"peak_reserved_bytes": _peak_bytes(upstream), "peak_live_bytes": _peak_bytes(top)}
+
+    replay_each(traces, streams, Stream, measure,
+                {"module": rmm.__name__, "version": getattr(rmm, "__version__", None)})
 
 
 # ---- putting it together ----

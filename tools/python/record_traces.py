@@ -26,6 +26,7 @@ timm and torchvision, where there is no GPU.
 """
 import argparse
 import concurrent.futures
+import contextlib
 import inspect
 import json
 import os
@@ -94,6 +95,42 @@ class Context:
         return self.torch.randint(0, vocab, (batch, length), device=self.device)
 
 
+class Training:
+    """The step every training workload takes: step(loss_of, *inputs) runs the forward pass
+    and loss, loss_of(model, *inputs), under autocast in amp_dtype (bfloat16 by default)
+    unless amp is off; then backward, through `scaler` where there is one; the gradients
+    clipped to clip_norm where given; the optimizer's step; the gradients dropped (set to
+    None); the loss read back.
+
+    The loss is kept until the next step's replaces it, as a loop's variable would be, and
+    loss_of gets the model and inputs as arguments rather than capturing the workload's
+    variables: during the steps the trace frees each tensor where a loop written out in full
+    frees it. (When the workload returns, its last loss goes just before its last inputs.)"""
+
+    def __init__(self, ctx, model, optimizer, amp=True, amp_dtype=None, scaler=None,
+                 clip_norm=None):
+        if scaler is not None and clip_norm is not None:
+            raise ValueError("clipping under a gradient scaler needs scaler.unscale_ first")
+        self.ctx, self.model, self.optimizer, self.scaler = ctx, model, optimizer, scaler
+        self.amp, self.amp_dtype, self.clip_norm = amp, amp_dtype, clip_norm
+        self.loss = None
+
+    def step(self, loss_of, *inputs):
+        with self.ctx.autocast(self.amp_dtype) if self.amp else contextlib.nullcontext():
+            self.loss = loss_of(self.model, *inputs)  # frees the last step's loss here
+        if self.scaler is not None:
+            self.scaler.scale(self.loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.loss.backward()
+            if self.clip_norm is not None:
+                self.ctx.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss.item()
+
+
 # ---- transformers, by configuration ----
 
 
@@ -108,16 +145,11 @@ def _gpt2(ctx):
 def _train_causal_lm(ctx, model, vocab, shape_of_step, steps, lr=3e-4):
     optimizer = ctx.torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
+    training = Training(ctx, model, optimizer, clip_norm=1.0)
     for step in ctx.steps(steps):
         batch, length = shape_of_step(step)
         ids = ctx.tokens(batch, length, vocab)
-        with ctx.autocast():
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        ctx.torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
+        training.step(lambda model, ids: model(input_ids=ids, labels=ids).loss, ids)
 
 
 @workload("training", "fixed", "GPT-2 (6 layers, 512 wide) language-model training, bf16 "
@@ -174,16 +206,13 @@ def t5_train_varlen(ctx):
     model = T5ForConditionalGeneration(config).to(ctx.device)
     optimizer = ctx.torch.optim.AdamW(model.parameters(), lr=3e-4)
     model.train()
+    training = Training(ctx, model, optimizer)
     for _ in ctx.steps(12):
         batch = ctx.size(16, 2)
         source = ctx.tokens(batch, ctx.randint(32, 512) if not ctx.smoke else 24, config.vocab_size)
         target = ctx.tokens(batch, ctx.randint(16, 128) if not ctx.smoke else 12, config.vocab_size)
-        with ctx.autocast():
-            loss = model(input_ids=source, labels=target).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
+        training.step(lambda model, source, target: model(input_ids=source, labels=target).loss,
+                      source, target)
 
 
 def _cache_of(output):
@@ -335,6 +364,7 @@ def unet_diffusion_train(ctx):
     model = _unet(ctx).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     scaler = ctx.grad_scaler()
+    training = Training(ctx, model, optimizer, amp_dtype=torch.float16, scaler=scaler)
     alphas = torch.cumprod(1 - torch.linspace(1e-4, 0.02, 1000, device=ctx.device), dim=0)
     side = ctx.size(64, 16)
     for _ in ctx.steps(10):
@@ -344,13 +374,8 @@ def unet_diffusion_train(ctx):
         t = torch.randint(0, 1000, (batch,), device=ctx.device)
         a = alphas[t][:, None, None, None]
         noisy = a.sqrt() * latents + (1 - a).sqrt() * noise
-        with ctx.autocast(torch.float16):
-            loss = torch.nn.functional.mse_loss(model(noisy, t).float(), noise)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
+        training.step(lambda model, noisy, t, noise: torch.nn.functional.mse_loss(
+            model(noisy, t).float(), noise), noisy, t, noise)
 
 
 def _image_training(ctx, model, batch_of_step, side_of_step, steps, dtype):
@@ -358,22 +383,14 @@ def _image_training(ctx, model, batch_of_step, side_of_step, steps, dtype):
     model = model.to(ctx.device).to(memory_format=torch.channels_last).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     scaler = ctx.grad_scaler() if dtype == torch.float16 else None
+    training = Training(ctx, model, optimizer, amp_dtype=dtype, scaler=scaler)
     for step in ctx.steps(steps):
         batch, side = batch_of_step(step), side_of_step(step)
         images = torch.randn(batch, 3, side, side, device=ctx.device).contiguous(
             memory_format=torch.channels_last)
         labels = torch.randint(0, 1000, (batch,), device=ctx.device)
-        with ctx.autocast(dtype):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
+        training.step(lambda model, images, labels: torch.nn.functional.cross_entropy(
+            model(images), labels), images, labels)
 
 
 @workload("training", "fixed", "ConvNeXt-Tiny (timm, else torchvision) image classification "
@@ -433,17 +450,16 @@ def gru_seq2seq_train(ctx):
 
     model = Seq2Seq().to(ctx.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    training = Training(ctx, model, optimizer, amp=False, clip_norm=1.0)
     for _ in ctx.steps(16):
         batch = ctx.size(64, 2)
         source = ctx.tokens(batch, ctx.randint(10, 120) if not ctx.smoke else 6, vocab)
         target = ctx.tokens(batch, ctx.randint(10, 120) if not ctx.smoke else 6, vocab)
+        # The forward pass stays out of the step: these logits free the last step's as they
+        # replace them, before the loss is computed.
         logits = model(source, target)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), target[:, 1:].reshape(-1))
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss.item()
+        training.step(lambda _model, logits, target: nn.functional.cross_entropy(
+            logits.reshape(-1, vocab), target[:, 1:].reshape(-1)), logits, target)
 
 
 # ---- one workload, in its own process ----
