@@ -709,6 +709,34 @@ static void test_growth_extends_sealed_tail(void) {
   printf("growth extends a sealed last block by the shortfall only\n");
 }
 
+/* The large region's last block, free, is used only when no other free block fits: growth
+ * extends it by the shortfall alone, so it is kept for the request nothing else fits. */
+static void test_last_block_kept_for_growth(void) {
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  enum { mib = 1 << 20 };
+  size_t sizes[4] = {2 * mib, 8 * mib, 2 * mib, 4 * mib}; /* pin, hole, pin, last */
+  void *x[4];
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(mr, sizes[i], NULL, &x[i]));
+  CHECK_PTR_EQ((char *)x[3], (char *)x[0] + 12 * mib); /* one range, grown in place */
+  CHECK_OK(gpumem_deallocate(mr, x[1], sizes[1], NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[3], sizes[3], NULL));
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  void *in_hole, *at_end;
+  CHECK_OK(gpumem_allocate(mr, 3 * mib, NULL, &in_hole)); /* the last block fits it best */
+  CHECK_PTR_EQ(in_hole, x[1]);
+  CHECK_OK(gpumem_allocate(mr, 6 * mib, NULL, &at_end)); /* fits nowhere: the end grows */
+  CHECK_PTR_EQ(at_end, x[3]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 2 * mib);
+  CHECK_OK(gpumem_deallocate(mr, in_hole, 3 * mib, NULL));
+  CHECK_OK(gpumem_deallocate(mr, at_end, 6 * mib, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[0], sizes[0], NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[2], sizes[2], NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("the large region's last block is kept for what fits nowhere else\n");
+}
+
 static void test_threads(const char *spec) {
   CHECK_OK(gpumem_resource_from_spec(spec, &shared_pool));
   pthread_t threads[thread_count];
@@ -1254,6 +1282,7 @@ int main(void) {
   test_side_stream_leaves_large_memory();
   test_open_free_merges_sealed_neighbours();
   test_growth_extends_sealed_tail();
+  test_last_block_kept_for_growth();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");

@@ -7,7 +7,9 @@ building it.
 The model follows the pool: requests rounded to 256 bytes; two regions (under 1 MiB and
 the rest), each one address range that grows at its end in 2 MiB granules, merging with a
 free last block; best fit (smallest free block, then lowest address), carved from the
-front; frees merge with free neighbours. Reserved is mapped physical memory.
+front, but in the large region the free last block only when no other fits (growth keeps
+it for what fits nowhere else); frees merge with free neighbours. Reserved is mapped
+physical memory.
 
 Policies:
   now   the pool as built: every granule of the address range stays mapped. It reproduces
@@ -66,20 +68,28 @@ def round_up(value, to):
 
 
 class Region:
-    """Blocks [addr, size, free] in address order over one growing address range."""
+    """Blocks [addr, size, free] in address order over one growing address range. With
+    keep_last, the free last block is the fit only when no other block fits."""
 
-    def __init__(self):
+    def __init__(self, keep_last=False):
         self.blocks = []
         self.starts = []
         self.end = 0
+        self.keep_last = keep_last
 
     def best_fit(self, size):
         best = None
+        last = len(self.blocks) - 1
         for i, (addr, block_size, free) in enumerate(self.blocks):
+            if self.keep_last and i == last:
+                break
             if free and block_size >= size and (best is None or block_size < self.blocks[best][1]):
                 best = i
                 if block_size == size:
                     break
+        if best is None and self.keep_last and last >= 0 and self.blocks[last][2] \
+                and self.blocks[last][1] >= size:
+            best = last
         return best
 
     def grow(self, size):
@@ -148,7 +158,8 @@ class Model:
         self.cap = cap
         self.limits = limits
         self.peak_live_so_far = 0
-        self.regions = [Region() for _ in range(len(limits) + 1)]
+        # Region 0, the large one, keeps its last block (Region.keep_last), as the pool does.
+        self.regions = [Region(keep_last=(r == 0)) for r in range(len(limits) + 1)]
         self.mapped = set()  # (region, granule), for "move"
         self.physical = self.peak_physical = 0
         self.moves = self.new_granules = 0

@@ -116,6 +116,14 @@ static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__b
   return taken;
 }
 
+gpumem__block *gpumem__pool_fit_other_than_tail(free_set *set, gpumem__block *tail, size_t size) {
+  gpumem__free_index *index = index_of(set, tail);
+  gpumem__free_index_remove(index, tail);
+  gpumem__block *other = find_in_set(set, GPUMEM__POOL_REGION_LARGE, size);
+  gpumem__free_index_insert(index, tail);
+  return other ? other : tail;
+}
+
 /* A fitting block of `set` in any region, or from another set's sealed blocks in any. */
 static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t search,
                                    gpumem__block **out) {
@@ -135,7 +143,7 @@ static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t se
 static gpumem_status find_block(pool_resource *pool, free_set *set, size_t search,
                                 gpumem__block **out, const char **why) {
   size_t ri = region_for(pool, search);
-  gpumem__block *block = find_in_set(set, ri, search);
+  gpumem__block *block = find_fit(pool, set, ri, search);
   gpumem_status status = GPUMEM_OK;
   if (!block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
@@ -146,7 +154,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
       (ri == GPUMEM__POOL_REGION_SMALL || !pool->split_regions) &&
       !(block = gpumem__pool_uncache_larger(pool, set, search))) {
     gpumem__pool_flush_cache(pool, set);
-    block = find_in_set(set, ri, search);
+    block = find_fit(pool, set, ri, search);
   }
   /* Threads' fronts on this stream may hold what fits: it goes back before the pool grows
    * (other streams' fronts hold blocks this stream could only take after a wait for the
@@ -158,11 +166,11 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
    * what it just gave (on the threads workload, 16 threads on their own streams took nine
    * times the pool's locks, on one stream ten times, for less than half the memory). */
   if (status == GPUMEM_OK && !block && gpumem__pool_front_give_larger(pool, set, search))
-    block = find_in_set(set, ri, search);
+    block = find_fit(pool, set, ri, search);
   bool drained = false;
   while (status == GPUMEM_OK && !block && gpumem__pool_drain_fullest_front(pool, set, search)) {
     drained = true;
-    block = find_in_set(set, ri, search);
+    block = find_fit(pool, set, ri, search);
   }
   if (drained && !block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
@@ -195,7 +203,7 @@ gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t
   if (may_grow)
     status = find_block(pool, set, size, &block, why);
   else
-    block = find_in_set(set, region_for(pool, size), size);
+    block = find_fit(pool, set, region_for(pool, size), size);
   *out =
       status == GPUMEM_OK && block ? carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT) : NULL;
   return status;
@@ -257,7 +265,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow_then_unlock(pool_resource *po
 static gpumem_status allocate_from_index_then_unlock(pool_resource *pool, free_set *set,
                                                      size_t bytes, size_t size,
                                                      gpumem_stream stream, void **ptr) {
-  gpumem__block *block = find_in_set(set, region_for(pool, size), size);
+  gpumem__block *block = find_fit(pool, set, region_for(pool, size), size);
   if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
       GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
     gpumem__biased_lock_release(&pool->lock);

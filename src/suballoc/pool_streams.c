@@ -160,7 +160,7 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
     if (!is_fresh(pool, from) && open_blocks(from) == 0 && sealed_blocks(from) == 0 &&
         from->fronts == 0)
       drop_set(pool, i);
-    *out = find_in_set(to, r, size);
+    *out = find_fit(pool, to, r, size);
     return GPUMEM_OK;
   }
   return GPUMEM_OK;
