@@ -359,9 +359,10 @@ gpumem__block *gpumem__pool_fit_other_than_tail(free_set *set, gpumem__block *ta
 static inline gpumem__block *find_fit(const pool_resource *pool, free_set *set, size_t ri,
                                       size_t size) {
   gpumem__block *block = find_in_set(set, ri, size);
-  if (GPUMEM_UNLIKELY(ri == GPUMEM__POOL_REGION_LARGE && block &&
-                      block == pool->regions[GPUMEM__POOL_REGION_LARGE].tail) &&
-      pool->split_regions)
+  /* The last block has no next neighbour: a field of the line carve reads anyway, tested
+   * before anything the allocation would not touch. */
+  if (GPUMEM_UNLIKELY(block && !block->next_addr) && ri == GPUMEM__POOL_REGION_LARGE &&
+      block == pool->regions[GPUMEM__POOL_REGION_LARGE].tail && pool->split_regions)
     return gpumem__pool_fit_other_than_tail(set, block, size);
   return block;
 }
