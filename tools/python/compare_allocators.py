@@ -4,32 +4,41 @@ pool, on allocation traces in RMM's log format (docs/traces.md).
 
     python3 tools/python/compare_allocators.py [--resource "pool(vmm)"]... [--json FILE] TRACE...
 
+Every allocator replays each trace 1 + N times (--repeat N, default 3) on one fresh
+allocator: a cold pass, then N warm passes. Two figures come of it: the cold one, peak
+reserved after the first pass, and the warm one, the peak over all the passes (a trace of
+varying shapes, run again, can grow an allocator further).
+
 - gpumem's resources and the driver pool: one run of `gpumem-bench replay --resource
   driver:async --resource SPEC... --repeat N TRACE...` (threads and streams as traced; a
   fresh allocator per trace and resource; warm ns per event as the median of N passes).
 - PyTorch: one fresh process per configuration (default; PYTORCH_CUDA_ALLOC_CONF=
   expandable_segments:True) replays every trace through torch.cuda.caching_allocator_alloc
   and caching_allocator_delete, each recorded stream on a torch stream of its own (the
-  default stream for stream 0), emptying the cache and resetting the peaks between traces;
-  the figure is torch.cuda.max_memory_reserved().
+  default stream for stream 0), emptying the cache and resetting the peaks between traces
+  (never between a trace's passes); the figures are torch.cuda.max_memory_reserved() after
+  the first pass and after the last.
 - RMM: where the real `rmm` is importable, a fresh process replays each trace through
   PoolMemoryResource(StatisticsResourceAdaptor(CudaMemoryResource()), initial_pool_size=0)
-  under another StatisticsResourceAdaptor: the lower one's peak is what the pool reserved,
-  the upper one's what was live. Skipped (and said so) where rmm is missing or is gpumem's
-  own RMM layer; --rmm-path puts a folder of RMM's wheels first on that process's path
-  (scripts/rmm-python.sh), and --rmm-module names another module with RMM's interface (the
-  tests use gpumem.rmm on the simulated device).
+  under another StatisticsResourceAdaptor: the lower one's peak is what the pool reserved
+  (after the first pass and after the last), the upper one's what was live. Skipped (and
+  said so) where rmm is missing or is gpumem's own RMM layer; --rmm-path puts a folder of
+  RMM's wheels first on that process's path (scripts/rmm-python.sh), and --rmm-module names
+  another module with RMM's interface (the tests use gpumem.rmm on the simulated device).
 
 Every replay runs the same operation sequence (trace_csv.operations, built as gpumem-bench
 builds it), so every one must see the same peak live bytes: gpumem-bench's peak_live_bytes,
 PyTorch's peak of requested bytes (its allocated bytes are rounded up, so at least that) and
-RMM's live peak. A disagreement is printed and makes the exit status 1.
+RMM's live peak (the first pass's; every pass frees all it allocates, so each has the same).
+A disagreement is printed and makes the exit status 1. The workers (PyTorch's and RMM's)
+time the cold pass only.
 
-Output: a table (per trace: events, peak live, reserved/live for each allocator, the best
-reference and pool(vmm)'s warm ns per event), then per gpumem resource the traces it loses
-on; --json writes one JSON line per trace. Exit status 0, 1 on a failed replay or a
-disagreement, 2 with --fail-if-loses when a gpumem resource holds more than the best
-reference on a trace.
+Output: a table (per trace: events, peak live, reserved/live cold/warm for each allocator,
+the best reference cold and warm, and pool(vmm)'s warm ns per event), then per gpumem
+resource the traces it loses on, cold and warm; --json writes one JSON line per trace (the
+warm figures under the cold ones' keys with _warm added). Exit status 0, 1 on a failed
+replay or a disagreement, 2 with --fail-if-loses when a gpumem resource holds more than the
+best reference on a trace after the cold pass (--fail-if-loses-warm: over all passes).
 """
 import argparse
 import importlib
@@ -49,6 +58,9 @@ RMM = "rmm:pool"
 REFERENCES = (DRIVER, *TORCH_CONFIGS, RMM)
 SHORT = {DRIVER: "driver", "torch:caching": "torch", "torch:expandable": "torch exp",
          RMM: "rmm pool"}
+# What a key ends in: a cold figure (after the first pass) nothing, a warm one (the peak over
+# the first pass and the warm passes) _warm, as in gpumem-bench's JSON.
+COLD, WARM = "", "_warm"
 
 
 # ---- replays in other processes ----
@@ -72,14 +84,16 @@ def run_bench(bench, specs, repeat, traces, timeout):
     return results, done.stderr
 
 
-def run_worker(kind, traces, timeout, env_changes, extra=()):
-    """Runs this script as a worker (--torch-worker, --rmm-worker) in a fresh interpreter;
-    returns its JSON lines (one per trace, or one {"skipped": why})."""
+def run_worker(kind, traces, warm_passes, timeout, env_changes, extra=()):
+    """Runs this script as a worker (--torch-worker WARM_PASSES, --rmm-worker WARM_PASSES
+    MODULE) in a fresh interpreter; returns its JSON lines (one per trace, or one
+    {"skipped": why})."""
     env = dict(os.environ)
     env.pop("GPUMEM_AS_RMM", None)  # the real RMM, never gpumem's layer under its name
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.update(env_changes)
-    command = [sys.executable, os.path.abspath(__file__), kind, *extra, *traces]
+    command = [sys.executable, os.path.abspath(__file__), kind, str(warm_passes), *extra,
+               *traces]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -112,13 +126,15 @@ def _load(path):
     return ops + leftovers, len(ops), streams, peak, slots
 
 
-def replay_each(traces, streams, new_stream, measure, about):
+def replay_each(traces, streams, new_stream, measure, about, warm_passes):
     """The workers' loop over the traces. Each trace gets a stream per recorded stream
     (streams[0] is the default one; new_stream() makes the rest, kept for later traces);
-    then measure(timed_replay) sets its allocator up, calls timed_replay(allocate,
-    deallocate) once (replay()'s callbacks, timed) and returns its figures, releasing the
+    then measure(timed_replay, warm_replays) sets its allocator up, calls
+    timed_replay(allocate, deallocate) once (replay()'s callbacks; the cold pass, timed),
+    reads the cold figures, calls warm_replays(allocate, deallocate) (warm_passes more
+    passes, untimed), adds peak_reserved_bytes_warm and returns its figures, releasing the
     allocator as it returns. One JSON line per trace: the trace, its events, those figures,
-    its streams, nanoseconds per event and `about`."""
+    its streams, the cold pass's nanoseconds per event and `about`."""
     for path in traces:
         sequence, events, recorded_streams, _peak, slots = _load(path)
         while len(streams) < len(recorded_streams):
@@ -131,7 +147,11 @@ def replay_each(traces, streams, new_stream, measure, about):
             replay(sequence, slots, allocate, deallocate)
             seconds = time.perf_counter() - start
 
-        figures = measure(timed_replay)
+        def warm_replays(allocate, deallocate):
+            for _ in range(warm_passes):
+                replay(sequence, slots, allocate, deallocate)
+
+        figures = measure(timed_replay, warm_replays)
         print(json.dumps({
             "trace": os.path.basename(path), "events": events, **figures,
             "streams": len(recorded_streams),
@@ -139,7 +159,7 @@ def replay_each(traces, streams, new_stream, measure, about):
             flush=True)
 
 
-def torch_worker(traces):
+def torch_worker(traces, warm_passes):
     """Replays each trace through PyTorch's caching allocator in this process."""
     try:
         import torch
@@ -154,22 +174,26 @@ def torch_worker(traces):
     streams = [torch.cuda.default_stream(device)]
     alloc, delete = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
 
-    def measure(timed_replay):
+    def measure(timed_replay, warm_replays):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         start_reserved = torch.cuda.memory_reserved()
-        timed_replay(lambda size, stream: alloc(size, device, streams[stream]),
+        callbacks = (lambda size, stream: alloc(size, device, streams[stream]),
                      lambda pointer, size, stream: delete(pointer))
+        timed_replay(*callbacks)
         torch.cuda.synchronize()
         stats = torch.cuda.memory_stats()
-        return {"peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-                "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-                "peak_live_bytes": stats.get("requested_bytes.all.peak"),
-                "start_reserved_bytes": start_reserved}
+        figures = {"peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+                   "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+                   "peak_live_bytes": stats.get("requested_bytes.all.peak"),
+                   "start_reserved_bytes": start_reserved}
+        warm_replays(*callbacks)  # peaks not reset: the warm one is over every pass
+        torch.cuda.synchronize()
+        return {**figures, "peak_reserved_bytes_warm": torch.cuda.max_memory_reserved()}
 
     replay_each(traces, streams, lambda: torch.cuda.Stream(device), measure,
-                {"torch": torch.__version__})
+                {"torch": torch.__version__}, warm_passes)
 
 
 def _peak_bytes(adaptor):
@@ -187,7 +211,7 @@ def _rmm_streams(rmm):
     raise ImportError("no Stream in rmm.pylibrmm.stream or rmm._cuda.stream")
 
 
-def rmm_worker(module, traces):
+def rmm_worker(module, traces, warm_passes):
     """Replays each trace through RMM's pool (or `module`'s, with RMM's interface)."""
     try:
         rmm = importlib.import_module(module)
@@ -201,16 +225,21 @@ def rmm_worker(module, traces):
     Stream, default_stream = _rmm_streams(rmm)
     streams = [default_stream]
 
-    def measure(timed_replay):  # a fresh pool per trace, released on return
+    def measure(timed_replay, warm_replays):  # a fresh pool per trace, released on return
         upstream = rmm.mr.StatisticsResourceAdaptor(rmm.mr.CudaMemoryResource())
         pool = rmm.mr.PoolMemoryResource(upstream, initial_pool_size=0)
         top = rmm.mr.StatisticsResourceAdaptor(pool)
-        timed_replay(lambda size, stream: top.allocate(size, streams[stream]),
+        callbacks = (lambda size, stream: top.allocate(size, streams[stream]),
                      lambda pointer, size, stream: top.deallocate(pointer, size, streams[stream]))
-        return {"peak_reserved_bytes": _peak_bytes(upstream), "peak_live_bytes": _peak_bytes(top)}
+        timed_replay(*callbacks)
+        figures = {"peak_reserved_bytes": _peak_bytes(upstream),
+                   "peak_live_bytes": _peak_bytes(top)}
+        warm_replays(*callbacks)
+        return {**figures, "peak_reserved_bytes_warm": _peak_bytes(upstream)}
 
     replay_each(traces, streams, Stream, measure,
-                {"module": rmm.__name__, "version": getattr(rmm, "__version__", None)})
+                {"module": rmm.__name__, "version": getattr(rmm, "__version__", None)},
+                warm_passes)
 
 
 # ---- putting it together ----
@@ -229,17 +258,17 @@ def by_trace(lines, label, skipped, errors):
     return results
 
 
-def compare(traces, bench_results, references, specs, skipped):
+def compare(traces, bench_results, references, specs, skipped, warm_passes):
     """One record per trace: every allocator's figures, the checks, the best reference and
-    the verdict for each gpumem resource. `references` maps a reference label to its
-    results by trace name (the driver pool's come from bench_results)."""
+    the verdict for each gpumem resource, cold and warm. `references` maps a reference label
+    to its results by trace name (the driver pool's come from bench_results)."""
     records = []
     for path in traces:
         name = os.path.basename(path)
         sequence, events, streams, peak, _slots = _load(path)
         record = {"bench": "trace_compare", "trace": name, "path": path, "events": events,
                   "streams": len(streams), "peak_live_bytes": peak, "results": {},
-                  "skipped": dict(skipped), "problems": []}
+                  "skipped": dict(skipped), "problems": [], "warm_passes": warm_passes}
         for label in (DRIVER, *specs):
             line = bench_results.get((name, label))
             if line is None:
@@ -249,7 +278,8 @@ def compare(traces, bench_results, references, specs, skipped):
             record.setdefault("gpu", line.get("gpu"))
             result = {key: line.get(key) for key in (
                 "peak_reserved_bytes", "peak_live_bytes", "reserved_over_live",
-                "ns_per_event_warm", "cycles_per_event_warm", "threads", "streams")}
+                "ns_per_event_warm", "cycles_per_event_warm", "threads", "streams",
+                "peak_reserved_bytes_warm", "reserved_over_live_warm")}
             record["results"][label] = result
             if line.get("events") != events:
                 record["problems"].append(
@@ -262,9 +292,11 @@ def compare(traces, bench_results, references, specs, skipped):
                 continue
             result = {key: line.get(key) for key in (
                 "peak_reserved_bytes", "peak_live_bytes", "peak_allocated_bytes",
-                "start_reserved_bytes", "ns_per_event")}
-            result["reserved_over_live"] = (
-                round(line["peak_reserved_bytes"] / peak, 4) if peak else None)
+                "start_reserved_bytes", "ns_per_event", "peak_reserved_bytes_warm")}
+            for suffix in (COLD, WARM):
+                reserved = line.get("peak_reserved_bytes" + suffix)
+                result["reserved_over_live" + suffix] = (
+                    round(reserved / peak, 4) if peak and reserved is not None else None)
             record["results"][label] = result
             allocated = line.get("peak_allocated_bytes")
             if allocated is not None and allocated < peak:
@@ -278,68 +310,90 @@ def compare(traces, bench_results, references, specs, skipped):
             if live is not None and live != peak:
                 record["problems"].append(
                     f"{label}: peak live {live} bytes, the trace's is {peak}")
-        refs = {label: result for label, result in record["results"].items()
-                if label in REFERENCES and result.get("peak_reserved_bytes")}
-        if refs:
-            best = min(refs, key=lambda label: refs[label]["peak_reserved_bytes"])
-            record["best_reference"] = best
-            record["best_reference_ratio"] = refs[best]["reserved_over_live"]
-            record["verdict"] = {}
+        for suffix in (COLD, WARM):
+            reserved = "peak_reserved_bytes" + suffix
+            refs = {label: result[reserved] for label, result in record["results"].items()
+                    if label in REFERENCES and result.get(reserved)}
+            if not refs:
+                continue
+            best = min(refs, key=refs.get)
+            record["best_reference" + suffix] = best
+            record["best_reference_ratio" + suffix] = (
+                record["results"][best]["reserved_over_live" + suffix])
+            verdict = record["verdict" + suffix] = {}
             for spec in specs:
-                mine = record["results"].get(spec, {}).get("peak_reserved_bytes")
+                mine = record["results"].get(spec, {}).get(reserved)
                 if mine is not None:
-                    record["verdict"][spec] = (
-                        "at or below" if mine <= refs[best]["peak_reserved_bytes"] else "above")
+                    verdict[spec] = "at or below" if mine <= refs[best] else "above"
         records.append(record)
     return records
 
 
-def _ratio(record, label):
-    """Peak reserved over the trace's peak live, from the bytes (the JSON's ratios are
-    rounded to four places already)."""
-    result = record["results"].get(label)
-    if result is None or not result.get("peak_reserved_bytes") or not record["peak_live_bytes"]:
+def _ratio(record, label, suffix=COLD):
+    """Peak reserved (cold, or warm with suffix WARM) over the trace's peak live, from the
+    bytes (the JSON's ratios are rounded to four places already)."""
+    reserved = record["results"].get(label, {}).get("peak_reserved_bytes" + suffix)
+    if not reserved or not record["peak_live_bytes"]:
         return "-"
-    return f"{result['peak_reserved_bytes'] / record['peak_live_bytes']:.3f}"
+    return f"{reserved / record['peak_live_bytes']:.3f}"
+
+
+def _cell(record, label):
+    """An allocator's "cold/warm" ratios, each followed by ! where it is a gpumem
+    resource's and above the best reference's; a cell not ending in ! ends in a space, so
+    that the figures stay aligned."""
+    figures = []
+    for suffix in (COLD, WARM):
+        above = record.get("verdict" + suffix, {}).get(label) == "above"
+        figures.append(_ratio(record, label, suffix) + ("!" if above else ""))
+    cell = "-" if figures == ["-", "-"] else "/".join(figures)
+    return cell if cell.endswith("!") else cell + " "
+
+
+def _best(record, suffix):
+    """The best reference's short name and ratio, cold or warm (suffix)."""
+    best = record.get("best_reference" + suffix)
+    return f"{SHORT.get(best, best)} {_ratio(record, best, suffix)}" if best else "-"
 
 
 def format_table(records, specs):
-    """The table for people, and one line per gpumem resource on where it loses."""
+    """The table for people, and two lines per gpumem resource (cold, warm) on where it
+    loses."""
     columns = [*specs, *REFERENCES]
-    widths = [max(9, len(SHORT.get(label, label)) + 2) for label in columns]
+    widths = [max(14, len(SHORT.get(label, label)) + 2) for label in columns]
     name_width = max([24] + [len(r["trace"]) for r in records])
     header = f"{'trace':{name_width}} {'events':>8} {'peak live':>10}"
     for label, width in zip(columns, widths):
         header += f" {SHORT.get(label, label):>{width}}"
-    header += f"  {'best reference':20} {specs[0] + ' ns/ev':>16}"
+    header += f"  {'best cold':17} {'best warm':17} {specs[0] + ' ns/ev':>16}"
     lines = [header]
     for r in records:
         line = (f"{r['trace']:{name_width}} {r['events']:>8} "
                 f"{r['peak_live_bytes'] / 2**20:>6.0f} MiB")
         for label, width in zip(columns, widths):
-            mark = ""
-            if label in specs and label in r.get("verdict", {}):
-                mark = " " if r["verdict"][label] == "at or below" else "!"
-            line += f" {_ratio(r, label) + mark:>{width}}"
-        best = r.get("best_reference")
-        best_text = f"{SHORT.get(best, best)} {_ratio(r, best)}" if best else "-"
-        warm = r["results"].get(specs[0], {}).get("ns_per_event_warm")
-        line += f"  {best_text:20} {warm if warm is not None else '-':>16}"
+            line += f" {_cell(r, label):>{width}}"
+        ns_per_event = r["results"].get(specs[0], {}).get("ns_per_event_warm")
+        ns_text = ns_per_event if ns_per_event is not None else "-"
+        line += f"  {_best(r, COLD):17} {_best(r, WARM):17} {ns_text:>16}"
         lines.append(line)
-    lines.append("(reserved/live: peak reserved over peak live bytes; ! marks a gpumem "
-                 "resource above the best reference on that trace)")
+    warm_passes = records[0]["warm_passes"] if records else "N"
+    lines.append(f"(reserved/live: peak reserved over peak live bytes, cold/warm: after one pass "
+                 f"of the trace on a fresh allocator / over that pass and {warm_passes} more on "
+                 f"the same allocator; ! marks a gpumem resource's figure above the best "
+                 f"reference's on that trace)")
     for label, reason in (records[0]["skipped"].items() if records else []):
         lines.append(f"{label} skipped: {reason}")
     for spec in specs:
-        judged = [r for r in records if spec in r.get("verdict", {})]
-        losses = [r for r in judged if r["verdict"][spec] == "above"]
-        text = (f"{spec}: at or below the best reference on {len(judged) - len(losses)} of "
-                f"{len(judged)} traces")
-        if losses:
-            text += "; above on " + ", ".join(
-                f"{r['trace']} ({_ratio(r, spec)} vs {SHORT[r['best_reference']]} "
-                f"{_ratio(r, r['best_reference'])})" for r in losses)
-        lines.append(text)
+        for suffix, name in ((COLD, spec), (WARM, f"{spec} warm")):
+            judged = [r for r in records if spec in r.get("verdict" + suffix, {})]
+            losses = [r for r in judged if r["verdict" + suffix][spec] == "above"]
+            text = (f"{name}: at or below the best reference on {len(judged) - len(losses)} "
+                    f"of {len(judged)} traces")
+            if losses:
+                text += "; above on " + ", ".join(
+                    f"{r['trace']} ({_ratio(r, spec, suffix)} vs {_best(r, suffix)})"
+                    for r in losses)
+            lines.append(text)
     for r in records:
         for problem in r["problems"]:
             lines.append(f"PROBLEM {r['trace']}: {problem}")
@@ -352,11 +406,11 @@ def default_bench():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--torch-worker"]:
-        torch_worker(argv[1:])
+    if argv[:1] == ["--torch-worker"]:  # --torch-worker WARM_PASSES TRACE...
+        torch_worker(argv[2:], int(argv[1]))
         return 0
-    if argv[:1] == ["--rmm-worker"]:
-        rmm_worker(argv[1], argv[2:])
+    if argv[:1] == ["--rmm-worker"]:  # --rmm-worker WARM_PASSES MODULE TRACE...
+        rmm_worker(argv[2], argv[3:], int(argv[1]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+", metavar="TRACE")
@@ -365,7 +419,8 @@ def main(argv=None):
     parser.add_argument("--resource", action="append", dest="specs", metavar="SPEC",
                         help="a gpumem resource to judge; repeatable (default pool(vmm))")
     parser.add_argument("--repeat", type=int, default=3,
-                        help="gpumem-bench's warm passes per trace (default 3)")
+                        help="warm passes per trace after the cold one, for every allocator "
+                        "(gpumem-bench's --repeat; default 3)")
     parser.add_argument("--torch", choices=("auto", "off"), default="auto",
                         help="PyTorch's caching allocator: auto (skipped without PyTorch or "
                         "a GPU) or off")
@@ -378,7 +433,11 @@ def main(argv=None):
                         help="seconds each replay process may take (default 300)")
     parser.add_argument("--json", help="write one JSON line per trace to this file")
     parser.add_argument("--fail-if-loses", action="store_true",
-                        help="exit status 2 when a gpumem resource is above the best reference")
+                        help="exit status 2 when a gpumem resource is above the best reference "
+                        "after the cold pass")
+    parser.add_argument("--fail-if-loses-warm", action="store_true",
+                        help="exit status 2 when a gpumem resource is above the best reference "
+                        "over all passes")
     args = parser.parse_args(argv)
     specs = args.specs or ["pool(vmm)"]
     names = [os.path.basename(path) for path in args.traces]
@@ -402,7 +461,7 @@ def main(argv=None):
     else:
         for label, conf in TORCH_CONFIGS.items():
             env = {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
-            lines = run_worker("--torch-worker", args.traces, args.timeout, env)
+            lines = run_worker("--torch-worker", args.traces, args.repeat, args.timeout, env)
             references[label] = by_trace(lines, label, skipped, errors)
     if args.rmm_module == "off":
         skipped[RMM] = "--rmm-module off"
@@ -412,9 +471,10 @@ def main(argv=None):
             env["PYTHONPATH"] = os.pathsep.join(
                 [os.path.abspath(args.rmm_path)] + [p for p in os.environ.get(
                     "PYTHONPATH", "").split(os.pathsep) if p])
-        lines = run_worker("--rmm-worker", args.traces, args.timeout, env, [args.rmm_module])
+        lines = run_worker("--rmm-worker", args.traces, args.repeat, args.timeout, env,
+                           [args.rmm_module])
         references[RMM] = by_trace(lines, RMM, skipped, errors)
-    records = compare(args.traces, bench_results, references, specs, skipped)
+    records = compare(args.traces, bench_results, references, specs, skipped, args.repeat)
     if args.json:
         with open(args.json, "w") as file:
             for record in records:
@@ -426,7 +486,9 @@ def main(argv=None):
         print(f"ERROR {error}")
     if errors or any(r["problems"] for r in records):
         return 1
-    if args.fail_if_loses and any("above" in r.get("verdict", {}).values() for r in records):
+    judged = [key for key, wanted in (("verdict", args.fail_if_loses),
+                                      ("verdict_warm", args.fail_if_loses_warm)) if wanted]
+    if any("above" in r.get(key, {}).values() for r in records for key in judged):
         return 2
     return 0
 
