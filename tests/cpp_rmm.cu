@@ -17,6 +17,8 @@
 #include "check.h"
 #include "check_throws.hpp"
 
+#include <cstring>
+
 #include <cuda_runtime_api.h>
 #include <rmm/device_buffer.hpp>
 #include <rmm/device_uvector.hpp>
@@ -180,11 +182,18 @@ static void test_rmm_under_gpumem() {
     CHECK_U64_EQ(bottom.live_bytes(), 2 << 20);
     void *p = pool.allocate(1 << 20, s);
     CHECK_U64_EQ(rmm_limit.get_allocated_bytes(), 2 << 20); /* from the pool's reserve */
-    /* Past RMM's limit: RMM says no, gpumem says where (the upstream's name) and quotes
-     * RMM's own words. */
+    /* Past RMM's limit: RMM says no, gpumem says where (the upstream's name), and its
+     * verdict quotes RMM's own words. */
     CHECK_THROWS_TEXT(gpumem::out_of_memory, (void)pool.allocate(16 << 20, s), "rmm-limit");
-    CHECK_THROWS_TEXT(gpumem::out_of_memory, (void)pool.allocate(16 << 20, s),
-                      "Exceeded memory limit");
+    try {
+      (void)pool.allocate(16 << 20, s);
+      CHECK_FAIL_("an allocation past RMM's limit succeeded");
+    } catch (const gpumem::out_of_memory &e) {
+      const char *verdict = strstr(e.what(), "\nverdict: ");
+      CHECK(verdict != nullptr);
+      CHECK_CONTAINS(verdict, "rmm-limit said it has no memory for");
+      CHECK_CONTAINS(verdict, "Exceeded memory limit");
+    }
     CHECK_U64_EQ(pool.live_bytes(), 1 << 20);
     pool.deallocate(p, 1 << 20, s);
     s.synchronize();

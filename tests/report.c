@@ -558,6 +558,14 @@ static void test_user_resources(void) {
   CHECK_CONTAINS(gpumem_last_error_message(), "my arena is full");
   check_verdict(gpumem_last_error_message(), "unexplained",
                 "mine said it has no memory for 1 KiB: \"my arena is full\"");
+
+  /* A user resource over it passes its words on. */
+  user_state forwards_to_mine = {.inner = mine};
+  gpumem_resource *outer = user_resource("outer", &forwards_to_mine);
+  expect_out_of_memory(outer, KiB);
+  check_verdict(gpumem_last_error_message(), "unexplained",
+                "outer said it has no memory for 1 KiB: \"my arena is full\"");
+  CHECK_OK(gpumem_resource_release(outer));
   CHECK_OK(gpumem_resource_release(mine));
 
   /* A pool over it that cannot grow: the pool's message quotes the user's words. */

@@ -28,7 +28,7 @@ static _Thread_local size_t long_capacity;
 static _Thread_local bool long_in_use;
 static _Thread_local gpumem__oom_note last_oom;
 static _Thread_local uint64_t oom_serial;
-static _Thread_local char oom_said[512];
+static _Thread_local char oom_said[GPUMEM__OOM_SAID_SIZE];
 
 const char *gpumem_status_name(gpumem_status status) {
   switch (status) {
@@ -130,7 +130,8 @@ void gpumem__note_oom(gpumem__oom_cause cause, const gpumem_resource *mr, uint64
 }
 
 void gpumem__note_oom_said(const gpumem_resource *mr, uint64_t bytes, const char *said) {
-  snprintf(oom_said, sizeof oom_said, "%s", said ? said : "");
+  if (said != oom_said) /* a resource passing on another's words gives these very ones */
+    snprintf(oom_said, sizeof oom_said, "%s", said ? said : "");
   last_oom = (gpumem__oom_note){GPUMEM__OOM_OTHER, mr, bytes, ++oom_serial, oom_said};
 }
 

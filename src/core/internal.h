@@ -228,16 +228,19 @@ typedef struct gpumem__oom_note {
   uint64_t bytes;            /* asked of mr */
   uint64_t serial;           /* counts the notes of the thread */
   /* GPUMEM__OOM_OTHER: the refusing resource's own words ("" if it gave none), kept per
-   * thread until the next note; else "". */
+   * thread until the next note (at most GPUMEM__OOM_SAID_SIZE - 1 bytes); else "". */
   const char *said;
 } gpumem__oom_note;
+
+#define GPUMEM__OOM_SAID_SIZE 640
 
 /* Notes, for this thread, that `mr` refused `bytes` for `cause`. Called where a refusal
  * starts (the resource that knows why), not where it is passed on. */
 void gpumem__note_oom(gpumem__oom_cause cause, const gpumem_resource *mr, uint64_t bytes);
 /* Notes a refusal by a resource gpumem cannot see into (GPUMEM__OOM_OTHER), with its own
  * words (NULL or "": none), so that the verdict can quote them whatever layer reports the
- * failure: a pool over it words its own message. */
+ * failure: a pool over it words its own message. A resource that passes on the refusal of
+ * one beneath it gives that note's words. */
 void gpumem__note_oom_said(const gpumem_resource *mr, uint64_t bytes, const char *said);
 /* The thread's last note (cause GPUMEM__OOM_NONE and serial 0 when there was none). */
 gpumem__oom_note gpumem__last_oom(void);

@@ -461,6 +461,12 @@ static void write_verdict_alone(const gpumem_resource *mr, const gpumem__oom_not
 gpumem_status gpumem__report_out_of_memory(const gpumem_resource *mr, size_t bytes,
                                            size_t alignment) {
   gpumem__oom_note note = gpumem__last_oom();
+  /* The words too: a user resource's query, run by the walk, may note another refusal. */
+  char said[GPUMEM__OOM_SAID_SIZE];
+  if (note.said) {
+    snprintf(said, sizeof said, "%s", note.said);
+    note.said = said;
+  }
   gpumem__text text = {0};
   /* The message first: a user resource's query, read by the walk, may set another. */
   gpumem__text_printf(&text, "%s\n", gpumem_last_error_message());

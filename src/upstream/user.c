@@ -44,7 +44,9 @@ static gpumem_status allocate_failed(user_resource *self, size_t bytes, gpumem_s
              gpumem_status_name(status));
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     gpumem__oom_note note = gpumem__last_oom();
-    if (noted)
+    if (noted && note.cause == GPUMEM__OOM_OTHER) /* a user resource beneath said it */
+      gpumem__note_oom_said(&self->header, bytes, note.said);
+    else if (noted)
       gpumem__note_oom(note.cause, &self->header, bytes);
     else
       gpumem__note_oom_said(&self->header, bytes, message_set ? why : NULL);
