@@ -682,10 +682,43 @@ static void test_open_free_merges_sealed_neighbours(void) {
   CHECK_OK(gpumem_allocate(mr, 2 * piece, busy, &both));
   CHECK_PTR_EQ(both, x[0]);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  /* Freed again it is open, with less than GPUMEM__POOL_UNSEALED_MAX unsealed: the other
+   * stream does not get it before the busy stream's next seal. */
   CHECK_OK(gpumem_deallocate(mr, both, 2 * piece, busy));
+  void *elsewhere;
+  CHECK_OK(gpumem_allocate(mr, piece, side, &elsewhere));
+  CHECK((char *)elsewhere < (char *)x[0] || (char *)elsewhere >= (char *)x[0] + 2 * piece);
+  CHECK_OK(gpumem_deallocate(mr, elsewhere, piece, side));
   CHECK_OK(gpumem_deallocate(mr, x[2], piece, busy));
+  if (check_on_sim())
+    CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   two_stream_pool_release(mr, busy, side);
   printf("an open free merges with its sealed neighbours: no growth\n");
+}
+
+/* A free that unseals GPUMEM__POOL_UNSEALED_MAX or more seals the stream at once: a stream
+ * that then goes idle does not keep that memory from the others (a second stream took the
+ * whole 64 MiB before the first grew the pool instead). */
+static void test_large_unseal_seals_at_once(void) {
+  gpumem_resource *mr;
+  gpumem_stream busy, side;
+  two_stream_pool(&mr, &busy, &side);
+  enum { mib = 1 << 20 };
+  void *large, *beside, *pin;
+  CHECK_OK(gpumem_allocate(mr, 64 * mib, busy, &large));
+  CHECK_OK(gpumem_allocate(mr, 2 * mib, busy, &beside));
+  CHECK_OK(gpumem_allocate(mr, 2 * mib, busy, &pin));     /* keeps `beside` off the region's end */
+  CHECK_OK(gpumem_deallocate(mr, large, 64 * mib, busy)); /* the first free after: a seal */
+  CHECK_OK(gpumem_deallocate(mr, beside, 2 * mib, busy)); /* unseals 64 MiB: seals again */
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  void *taken; /* the busy stream is idle from here on */
+  CHECK_OK(gpumem_allocate(mr, 64 * mib, side, &taken));
+  CHECK_PTR_EQ(taken, large);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem_deallocate(mr, taken, 64 * mib, side));
+  CHECK_OK(gpumem_deallocate(mr, pin, 2 * mib, busy));
+  two_stream_pool_release(mr, busy, side);
+  printf("a large unseal seals at once: an idle stream keeps nothing from the others\n");
 }
 
 /* Growth in place extends the region's last block where it is free in the stream's set,
@@ -1281,6 +1314,7 @@ int main(void) {
   test_cross_stream();
   test_side_stream_leaves_large_memory();
   test_open_free_merges_sealed_neighbours();
+  test_large_unseal_seals_at_once();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
   test_threads("pool(cuda, initial=64MiB)");

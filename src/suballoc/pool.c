@@ -209,20 +209,26 @@ gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t
   return status;
 }
 
-/* A block that could not be handed out, back to the free index. Out of line: the allocation
- * paths then neither carry release_block's merging (in line in pool_internal.h) nor save the
- * registers it needs. */
-GPUMEM_COLD static void take_back(pool_resource *pool, free_set *set, gpumem__block *block) {
-  release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+/* A block that could not be handed out, back where it came from, as it was (`was`: its state
+ * before it was taken): the cache, or the free index, where it merges again with what it
+ * was cut from (filed open, a block cut from sealed memory would unseal the rest). Out of
+ * line: the allocation paths then neither carry release_block's merging (in line in
+ * pool_internal.h) nor save the registers it needs. */
+GPUMEM_COLD static void take_back(pool_resource *pool, free_set *set, gpumem__block *block,
+                                  gpumem__block_state was) {
+  if (was == GPUMEM__BLOCK_CACHED)
+    cache_insert(set, block);
+  else
+    release_block(pool, set, block, was);
 }
 
 /* Files an allocated `block` in the live map and counts it; false when the map cannot grow
- * (the block is free again then). */
-static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *block,
-                            size_t bytes) {
+ * (the block is back as it `was` then). */
+static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *block, size_t bytes,
+                            gpumem__block_state was) {
   block->requested = bytes;
   if (GPUMEM_UNLIKELY(!gpumem__block_map_insert(&pool->live, block))) {
-    take_back(pool, set, block);
+    take_back(pool, set, block, was);
     return false;
   }
   gpumem__counters_allocated(&pool->stats, bytes);
@@ -238,16 +244,19 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow_then_unlock(pool_resource *po
   const char *why = "the host is out of memory for the pool's bookkeeping";
   free_set *set;
   gpumem__block *block = NULL;
+  gpumem__block_state was = GPUMEM__BLOCK_CACHED;
   gpumem_status status = set_for(pool, stream, &set);
   if (status == GPUMEM_OK && alignment == GPUMEM_DEFAULT_ALIGNMENT &&
       (block = cache_pop(set, size))) {
     block->state = GPUMEM__BLOCK_ALLOCATED;
   } else if (status == GPUMEM_OK) {
     status = find_block(pool, set, search, &block, &why);
-    if (status == GPUMEM_OK && block)
+    if (status == GPUMEM_OK && block) {
+      was = block->state;
       block = carve(pool, set, block, size, alignment);
+    }
   }
-  if (status == GPUMEM_OK && block && hand_out(pool, set, block, bytes)) {
+  if (status == GPUMEM_OK && block && hand_out(pool, set, block, bytes, was)) {
     gpumem__biased_lock_release(&pool->lock);
     *ptr = (void *)block->addr;
     return GPUMEM_OK;
@@ -266,8 +275,9 @@ static gpumem_status allocate_from_index_then_unlock(pool_resource *pool, free_s
                                                      size_t bytes, size_t size,
                                                      gpumem_stream stream, void **ptr) {
   gpumem__block *block = find_fit(pool, set, region_for(pool, size), size);
+  gpumem__block_state was = block ? block->state : GPUMEM__BLOCK_OPEN;
   if (block && (block = carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT)) &&
-      GPUMEM_LIKELY(hand_out(pool, set, block, bytes))) {
+      GPUMEM_LIKELY(hand_out(pool, set, block, bytes, was))) {
     gpumem__biased_lock_release(&pool->lock);
     *ptr = (void *)block->addr;
     return GPUMEM_OK;
@@ -393,6 +403,10 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
   release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
   if (!sealing)
     set->open_frees++;
+  /* The block unsealed large neighbours: they are sealed again before the stream can go idle
+   * with them. */
+  if (GPUMEM_UNLIKELY(set->unsealed_bytes >= GPUMEM__POOL_UNSEALED_MAX))
+    gpumem__pool_seal_if_due(pool, set);
   return GPUMEM_OK;
 }
 

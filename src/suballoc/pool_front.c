@@ -303,14 +303,6 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
   return true;
 }
 
-/* Seals `set` if a seal is due; called during a call on its stream. A failed seal only
- * leaves the blocks open. */
-static void seal_if_due(pool_resource *pool, free_set *set) {
-  if (pool->multi_stream && set->open_frees >= GPUMEM__POOL_SEAL_EVERY &&
-      gpumem__pool_seal(pool, set) != GPUMEM_OK)
-    gpumem__clear_error();
-}
-
 /* ---------------------------------------------------------------------------------------
  * Life, counters
  * ------------------------------------------------------------------------------------- */
@@ -383,7 +375,7 @@ bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t
     bump(&fronts->trims);
   }
   spin_unlock(&fullest->lock);
-  seal_if_due(pool, set);
+  gpumem__pool_seal_if_due(pool, set);
   return true;
 }
 
@@ -621,7 +613,7 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
     release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
     set->open_frees++;
-    seal_if_due(pool, set);
+    gpumem__pool_seal_if_due(pool, set);
   }
   gpumem__biased_lock_release(&pool->lock);
   return handled || block || *status != GPUMEM_OK; /* else freed meanwhile */
@@ -644,7 +636,7 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
     give_back(pool, set, f, k, (f->lengths[k] + 1u) / 2);
   spin_unlock(&f->lock);
   if (set)
-    seal_if_due(pool, set);
+    gpumem__pool_seal_if_due(pool, set);
   release_pool(pool, f, taken);
 }
 

@@ -45,14 +45,20 @@ enum {
   GPUMEM__POOL_REGION_COUNT = 2
 };
 #define GPUMEM__POOL_SMALL_LIMIT ((size_t)1 << 20)
+#define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
 
 typedef struct free_set {
   gpumem_stream stream;
-  /* Freed on this stream since its last seal: only this stream may reuse them. */
+  /* Freed on this stream since its last seal, or merged with such a block: only this
+   * stream may reuse them. */
   gpumem__free_index open[GPUMEM__POOL_REGION_COUNT];
   /* Covered by `event`: another stream may take them after waiting on it. */
   gpumem__free_index sealed[GPUMEM__POOL_REGION_COUNT];
   unsigned open_frees;
+  /* Sealed bytes that frees merged into open blocks since the last seal: past
+   * GPUMEM__POOL_UNSEALED_MAX the stream's next call seals at once (a stream that goes idle
+   * would otherwise keep them from other streams until a fold). */
+  size_t unsealed_bytes;
   gpumem__event event; /* recorded on this stream at its last seal */
   /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
    * only while the pool has one stream. */
@@ -270,39 +276,23 @@ static inline bool free_in_any_state(const gpumem__block *block, const free_set 
          (block->state == GPUMEM__BLOCK_OPEN || block->state == GPUMEM__BLOCK_SEALED);
 }
 
-/* A block about to be filed open in `set`: its sealed neighbours of the same set become
- * open, so that it merges with them. The set's own stream may use both at once; other
- * streams lose only until the set's next seal (GPUMEM__POOL_SEAL_EVERY frees away). Kept
- * apart, a busy stream's free memory ends up cut into open and sealed pieces that no
- * large request fits: with a side stream of 120 small copies, a real serving trace held
- * 1.46 times its live peak instead of 1.31. Out of line: only pools of several streams
- * come here. */
-GPUMEM_COLD static void unseal_neighbours(free_set *set, const gpumem__block *block) {
-  gpumem__free_index *sealed = &set->sealed[block->region], *open = &set->open[block->region];
-  gpumem__block *neighbours[2] = {block->prev_addr, block->next_addr};
-  for (size_t i = 0; i < 2; i++) {
-    gpumem__block *n = neighbours[i];
-    if (n && free_in(n, set, GPUMEM__BLOCK_SEALED)) {
-      gpumem__free_index_remove(sealed, n);
-      n->state = GPUMEM__BLOCK_OPEN;
-      gpumem__free_index_insert(open, n);
-    }
-  }
-}
+/* Makes the sealed neighbours of `block`, about to be filed open in `set`, open too, so that
+ * it merges with them (pool_streams.c says why). */
+GPUMEM_COLD void gpumem__pool_unseal_neighbours(free_set *set, const gpumem__block *block);
 
 /* Files a free block in `set` as `state`, merging it with free neighbours of the same set
- * and state (an open block first unseals its sealed neighbours, above; a sealed block
- * merges only with sealed ones, which keeps it sealed; address neighbours are always of
- * the same region, as only a region's own tail is linked to its growth). A
- * neighbour that absorbs the block grows in place in the index. Returns the free block
- * that holds the block's memory now. */
+ * and state: an open block first unseals its sealed neighbours (above), a sealed block
+ * merges only with sealed ones, which keeps it sealed. Address neighbours are always of the
+ * same region, as only a region's own tail is linked to its growth. A neighbour that
+ * absorbs the block grows in place in the index. Returns the free block that holds the
+ * block's memory now. */
 static inline gpumem__block *release_block(pool_resource *pool, free_set *set, gpumem__block *block,
                                            gpumem__block_state state) {
   gpumem__free_index *index =
       state == GPUMEM__BLOCK_SEALED ? &set->sealed[block->region] : &set->open[block->region];
   gpumem__block *prev = block->prev_addr, *next = block->next_addr;
   if (state == GPUMEM__BLOCK_OPEN && set->sealed[block->region].block_count != 0)
-    unseal_neighbours(set, block);
+    gpumem__pool_unseal_neighbours(set, block);
   bool merge_prev = prev && free_in(prev, set, state);
   bool merge_following = next && free_in(next, set, state);
   if (merge_prev) {
@@ -456,6 +446,10 @@ GPUMEM_NOINLINE gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool,
 /* Records the set's event on its stream, covering everything enqueued there so far, and
  * seals its open blocks. Called during a call on that stream. */
 GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
+/* Seals `set` when a seal is due: GPUMEM__POOL_SEAL_EVERY open frees, or
+ * GPUMEM__POOL_UNSEALED_MAX unsealed bytes. Called during a call on its stream; a failed
+ * seal only leaves the blocks open. */
+void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
 /* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
  * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
  * wait). With `spare_working`, a set that thread fronts serve keeps up to

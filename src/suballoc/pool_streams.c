@@ -98,7 +98,36 @@ gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set) {
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
     move_index(pool, &set->open[r], set, GPUMEM__BLOCK_SEALED);
   set->open_frees = 0;
+  set->unsealed_bytes = 0;
   return GPUMEM_OK;
+}
+
+/* The set's own stream may use a sealed block and an open one at once; other streams lose
+ * the sealed one until the set's next seal (GPUMEM__POOL_SEAL_EVERY frees away, or at once
+ * past GPUMEM__POOL_UNSEALED_MAX, so that a stream gone idle keeps little from them). Kept
+ * apart, a busy stream's free memory ends up cut into open and sealed pieces that no large
+ * request fits: with a side stream of 120 small copies, a real serving trace held 1.46
+ * times its live peak instead of 1.31. Only pools of several streams come here. */
+void gpumem__pool_unseal_neighbours(free_set *set, const gpumem__block *block) {
+  gpumem__free_index *sealed = &set->sealed[block->region], *open = &set->open[block->region];
+  gpumem__block *neighbours[2] = {block->prev_addr, block->next_addr};
+  for (size_t i = 0; i < 2; i++) {
+    gpumem__block *n = neighbours[i];
+    if (n && free_in(n, set, GPUMEM__BLOCK_SEALED)) {
+      gpumem__free_index_remove(sealed, n);
+      n->state = GPUMEM__BLOCK_OPEN;
+      gpumem__free_index_insert(open, n);
+      set->unsealed_bytes += n->size;
+    }
+  }
+}
+
+void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set) {
+  if (pool->multi_stream &&
+      (set->open_frees >= GPUMEM__POOL_SEAL_EVERY ||
+       set->unsealed_bytes >= GPUMEM__POOL_UNSEALED_MAX) &&
+      gpumem__pool_seal(pool, set) != GPUMEM_OK)
+    gpumem__clear_error();
 }
 
 /* Forgets an emptied stream set, so that sets of streams the program has finished with do
