@@ -6,11 +6,11 @@
  * its calls in turn, the simulated device is told to fail exactly that call, and the
  * workload runs again (a pool is trimmed in it too). Each step that fails must return a failure
  * status with a message, leave the resource as it was (same live count), and succeed when retried
- * (the injected failure happens once). At the end nothing leaks (device memory in use is back where
- * it started) and no cross-stream hazard was seen. The same sweep runs through the faulty adaptor,
- * failing each allocation in turn, also under a pool over a user resource and under the retry
- * adaptor (where a failure for want of memory is retried and absorbed, and any other is not),
- * and over a driver pool of the program's. A spec written "threads:SPEC" has another thread
+ * (the injected failure happens once). At the end nothing leaks (device and managed memory in use
+ * are back where it started) and no cross-stream hazard was seen. The same sweep runs through the
+ * faulty adaptor, failing each allocation in turn, also under a pool over a user resource and under
+ * the retry adaptor (where a failure for want of memory is retried and absorbed, and any other is
+ * not), and over a driver pool of the program's. A spec written "threads:SPEC" has another thread
  * allocate and free once first, so that a pool's calls go through its thread fronts.
  * Simulated device only. */
 #include "check.h"
@@ -116,7 +116,7 @@ static void workload(const char *spec) {
 }
 
 /* Device and managed memory in use: a leak of either shows. */
-static uint64_t device_used(void) {
+static uint64_t memory_used(void) {
   uint64_t used = 0, managed = 0;
   CHECK_OK(gpumem_sim_device_used(0, &used));
   CHECK_OK(gpumem_sim_managed_used(0, &managed));
@@ -134,7 +134,7 @@ static void sweep_device_calls(const char *spec) {
   int runs = 0;
   for (int k = 0; k < GPUMEM_SIM_CALL_KIND_COUNT; k++) {
     for (uint64_t nth = 1; nth <= calls[k]; nth++) {
-      uint64_t used_before = device_used();
+      uint64_t used_before = memory_used();
       int failures_before = failures_seen;
       CHECK_OK(gpumem_sim_fail_call((gpumem_sim_call)k, nth));
       if (getenv("FAULT_SWEEP_TRACE"))
@@ -151,7 +151,7 @@ static void sweep_device_calls(const char *spec) {
       uint64_t kind_calls = gpumem_sim_call_count((gpumem_sim_call)k) - kind_before;
       CHECK(failures_seen == failures_before + 1 ||
             (failures_seen == failures_before && kind_calls > calls[k]));
-      CHECK_U64_EQ(device_used(), used_before);
+      CHECK_U64_EQ(memory_used(), used_before);
       CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
       runs++;
     }
@@ -184,10 +184,10 @@ static void sweep_faulty_allocations(const char *format, bool absorbed, uint64_t
   }
   for (uint64_t nth = first; nth <= 16; nth++) {
     snprintf(spec, sizeof spec, format, (unsigned long long)nth);
-    uint64_t used_before = device_used();
+    uint64_t used_before = memory_used();
     int failures_before = failures_seen;
     uint64_t syncs = workload_syncs(spec);
-    CHECK_U64_EQ(device_used(), used_before);
+    CHECK_U64_EQ(memory_used(), used_before);
     if (absorbed) {
       CHECK_EQ(failures_seen, failures_before);
       if (syncs == baseline_syncs)

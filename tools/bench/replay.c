@@ -12,11 +12,12 @@
  * thread per recorded thread and a stream per recorded stream (the first of them the
  * stream every trace of one stream runs on).
  *
- * For each allocator: a cold pass on a fresh allocator (timed), then a warm pass on the same
- * allocator (timed), each ending by freeing what the trace left live. Peak reserved bytes
- * come from the allocator's own peak when it keeps one, else from one more, untimed pass on
- * a fresh allocator that reads its reserved bytes after every allocation. Peak live bytes
- * are the trace's own high-water mark of requested bytes. */
+ * For each allocator: a cold pass on a fresh allocator (timed), then --repeat warm passes on
+ * the same allocator (timed), each ending by freeing what the trace left live. Peak reserved
+ * bytes, after the cold pass and after them all, come from the allocator's own peak when it
+ * keeps one, else from as many untimed passes on a fresh allocator that read its reserved
+ * bytes after every allocation. Peak live bytes are the trace's own high-water mark of
+ * requested bytes. */
 #include "bench/bench.h"
 
 #include <stdio.h>
