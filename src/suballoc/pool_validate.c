@@ -257,14 +257,10 @@ static int by_address(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static bool is_free(const gpumem__block *b) {
-  return b->state == GPUMEM__BLOCK_OPEN || b->state == GPUMEM__BLOCK_SEALED;
-}
-
 /* Whether two free blocks would have been merged when the later was filed: of one set,
  * whatever their states, since an open block unseals its sealed neighbours. */
 static bool mergeable(const gpumem__block *a, const gpumem__block *b) {
-  return is_free(a) && is_free(b) && a->owner == b->owner;
+  return free_in_any_state(a, b->owner) && free_in_any_state(b, a->owner);
 }
 
 /* The links of block i of the sorted blocks; `inside`: its end is inside a chunk (not at a
