@@ -44,12 +44,10 @@ static gpumem_status allocate_failed(user_resource *self, size_t bytes, gpumem_s
              gpumem_status_name(status));
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     gpumem__oom_note note = gpumem__last_oom();
-    if (noted && note.cause == GPUMEM__OOM_OTHER) /* a user resource beneath said it */
-      gpumem__note_oom_said(&self->header, bytes, note.said);
-    else if (noted)
+    if (noted && note.cause != GPUMEM__OOM_OTHER)
       gpumem__note_oom(note.cause, &self->header, bytes);
-    else
-      gpumem__note_oom_said(&self->header, bytes, message_set ? why : NULL);
+    else /* its own words, or those of a user resource beneath that said it */
+      gpumem__note_oom_said(&self->header, bytes, noted ? note.said : message_set ? why : NULL);
     return gpumem__fail_out_of_memory(&self->header, bytes, why);
   }
   return gpumem__fail(status, "user resource '%s': allocating %zu bytes: %s", self->name, bytes,
