@@ -11,7 +11,8 @@
  * faulty adaptor, failing each allocation in turn, also under a pool over a user resource and under
  * the retry adaptor (where a failure for want of memory is retried and absorbed, and any other is
  * not), and over a driver pool of the program's. A spec written "threads:SPEC" has another thread
- * allocate and free once first, so that a pool's calls go through its thread fronts.
+ * allocate and free once first, so that a pool's calls go through its thread fronts, and
+ * another free blocks that the workload's thread allocated, which go back to its front.
  * Simulated device only. */
 #include "check.h"
 #include "suballoc/pool.h"
@@ -64,6 +65,40 @@ static void *use_from_another_thread(void *arg) {
   return NULL;
 }
 
+/* Blocks this thread allocated, freed by another thread on a stream of its own: the pool's
+ * fronts send them back to this thread's front in a batch, which its later allocations take
+ * after a wait for that stream. */
+enum { handed_blocks = 8, handed_bytes = 160 << 10 };
+
+typedef struct handed {
+  gpumem_resource *mr;
+  gpumem_stream stream;
+  void *ptrs[handed_blocks];
+} handed;
+
+static void *free_on_own_stream(void *arg) {
+  handed *h = arg;
+  for (int i = 0; i < handed_blocks; i++)
+    STEP(gpumem_deallocate(h->mr, h->ptrs[i], handed_bytes, h->stream));
+  return NULL;
+}
+
+static void hand_blocks_to_another_thread(gpumem_resource *mr, gpumem_stream stream) {
+  handed h = {.mr = mr};
+  STEP(gpumem_stream_create(0, &h.stream));
+  for (int i = 0; i < handed_blocks; i++)
+    STEP(gpumem_allocate(mr, handed_bytes, stream, &h.ptrs[i]));
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, free_on_own_stream, &h), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  for (int i = 0; i < handed_blocks; i++)
+    STEP(gpumem_allocate(mr, handed_bytes, stream, &h.ptrs[i]));
+  for (int i = 0; i < handed_blocks; i++)
+    STEP(gpumem_deallocate(mr, h.ptrs[i], handed_bytes, stream));
+  STEP(gpumem_stream_synchronize(h.stream));
+  STEP(gpumem_stream_destroy(h.stream));
+}
+
 static void workload(const char *spec) {
   bool threads = strncmp(spec, "threads:", 8) == 0;
   spec += threads ? 8 : 0;
@@ -78,6 +113,7 @@ static void workload(const char *spec) {
     other_thread other = {mr, stream};
     CHECK_EQ(pthread_create(&thread, NULL, use_from_another_thread, &other), 0);
     CHECK_EQ(pthread_join(thread, NULL), 0);
+    hand_blocks_to_another_thread(mr, stream);
   }
 
   static const size_t sizes[] = {1, 256, 5000, 1 << 20, 3 << 20};

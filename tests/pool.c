@@ -1114,6 +1114,81 @@ static void test_front_queries_and_trim(void) {
   printf("pool(vmm) with fronts: free-memory queries and trim take their blocks back\n");
 }
 
+/* A thread that allocates what another frees on a stream of its own (a producer and its
+ * consumer) gets the blocks back in batches, not through the pool: its stream waits for the
+ * consumer's frees (no hazard), and the pool does not grow after the first rounds (the
+ * round's blocks, 1.2 MiB, and the consumer's batch on its way fit in two granules). The
+ * consumer's stream, when it allocates in turn, takes back what it sent before the pool
+ * grows. */
+enum { return_rounds = 24 };
+static gpumem_stream consumer_stream;
+static void *return_ptrs[front_blocks];
+static pthread_barrier_t handed_over, consumed;
+
+/* The consumer: each round, writes and frees on its stream what the producer handed it;
+ * at the end, once the producer has stopped, it allocates as much on its stream. */
+static void *write_and_free(void *arg) {
+  (void)arg;
+  for (int round = 0; round < return_rounds; round++) {
+    pthread_barrier_wait(&handed_over);
+    for (int i = 0; i < front_blocks; i++) {
+      CHECK_OK(gpumem_sim_launch(consumer_stream, return_ptrs[i], front_block_bytes, 7));
+      CHECK_OK(gpumem_deallocate(front_pool, return_ptrs[i], front_block_bytes, consumer_stream));
+    }
+    pthread_barrier_wait(&consumed);
+  }
+  pthread_barrier_wait(&handed_over); /* the producer's checks are done */
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, consumer_stream, &return_ptrs[i]));
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, return_ptrs[i], front_block_bytes, consumer_stream));
+  return NULL;
+}
+
+static void test_front_returns(void) {
+  gpumem_sim_reset_hazards();
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  CHECK_OK(gpumem_stream_create(0, &consumer_stream));
+  open_front_pool("pool(vmm)", front_stream);
+  CHECK_EQ(pthread_barrier_init(&handed_over, NULL, 2), 0);
+  CHECK_EQ(pthread_barrier_init(&consumed, NULL, 2), 0);
+  pthread_t consumer;
+  CHECK_EQ(pthread_create(&consumer, NULL, write_and_free, NULL), 0);
+  uint64_t reserved = 0;
+  for (int round = 0; round < return_rounds; round++) {
+    for (int i = 0; i < front_blocks; i++) {
+      CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &return_ptrs[i]));
+      CHECK_OK(gpumem_sim_launch(front_stream, return_ptrs[i], front_block_bytes, 1));
+    }
+    CHECK_OK(gpumem_stream_synchronize(front_stream)); /* the program's part of the handoff */
+    pthread_barrier_wait(&handed_over);
+    pthread_barrier_wait(&consumed);
+    if (round == return_rounds / 4) /* the live blocks and a batch on its way: two granules */
+      reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
+  }
+  uint64_t producer_reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_U64_EQ(producer_reserved, reserved);
+  CHECK(reserved <= 2 * ((uint64_t)2 << 20));
+  gpumem__pool_front_stats stats;
+  CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
+  CHECK(stats.returns_sent >= return_rounds - 2);
+  CHECK(stats.returns_taken >= return_rounds - 4);
+  CHECK(stats.refills < (uint64_t)return_rounds); /* the returns serve the producer */
+  CHECK_OK(gpumem__validate(front_pool));
+  pthread_barrier_wait(&handed_over);
+  CHECK_EQ(pthread_join(consumer, NULL), 0);
+  pthread_barrier_destroy(&handed_over);
+  pthread_barrier_destroy(&consumed);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem__validate(front_pool));
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_OK(gpumem_stream_destroy(consumer_stream));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  printf("pool(vmm) with fronts: a consumer's frees go back to their producer (%llu batches)\n",
+         (unsigned long long)stats.returns_sent);
+}
+
 /* ---- arena: queries while growing, and a release that fails half way ---- */
 
 enum { arena_workers = 4, arena_rounds = 300 };
@@ -1335,6 +1410,7 @@ int main(void) {
     printf("pool(vmm) with fronts: the working reserve's check counts the simulated device's "
            "calls: not run on a GPU\n");
   test_front_queries_and_trim();
+  test_front_returns();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();

@@ -36,17 +36,19 @@ bool gpumem__pool_each_chunk(const gpumem_resource *pool,
 /* Sums of the fronts' counts of what their threads did since the
  * first thread came (gpumem-bench threads --stats): how often threads met on shared lines. */
 typedef struct gpumem__pool_front_stats {
-  uint64_t ops;          /* allocations and frees through fronts */
-  uint64_t pool_locks;   /* of those, the ones that took the pool's lock */
-  uint64_t shared_locks; /* locks taken on lines other threads write (not the own front's) */
-  uint64_t refills;      /* batches the fronts took from the pool */
-  uint64_t give_backs;   /* batches they gave back as their lists grew long */
-  uint64_t grows;        /* refills that made the pool grow */
-  uint64_t flushes;      /* fronts holding blocks that the pool emptied (growth, queries) */
-  uint64_t trims;        /* fronts the pool took down to their reserve before growing */
-  uint64_t held_bytes;   /* free in the fronts now */
-  uint64_t lock_wait_ns; /* the fronts' threads waited for the pool's lock (refills, ...) */
-  uint64_t lock_hold_ns; /* and held it */
+  uint64_t ops;           /* allocations and frees through fronts */
+  uint64_t pool_locks;    /* of those, the ones that took the pool's lock */
+  uint64_t shared_locks;  /* locks taken on lines other threads write (not the own front's) */
+  uint64_t refills;       /* batches the fronts took from the pool */
+  uint64_t give_backs;    /* batches they gave back as their lists grew long */
+  uint64_t grows;         /* refills that made the pool grow */
+  uint64_t flushes;       /* fronts holding blocks that the pool emptied (growth, queries) */
+  uint64_t trims;         /* fronts the pool took down to their reserve before growing */
+  uint64_t returns_sent;  /* batches of other fronts' blocks that threads freed, sent back */
+  uint64_t returns_taken; /* such batches their owners took */
+  uint64_t held_bytes;    /* free in the fronts now */
+  uint64_t lock_wait_ns;  /* the fronts' threads waited for the pool's lock (refills, ...) */
+  uint64_t lock_hold_ns;  /* and held it */
 } gpumem__pool_front_stats;
 /* Makes the pool's thread fronts now, as threads meeting at its lock would (for tests of
  * the fronts; no thread may use the pool meanwhile); false when `mr` is no pool or cannot

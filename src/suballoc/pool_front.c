@@ -30,8 +30,11 @@
  * never records an event: the blocks it gives back are sealed by a later call on their own
  * stream (a drain that runs in a call on the front's stream seals at once when due).
  *
- * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free;
- * so sixteen threads' fronts hold at most 16 * 8.8 MiB. Measured on the threads workload,
+ * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free,
+ * and a return batch on its way (RETURN_BYTES); so sixteen threads' fronts hold at most
+ * 16 * 9.8 MiB, and their inboxes what their threads allocated and others freed since their
+ * lists last ran empty (a thread that stops allocating keeps its inbox until the pool drains
+ * it: before it grows for the stream that freed them, or fails). Measured on the threads workload,
  * 16 threads on the GPU host, peak reserved: 150 MiB on their own streams, 112 MiB on one
  * stream (60 MiB where fronts kept nothing, ten times slower), 172 MiB with a producer;
  * arena(vmm) in the same run 108, 112 and 172 MiB. Host memory: a front that allocates
@@ -43,9 +46,11 @@
  * its blocks stay in its cache. A free looks in its own front's maps first, then in those of
  * the front where its last miss was found, then in every front's (a consumer finds its
  * producer's at the second look, one lock on one of eight maps); it checks the size there,
- * without the pool's lock, and the freeing thread's front takes the block (a consumer thread
- * absorbs what a producer allocated, onto the consumer's stream, which is the one it is free
- * on). A front makes its maps before its first refill, so a thread that only frees has none.
+ * without the pool's lock, and the freeing thread's front takes the block: into its lists
+ * when it handed the block out, else into a return batch for the front that did, sent back
+ * when full (pool_returns.c: a consumer thread's frees go back to its producer, one event
+ * and one wait for a batch, without the pool's lock). A front makes its maps before its
+ * first refill, so a thread that only frees has none.
  * Blocks held or handed out by fronts are in state GPUMEM__BLOCK_FRONT, which the pool's
  * merging never touches; only the pool's lock holder changes a block's state, its neighbours
  * and its size, so front code reads those and writes only its lists and `requested`.
@@ -88,6 +93,11 @@
 #define BATCH_BYTES ((size_t)512 << 10)
 #define BATCH_MAX 64
 #define HOLD_BYTES ((size_t)8 << 20)
+/* A return batch (blocks another front handed out, freed by this front's thread) goes back
+ * at this many blocks or bytes: one event and one wait pay for that many frees, and a thread
+ * that frees other threads' blocks holds at most this much of them. */
+#define RETURN_BLOCKS 128
+#define RETURN_BYTES ((size_t)1 << 20)
 
 _Static_assert(GPUMEM__POOL_LIVE_SHARDS == 8, "shard_of keeps 3 bits");
 _Static_assert(GPUMEM__POOL_FRONT_LIMIT < GPUMEM__POOL_CACHE_LIMIT / 2,
@@ -201,17 +211,21 @@ static pool_live_shard *live_in(pool_front *f, uintptr_t addr) {
  * freed meanwhile). The calling thread's front `self` (NULL past the slots' count) looks in
  * its own maps first, then in those of the front that held the last block it found
  * elsewhere (a consumer's producer), then in every front's; it counts the maps of other
- * fronts it locks, lines that their threads write too. */
-static pool_live_shard *find_live(pool_fronts *fronts, pool_front *self, void *ptr) {
+ * fronts it locks, lines that their threads write too. *owner: the front whose map it is. */
+static pool_live_shard *find_live(pool_fronts *fronts, pool_front *self, void *ptr, int *owner) {
   uintptr_t addr = (uintptr_t)ptr;
   pool_live_shard *shard;
   pool_front *hint = self ? &fronts->fronts[self->hint] : NULL;
-  if (self && self->maps_ready && (shard = live_in(self, addr)))
+  if (self && self->maps_ready && (shard = live_in(self, addr))) {
+    *owner = (int)(self - fronts->fronts);
     return shard;
+  }
   if (hint && hint != self) {
     bump(&self->shared_locks);
-    if ((shard = live_in(hint, addr)))
+    if ((shard = live_in(hint, addr))) {
+      *owner = self->hint;
       return shard;
+    }
   }
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     pool_front *f = &fronts->fronts[i];
@@ -222,6 +236,7 @@ static pool_live_shard *find_live(pool_fronts *fronts, pool_front *self, void *p
     if ((shard = live_in(f, addr))) {
       if (self)
         self->hint = i;
+      *owner = i;
       return shard;
     }
   }
@@ -288,12 +303,23 @@ static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t 
   }
 }
 
-/* Gives the front's blocks back to its set, open; under the pool's lock and the front's.
- * Returns whether it held any. */
+/* The blocks of the front's pending return batch back to its set, open; under the pool's
+ * lock and the front's. */
+static void flush_pending(pool_resource *pool, pool_fronts *fronts, pool_front *f) {
+  if (!f->pending)
+    return;
+  gpumem__pool_return_release(pool, f->pending);
+  gpumem__pool_return_recycle(fronts, f->pending);
+  f->pending = NULL;
+}
+
+/* Gives the front's blocks back to its set, open, its pending return batch's too; under the
+ * pool's lock and the front's. Returns whether it held any. */
 static bool flush_front(pool_resource *pool, pool_front *f) {
   free_set *set = f->set;
   if (!set)
     return false;
+  flush_pending(pool, atomic_load_explicit(&pool->fronts, memory_order_relaxed), f);
   for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->bytes > 0; c++)
     give_back(pool, set, f, c, f->lengths[c]);
   GPUMEM__ASSERT(&pool->header, f->bytes == 0, "a flushed front is empty");
@@ -301,6 +327,107 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
   f->set = NULL;
   bump(&atomic_load_explicit(&pool->fronts, memory_order_relaxed)->flushes);
   return true;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Blocks freed by other threads, sent back (pool_returns.c)
+ * ------------------------------------------------------------------------------------- */
+
+/* Files a return batch's blocks in front f's lists (its lock held), emptying the batch; the
+ * front may then hold more than it keeps, which its next give-back corrects. */
+static void file_batch(pool_front *f, pool_return *batch) {
+  while (batch->blocks) {
+    gpumem__block *block = batch->blocks;
+    batch->blocks = block->next_free;
+    front_push(f, block);
+  }
+  batch->count = batch->bytes = 0;
+}
+
+/* Sends the front's pending batch to its owner. When the device refuses the event, the batch
+ * stays pending, to be sent at the next free, up to twice its size (or, with `all`, the
+ * front's thread turning to another owner); then the front keeps the blocks itself (they are
+ * free on its stream). Under the front's lock. */
+static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f, bool all) {
+  pool_return *batch = f->pending;
+  if (gpumem__pool_return_send(pool, batch, &fronts->fronts[f->pending_to])) {
+    f->pending = NULL;
+    bump(&f->returns_sent);
+    return;
+  }
+  if (!all && batch->count < 2 * RETURN_BLOCKS && batch->bytes < 2 * RETURN_BYTES)
+    return;
+  f->pending = NULL;
+  file_batch(f, batch);
+  gpumem__pool_return_recycle(fronts, batch);
+}
+
+/* A block that front `to` handed out and front `f`'s thread freed (f's lock held, f bound):
+ * into f's pending batch for `to`, sent when full. False when host memory for a batch is
+ * exhausted: f keeps the block. */
+static bool return_block(pool_fronts *fronts, pool_resource *pool, pool_front *f, int to,
+                         gpumem__block *block) {
+  if (f->pending && f->pending_to != to)
+    send_pending(fronts, pool, f, true);
+  if (!f->pending && !(f->pending = gpumem__pool_return_new(fronts, f->set)))
+    return false;
+  pool_return *batch = f->pending;
+  f->pending_to = to;
+  block->next_free = batch->blocks;
+  batch->blocks = block;
+  batch->bytes += block->size;
+  if (++batch->count >= RETURN_BLOCKS || batch->bytes >= RETURN_BYTES)
+    send_pending(fronts, pool, f, false);
+  return true;
+}
+
+/* Files the batches of front f's inbox in its lists, each after f's stream waited for its
+ * frees, while it holds at most HOLD_BYTES (f's lock held, f bound). A batch whose wait the
+ * device refused, or past that bound, goes back to the inbox with the rest, or to the set
+ * it was freed in when the caller holds the pool's lock (`pool_locked`). */
+static void take_returns(pool_resource *pool, pool_fronts *fronts, pool_front *f,
+                         bool pool_locked) {
+  pool_return *list = gpumem__pool_inbox_take(f);
+  while (list) {
+    pool_return *batch = list;
+    list = batch->next;
+    if (f->bytes <= HOLD_BYTES && gpumem__pool_return_wait(pool, batch, f->stream)) {
+      file_batch(f, batch);
+    } else if (pool_locked) {
+      gpumem__pool_return_release(pool, batch);
+    } else {
+      batch->next = list;
+      gpumem__pool_inbox_put_back(f, batch);
+      return;
+    }
+    gpumem__pool_return_recycle(fronts, batch);
+    if (!pool_locked)
+      bump(&f->returns_taken);
+  }
+}
+
+/* Batches in front f's inbox back to the sets they were freed in: all of them, or only
+ * those of `set` (not NULL); under the pool's lock. Returns whether it released any. */
+static bool release_inbox(pool_resource *pool, pool_fronts *fronts, pool_front *f,
+                          const free_set *set) {
+  if (!atomic_load_explicit(&f->inbox, memory_order_relaxed))
+    return false;
+  pool_return *list = gpumem__pool_inbox_take(f), *kept = NULL;
+  bool released = false;
+  while (list) {
+    pool_return *batch = list;
+    list = batch->next;
+    if (set && batch->set != set) {
+      batch->next = kept;
+      kept = batch;
+      continue;
+    }
+    gpumem__pool_return_release(pool, batch);
+    gpumem__pool_return_recycle(fronts, batch);
+    released = true;
+  }
+  gpumem__pool_inbox_put_back(f, kept);
+  return released;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -324,6 +451,7 @@ void gpumem__pool_free_fronts(pool_resource *pool) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
       gpumem__block_map_destroy(&fronts->fronts[i].shards[k].map);
+  gpumem__pool_returns_free(pool, fronts);
   free(fronts);
 }
 
@@ -336,6 +464,7 @@ void gpumem__pool_flush_fronts(pool_resource *pool) {
       continue;
     pool_front *f = &fronts->fronts[i];
     spin_lock(&f->lock);
+    release_inbox(pool, fronts, f, NULL);
     flush_front(pool, f);
     spin_unlock(&f->lock);
   }
@@ -350,13 +479,33 @@ bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t
   size_t keep = front_sized ? GPUMEM__POOL_FRONT_RESERVE : 0;
   pool_front *fullest = NULL;
   size_t most = keep;
+  /* First what this stream freed of other threads' blocks, sent back to them or not yet: it
+   * is free on this stream already. */
+  bool released = false;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    pool_front *f = &fronts->fronts[i];
+    if (!gpumem__thread_slot_used(&fronts->slots, i))
+      continue;
+    spin_lock(&f->lock);
+    released |= release_inbox(pool, fronts, f, set);
+    if (f->pending && f->set == set) {
+      flush_pending(pool, fronts, f);
+      released = true;
+    }
+    spin_unlock(&f->lock);
+  }
+  if (released)
+    return true;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     pool_front *f = &fronts->fronts[i];
     if (!gpumem__thread_slot_used(&fronts->slots, i) || i == spared || f->set != set)
       continue; /* f->set is stable: it changes under the pool's lock */
     spin_lock(&f->lock);
-    if (f->bytes > most) {
-      most = f->bytes;
+    if (atomic_load_explicit(&f->inbox, memory_order_relaxed))
+      take_returns(pool, fronts, f, true); /* its blocks, sent back from other streams */
+    size_t held = f->bytes + (f->pending ? f->pending->bytes : 0);
+    if (held > most) {
+      most = held;
       fullest = f;
     }
     spin_unlock(&f->lock);
@@ -364,6 +513,7 @@ bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t
   if (!fullest)
     return false;
   spin_lock(&fullest->lock);
+  flush_pending(pool, fronts, fullest);
   if (keep == 0) {
     flush_front(pool, fullest);
   } else {
@@ -453,6 +603,8 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
  * Allocate
  * ------------------------------------------------------------------------------------- */
 
+static void give_back_batch(pool_resource *pool, pool_front *f, size_t size);
+
 /* The front had no block of the class for this stream: a batch from the pool, under its
  * lock. False when the pool has none without the locked path's last resorts (folding,
  * failing), which the caller then takes. */
@@ -526,18 +678,30 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   return filed;
 }
 
+/* The front's list of class `c` is empty: the blocks other threads sent back, if any, into
+ * its lists (under its lock, the front bound to `stream`), and one of class `c` from them;
+ * NULL when none came. */
+GPUMEM_NOINLINE static gpumem__block *pop_returned(pool_resource *pool, pool_fronts *fronts,
+                                                   pool_front *f, size_t c) {
+  if (!atomic_load_explicit(&f->inbox, memory_order_relaxed))
+    return NULL;
+  take_returns(pool, fronts, f, false);
+  return front_pop(f, c);
+}
+
 bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
                                  gpumem_stream stream, void **ptr, gpumem_status *status) {
   int slot = gpumem__thread_slot(&fronts->slots);
   if (GPUMEM_UNLIKELY(slot < 0))
     return false;
   pool_front *f = &fronts->fronts[slot];
-  size_t size = front_size(bytes);
+  size_t size = front_size(bytes), c = gpumem__pool_front_class(size);
   gpumem__block *block = NULL;
   bump(&f->ops);
   spin_lock(&f->lock);
-  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream || !f->maps_ready ||
-                      !(block = front_pop(f, gpumem__pool_front_class(size))))) {
+  if (GPUMEM_UNLIKELY(
+          !f->set || f->stream != stream || !f->maps_ready ||
+          (!(block = front_pop(f, c)) && !(block = pop_returned(pool, fronts, f, c))))) {
     spin_unlock(&f->lock);
     *status = GPUMEM_OK;
     bool served = refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr);
@@ -558,7 +722,10 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   }
   front_count(f, (int64_t)bytes, 1);
   *ptr = (void *)block->addr;
+  bool over = f->bytes > HOLD_BYTES; /* only after blocks came back */
   spin_unlock(&f->lock);
+  if (GPUMEM_UNLIKELY(over))
+    give_back_batch(pool, f, size);
   *status = GPUMEM_OK;
   return true;
 }
@@ -593,7 +760,8 @@ static gpumem__block *take_live(pool_live_shard *shard, void *ptr, size_t bytes,
 
 /* Whether a front handed `ptr` out and it is live; `self` as for find_live. */
 static bool is_front_live(pool_fronts *fronts, pool_front *self, void *ptr) {
-  pool_live_shard *shard = find_live(fronts, self, ptr);
+  int owner;
+  pool_live_shard *shard = find_live(fronts, self, ptr, &owner);
   if (shard)
     spin_unlock(&shard->lock);
   return shard != NULL;
@@ -607,8 +775,9 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
   gpumem__block *block = NULL;
+  int owner;
   bool handled = (*status = set_for(pool, stream, &set)) != GPUMEM_OK;
-  if (!handled && (block = take_live(find_live(fronts, NULL, ptr), ptr, bytes, status))) {
+  if (!handled && (block = take_live(find_live(fronts, NULL, ptr, &owner), ptr, bytes, status))) {
     atomic_fetch_sub_explicit(&fronts->unslotted_live_bytes, (int64_t)bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
     release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
@@ -641,18 +810,22 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
 }
 
 /* A free of `ptr` into front `f` (its lock held): the block out of its live map, into `f`'s
- * list, counted. NULL when no front handed it out or on misuse (*status). *size: the block's
- * size, read now, since a drain may merge it once the lock is free; *over: `f` holds more
- * than it keeps, and its caller gives a batch of that size back. */
-static inline gpumem__block *absorb_free(pool_fronts *fronts, pool_front *f, void *ptr,
-                                         size_t bytes, gpumem_status *status, size_t *size,
-                                         bool *over) {
-  gpumem__block *block = take_live(find_live(fronts, f, ptr), ptr, bytes, status);
+ * list, or into its return batch for the front that handed the block out, counted. NULL when no
+ * front handed it out or on misuse (*status). *size: the block's size, read now, since a drain may
+ * merge it once the lock is free; *over: `f` holds more than it keeps, and its caller gives a batch
+ * of that size back. */
+static inline gpumem__block *absorb_free(pool_resource *pool, pool_fronts *fronts, pool_front *f,
+                                         void *ptr, size_t bytes, gpumem_status *status,
+                                         size_t *size, bool *over) {
+  int owner;
+  gpumem__block *block = take_live(find_live(fronts, f, ptr, &owner), ptr, bytes, status);
   *size = block ? block->size : 0;
   *over = false;
   if (block) {
-    *over = front_push(f, block);
     front_count(f, -(int64_t)bytes, -1);
+    if (GPUMEM_LIKELY(owner == (int)(f - fronts->fronts)) ||
+        !return_block(fronts, pool, f, owner, block))
+      *over = front_push(f, block);
   }
   return block;
 }
@@ -680,7 +853,7 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
     bind(f, set);
   size_t size;
   bool over;
-  gpumem__block *block = absorb_free(fronts, f, ptr, bytes, status, &size, &over);
+  gpumem__block *block = absorb_free(pool, fronts, f, ptr, bytes, status, &size, &over);
   spin_unlock(&f->lock);
   release_pool(pool, f, taken);
   if (over)
@@ -689,7 +862,8 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
 }
 
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
-  pool_live_shard *shard = find_live(fronts, NULL, ptr);
+  int owner;
+  pool_live_shard *shard = find_live(fronts, NULL, ptr, &owner);
   if (!shard)
     return 0;
   size_t requested =
@@ -718,7 +892,7 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
     } else {
       size_t size;
       bool over;
-      gpumem__block *block = absorb_free(fronts, f, ptr, bytes, status, &size, &over);
+      gpumem__block *block = absorb_free(pool, fronts, f, ptr, bytes, status, &size, &over);
       spin_unlock(&f->lock);
       if (GPUMEM_UNLIKELY(over))
         give_back_batch(pool, f, size);
@@ -756,6 +930,8 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
     out->shared_locks += atomic_load_explicit(&f->shared_locks, memory_order_relaxed);
     out->refills += atomic_load_explicit(&f->refills, memory_order_relaxed);
     out->give_backs += atomic_load_explicit(&f->give_backs, memory_order_relaxed);
+    out->returns_sent += atomic_load_explicit(&f->returns_sent, memory_order_relaxed);
+    out->returns_taken += atomic_load_explicit(&f->returns_taken, memory_order_relaxed);
     if (gpumem__thread_slot_used(&fronts->slots, i)) {
       pool_front *locked = (pool_front *)f; /* its lock guards the bytes it holds */
       spin_lock(&locked->lock);

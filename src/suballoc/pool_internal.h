@@ -6,6 +6,8 @@
  *                   places memory at chosen addresses
  *   pool_trim.c     giving free chunks, and free pieces of them, back to the upstream
  *   pool_front.c    the per-thread fronts of a pool that several threads use
+ *   pool_returns.c  the batches in which threads send blocks back to the front that
+ *                   handed them out
  * Only growth and trim speak to the upstream's placement (its capabilities and its
  * allocate_at and unmap_pieces operations).
  *
@@ -65,6 +67,9 @@ typedef struct free_set {
   gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES];
   unsigned cached_count;
   unsigned fronts; /* thread fronts holding blocks free on this stream: the set stays */
+  /* Return batches of blocks freed on this stream, sent to fronts and not yet taken: the set
+   * stays (pool_returns.c). Counted up by a sender bound to the set, down by the taker. */
+  atomic_uint returns;
 } free_set;
 
 /* A region grows from `base` (0: wherever the upstream puts it); growth goes right after its
@@ -130,6 +135,18 @@ typedef struct pool_live_shard {
   gpumem__block_map map; /* slots NULL until the front's first refill (under the lock) */
 } pool_live_shard;
 
+/* A batch of blocks that a thread freed on its stream and sends back to the front that
+ * handed them out (pool_returns.c), so that a thread that allocates what others free (a
+ * producer) gets its blocks back without the pool's lock. */
+typedef struct pool_return {
+  struct pool_return *next;      /* in an inbox, or among the spares */
+  struct pool_return *made_next; /* every batch the fronts made, for the pool's end */
+  gpumem__block *blocks;         /* state GPUMEM__BLOCK_FRONT, linked through next_free */
+  size_t count, bytes;
+  free_set *set;       /* of the stream they were freed on: their owner waits for its event */
+  gpumem__event event; /* recorded on set->stream when sent; made at the batch's first send */
+} pool_return;
+
 typedef struct pool_front {
   /* A spin lock: its thread, or the pool's lock holder draining it. */
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
@@ -141,13 +158,24 @@ typedef struct pool_front {
   /* What its thread did (gpumem__pool_front_stats): operations through the front, those
    * that took the pool's lock, and locks taken on lines that other threads write too. */
   _Atomic uint64_t ops, pool_locks, shared_locks, refills, give_backs, grows;
-  _Atomic uint64_t lock_wait_ns, lock_hold_ns; /* for the pool's lock, on its slow paths */
+  _Atomic uint64_t lock_wait_ns, lock_hold_ns;  /* for the pool's lock, on its slow paths */
+  _Atomic uint64_t returns_sent, returns_taken; /* batches, pool_returns.c */
   int hint;        /* the front whose map last held a block its thread freed elsewhere */
   bool maps_ready; /* its live maps are made; only its thread writes both */
   uint16_t lengths[GPUMEM__POOL_FRONT_CLASSES]; /* of each list */
   uint8_t
       batches[GPUMEM__POOL_FRONT_CLASSES]; /* blocks a refill of each class takes; 0: none yet */
   gpumem__block *lists[GPUMEM__POOL_FRONT_CLASSES]; /* linked through next_free */
+  /* Blocks other fronts handed out that its thread freed, free in `set`, for front
+   * `pending_to`: sent when full, or when its thread frees another front's block. */
+  pool_return *pending;
+  int pending_to;
+  /* Batches other threads sent back to this front, its thread's to take: under inbox_lock,
+   * a leaf lock that senders take holding their own front's; `inbox` is also read unlocked,
+   * a hint that there is something to take. */
+  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int inbox_lock;
+  pool_return *_Atomic inbox;
+  size_t inbox_bytes;
   /* The blocks it handed out and that are live, by address; its thread's own lines but for
    * other threads' frees of them. */
   pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
@@ -160,6 +188,8 @@ typedef struct pool_fronts {
   _Atomic int64_t unslotted_live_bytes, unslotted_live_count;
   _Atomic uint64_t flushes; /* of fronts that held blocks, under the pool's lock */
   _Atomic uint64_t trims;   /* of fronts down to their reserve, under the pool's lock */
+  atomic_int spare_lock;    /* over spares and made */
+  pool_return *spares, *made;
 } pool_fronts;
 
 typedef struct pool_resource {
@@ -550,6 +580,32 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
 void gpumem__pool_spin(atomic_int *lock, bool take);
 /* Frees the fronts' structures (at destruction, after a flush). */
 void gpumem__pool_free_fronts(pool_resource *pool);
+/* ---------------------------------------------------------------------------------------
+ * Return batches (pool_returns.c)
+ * ------------------------------------------------------------------------------------- */
+
+/* An empty batch of blocks free in `set`, counted in set->returns; NULL when host memory is
+ * exhausted. The caller's front is bound to `set` (so the set stays). */
+pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set);
+/* Sends `batch` to front `to`: an event recorded on the batch's stream after its frees, the
+ * batch into `to`'s inbox. False (the error cleared) when the device refused the event: the
+ * caller keeps the batch. */
+bool gpumem__pool_return_send(pool_resource *pool, pool_return *batch, pool_front *to);
+/* Takes every batch out of front `f`'s inbox, oldest last; NULL when it has none. */
+pool_return *gpumem__pool_inbox_take(pool_front *f);
+/* Puts batches taken by gpumem__pool_inbox_take back into `f`'s inbox. */
+void gpumem__pool_inbox_put_back(pool_front *f, pool_return *list);
+/* Makes `stream` wait for `batch`'s frees when they were on another stream; false (the
+ * error cleared) when the device refused. */
+bool gpumem__pool_return_wait(pool_resource *pool, const pool_return *batch, gpumem_stream stream);
+/* Files `batch`'s blocks open in the set they were freed in, under the pool's lock (or at
+ * its end, with no other user). */
+void gpumem__pool_return_release(pool_resource *pool, pool_return *batch);
+/* An emptied batch back among the spares, uncounted from its set. */
+void gpumem__pool_return_recycle(pool_fronts *fronts, pool_return *batch);
+/* Destroys every batch the fronts made (at the pool's end, all of them spare). */
+void gpumem__pool_returns_free(pool_resource *pool, pool_fronts *fronts);
+
 /* A block for `size` bytes of `set` at the default alignment, taken like an allocation's
  * (without growth when !may_grow); *block NULL when none. Used by the fronts' refills. */
 gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t size,

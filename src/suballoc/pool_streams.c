@@ -187,7 +187,7 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
       if (other == r || is_fresh(pool, from))
         move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
     if (!is_fresh(pool, from) && open_blocks(from) == 0 && sealed_blocks(from) == 0 &&
-        from->fronts == 0)
+        from->fronts == 0 && atomic_load_explicit(&from->returns, memory_order_relaxed) == 0)
       drop_set(pool, i);
     *out = find_fit(pool, to, r, size);
     return GPUMEM_OK;
@@ -207,7 +207,8 @@ gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) 
       move_index(pool, &set->sealed[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
     }
     GPUMEM__ASSERT(&pool->header, set->fronts == 0, "fronts were flushed with the caches");
-    if (set != keep)
+    /* A thread that freed on the set's stream may be sending a batch of it meanwhile. */
+    if (set != keep && atomic_load_explicit(&set->returns, memory_order_relaxed) == 0)
       drop_set(pool, i);
   }
   return GPUMEM_OK;

@@ -192,8 +192,66 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
   return true;
 }
 
-/* The fronts and their live maps, whose locks the caller holds; and each set's count of the
- * fronts bound to it. */
+/* The blocks of a return batch (pool_returns.c), free in its set, of `set` when not NULL;
+ * counted in *batches. */
+static bool gather_return(walk *w, const pool_return *batch, const free_set *set, int i,
+                          const char *where) {
+  size_t count = 0, bytes = 0;
+  if (!batch->set || !is_set_of(w->pool, batch->set) || (set && batch->set != set))
+    return complain(w, "front %d: a return batch in its %s is of a set the pool does not have%s", i,
+                    where, set ? ", or not of its own" : "");
+  for (gpumem__block *b = batch->blocks; b; b = b->next_free) {
+    if (++count > batch->count)
+      return complain(w, "front %d: a return batch in its %s holds more than its %zu blocks", i,
+                      where, batch->count);
+    if (b->state != GPUMEM__BLOCK_FRONT)
+      return complain(w, "front %d: block at %#lx in a return batch in its %s is %s", i,
+                      (unsigned long)b->addr, where, state_name(b->state));
+    bytes += b->size;
+    w->where = "return batch";
+    if (!push(w, b))
+      return false;
+  }
+  if (count != batch->count || bytes != batch->bytes)
+    return complain(w,
+                    "front %d: a return batch in its %s holds %zu blocks of %zu bytes, but "
+                    "counts %zu of %zu",
+                    i, where, count, bytes, batch->count, batch->bytes);
+  return true;
+}
+
+/* A front's return batches: the one it fills (of its own set), and those in its inbox. */
+static bool gather_returns(walk *w, const pool_front *f, int i) {
+  if (f->pending && !gather_return(w, f->pending, f->set, i, "pending batch"))
+    return false;
+  size_t bytes = 0;
+  for (const pool_return *batch = atomic_load_explicit(&f->inbox, memory_order_relaxed); batch;
+       batch = batch->next) {
+    if (!gather_return(w, batch, NULL, i, "inbox"))
+      return false;
+    bytes += batch->bytes;
+  }
+  if (bytes != f->inbox_bytes)
+    return complain(w, "front %d: its inbox holds %zu bytes, but it counts %zu", i, bytes,
+                    f->inbox_bytes);
+  return true;
+}
+
+/* Return batches of `set` in every front, pending or sent. */
+static unsigned returns_of(pool_fronts *fronts, const free_set *set) {
+  unsigned count = 0;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    const pool_front *f = &fronts->fronts[i];
+    count += f->pending && f->pending->set == set;
+    for (const pool_return *batch = atomic_load_explicit(&f->inbox, memory_order_relaxed); batch;
+         batch = batch->next)
+      count += batch->set == set;
+  }
+  return count;
+}
+
+/* The fronts and their live maps and return batches, whose locks the caller holds; and each
+ * set's counts of the fronts bound to it and of its return batches. */
 static bool gather_fronts(walk *w, pool_fronts *fronts) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
@@ -205,15 +263,18 @@ static bool gather_fronts(walk *w, pool_fronts *fronts) {
         return w->failed ? false : complain(w, "front %d: live map %zu: %s", i, k, why);
     }
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
-    if (!gather_front(w, &fronts->fronts[i], i))
+    if (!gather_front(w, &fronts->fronts[i], i) || !gather_returns(w, &fronts->fronts[i], i))
       return false;
   for (size_t s = 0; s < w->pool->set_count; s++) {
-    unsigned bound = 0;
+    const free_set *set = w->pool->sets[s];
+    unsigned bound = 0, returns = returns_of(fronts, set);
     for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
-      bound += fronts->fronts[i].set == w->pool->sets[s];
-    if (bound != w->pool->sets[s]->fronts)
-      return complain(w, "set %zu counts %u fronts, but %u are bound to it", s,
-                      w->pool->sets[s]->fronts, bound);
+      bound += fronts->fronts[i].set == set;
+    if (bound != set->fronts)
+      return complain(w, "set %zu counts %u fronts, but %u are bound to it", s, set->fronts, bound);
+    if (returns != atomic_load_explicit(&set->returns, memory_order_relaxed))
+      return complain(w, "set %zu counts %u return batches, but fronts hold %u of it", s,
+                      atomic_load_explicit(&set->returns, memory_order_relaxed), returns);
   }
   return true;
 }
@@ -396,14 +457,16 @@ static gpumem_status validate_locked(pool_resource *pool) {
   return GPUMEM_OK;
 }
 
-/* Takes (or releases) every front's lock, then every front live map's: the order of the
- * fronts' own paths, a front's lock before a map's. */
+/* Takes (or releases) every front's lock, then every front live map's and inbox's: the
+ * order of the fronts' own paths, a front's lock before a map's or an inbox's. */
 static void lock_fronts(pool_fronts *fronts, bool take) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     gpumem__pool_spin(&fronts->fronts[i].lock, take);
-  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
       gpumem__pool_spin(&fronts->fronts[i].shards[k].lock, take);
+    gpumem__pool_spin(&fronts->fronts[i].inbox_lock, take);
+  }
 }
 
 gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {

@@ -449,13 +449,14 @@ static void print_thread_stats(bench_allocator *alloc, const char *mode, const t
   if (alloc->resource && gpumem__pool_front_stats_of(alloc->resource, &s))
     printf(",\"front_ops\":%llu,\"pool_locks\":%llu,\"pool_lock_share\":%.5f,"
            "\"shared_locks_per_op\":%.3f,\"refills\":%llu,\"grows\":%llu,\"give_backs\":%llu,"
-           "\"flushes\":%llu,\"trims\":%llu,\"held_bytes\":%llu,"
-           "\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f",
+           "\"flushes\":%llu,\"trims\":%llu,\"returns_sent\":%llu,\"returns_taken\":%llu,"
+           "\"held_bytes\":%llu,\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f",
            (unsigned long long)s.ops, (unsigned long long)s.pool_locks,
            s.ops ? (double)s.pool_locks / (double)s.ops : 0.0,
            s.ops ? (double)s.shared_locks / (double)s.ops : 0.0, (unsigned long long)s.refills,
            (unsigned long long)s.grows, (unsigned long long)s.give_backs,
            (unsigned long long)s.flushes, (unsigned long long)s.trims,
+           (unsigned long long)s.returns_sent, (unsigned long long)s.returns_taken,
            (unsigned long long)s.held_bytes, (double)s.lock_wait_ns / 1e6,
            (double)s.lock_hold_ns / 1e6);
   printf("}\n");
