@@ -31,8 +31,8 @@
  * stream (a drain that runs in a call on the front's stream seals at once when due).
  *
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free,
- * and a return batch on its way (RETURN_BYTES); so sixteen threads' fronts hold at most
- * 16 * 9.8 MiB, and their inboxes what their threads allocated and others freed since their
+ * and a return batch on its way (GPUMEM__POOL_RETURN_BYTES); so sixteen threads' fronts hold at
+ * most 16 * 9.8 MiB, and their inboxes what their threads allocated and others freed since their
  * lists last ran empty (a thread that stops allocating keeps its inbox until the pool drains
  * it: before it grows for the stream that freed them, or fails). Measured on the threads workload,
  * 16 threads on the GPU host, peak reserved: 150 MiB on their own streams, 112 MiB on one
@@ -93,11 +93,6 @@
 #define BATCH_BYTES ((size_t)512 << 10)
 #define BATCH_MAX 64
 #define HOLD_BYTES ((size_t)8 << 20)
-/* A return batch (blocks another front handed out, freed by this front's thread) goes back
- * at this many blocks or bytes: one event and one wait pay for that many frees, and a thread
- * that frees other threads' blocks holds at most this much of them. */
-#define RETURN_BLOCKS 128
-#define RETURN_BYTES ((size_t)1 << 20)
 
 _Static_assert(GPUMEM__POOL_LIVE_SHARDS == 8, "shard_of keeps 3 bits");
 _Static_assert(GPUMEM__POOL_FRONT_LIMIT < GPUMEM__POOL_CACHE_LIMIT / 2,
@@ -336,11 +331,8 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
 /* Files a return batch's blocks in front f's lists (its lock held), emptying the batch; the
  * front may then hold more than it keeps, which its next give-back corrects. */
 static void file_batch(pool_front *f, pool_return *batch) {
-  while (batch->blocks) {
-    gpumem__block *block = batch->blocks;
-    batch->blocks = block->next_free;
-    front_push(f, block);
-  }
+  for (size_t i = 0; i < batch->count; i++)
+    front_push(f, batch->blocks[i]);
   batch->count = batch->bytes = 0;
 }
 
@@ -355,7 +347,8 @@ static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f
     bump(&f->returns_sent);
     return;
   }
-  if (!all && batch->count < 2 * RETURN_BLOCKS && batch->bytes < 2 * RETURN_BYTES)
+  if (!all && batch->count < 2 * GPUMEM__POOL_RETURN_BLOCKS &&
+      batch->bytes < 2 * GPUMEM__POOL_RETURN_BYTES)
     return;
   f->pending = NULL;
   file_batch(f, batch);
@@ -373,10 +366,9 @@ static bool return_block(pool_fronts *fronts, pool_resource *pool, pool_front *f
     return false;
   pool_return *batch = f->pending;
   f->pending_to = to;
-  block->next_free = batch->blocks;
-  batch->blocks = block;
+  batch->blocks[batch->count++] = block;
   batch->bytes += block->size;
-  if (++batch->count >= RETURN_BLOCKS || batch->bytes >= RETURN_BYTES)
+  if (batch->count >= GPUMEM__POOL_RETURN_BLOCKS || batch->bytes >= GPUMEM__POOL_RETURN_BYTES)
     send_pending(fronts, pool, f, false);
   return true;
 }

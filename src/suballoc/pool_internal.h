@@ -135,16 +135,25 @@ typedef struct pool_live_shard {
   gpumem__block_map map; /* slots NULL until the front's first refill (under the lock) */
 } pool_live_shard;
 
+/* A return batch (blocks another front handed out, freed by this front's thread) goes back
+ * at this many blocks or bytes: one event and one wait pay for that many frees, and a thread
+ * that frees other threads' blocks holds at most this much of them. */
+#define GPUMEM__POOL_RETURN_BLOCKS 128
+#define GPUMEM__POOL_RETURN_BYTES ((size_t)1 << 20)
+
 /* A batch of blocks that a thread freed on its stream and sends back to the front that
  * handed them out (pool_returns.c), so that a thread that allocates what others free (a
  * producer) gets its blocks back without the pool's lock. */
 typedef struct pool_return {
   struct pool_return *next;      /* in an inbox, or among the spares */
   struct pool_return *made_next; /* every batch the fronts made, for the pool's end */
-  gpumem__block *blocks;         /* state GPUMEM__BLOCK_FRONT, linked through next_free */
   size_t count, bytes;
   free_set *set;       /* of the stream they were freed on: their owner waits for its event */
   gpumem__event event; /* recorded on set->stream when sent; made at the batch's first send */
+  /* State GPUMEM__BLOCK_FRONT; an array, not a list through the blocks, so that their owner
+   * files them without a chain of loads from lines other processors wrote. Up to twice the
+   * batch: a send the device refused is tried again at the next free. */
+  gpumem__block *blocks[2 * GPUMEM__POOL_RETURN_BLOCKS];
 } pool_return;
 
 typedef struct pool_front {

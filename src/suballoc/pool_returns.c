@@ -38,7 +38,6 @@ pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set) {
     gpumem__pool_spin(&fronts->spare_lock, false);
   }
   batch->next = NULL;
-  batch->blocks = NULL;
   batch->count = batch->bytes = 0;
   batch->set = set;
   atomic_fetch_add_explicit(&set->returns, 1, memory_order_relaxed);
@@ -101,10 +100,8 @@ bool gpumem__pool_return_wait(pool_resource *pool, const pool_return *batch, gpu
 
 void gpumem__pool_return_release(pool_resource *pool, pool_return *batch) {
   free_set *set = batch->set;
-  while (batch->blocks) {
-    gpumem__block *block = batch->blocks;
-    batch->blocks = block->next_free;
-    release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+  for (size_t i = 0; i < batch->count; i++) {
+    release_block(pool, set, batch->blocks[i], GPUMEM__BLOCK_OPEN);
     set->open_frees++;
   }
   batch->count = batch->bytes = 0;
