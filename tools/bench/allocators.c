@@ -6,7 +6,9 @@
  *   driver:cuMemAlloc  mem_alloc / mem_free (cuMemAlloc / cuMemFree), synchronous;
  *   driver:async       a driver pool of its own (cuMemPoolCreate) with release threshold
  *                      UINT64_MAX, and pool_alloc_async / free_async on the stream.
- * On the simulated device the same table is the simulation's. */
+ * On the simulated device the same table is the simulation's. A third, harness:none, is no
+ * allocator at all: the cost of the benchmark's own work around the calls (the threads
+ * workload's handoffs between threads, above all), which bounds what any allocator can show. */
 #include "bench/bench.h"
 #include "device/device.h"
 
@@ -196,9 +198,45 @@ static gpumem_status open_driver(const char *label, int device, bench_allocator 
   return GPUMEM_OK;
 }
 
+/* ---- harness:none: no allocator ---- */
+
+/* One address for every allocation: nothing reads or writes it. */
+static unsigned char none_memory;
+
+static gpumem_status none_allocate(bench_allocator *self, size_t bytes, gpumem_stream stream,
+                                   void **ptr) {
+  *ptr = bytes ? &none_memory : NULL;
+  return GPUMEM_OK;
+}
+
+static gpumem_status none_deallocate(bench_allocator *self, void *ptr, size_t bytes,
+                                     gpumem_stream stream) {
+  return GPUMEM_OK;
+}
+
+static gpumem_status none_close(bench_allocator *self) {
+  free(self);
+  return GPUMEM_OK;
+}
+
+static gpumem_status open_none(const char *label, bench_allocator **out) {
+  bench_allocator *none = malloc(sizeof *none);
+  if (!none)
+    return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem-bench: out of host memory");
+  *none = (bench_allocator){.label = label,
+                            .allocate = none_allocate,
+                            .deallocate = none_deallocate,
+                            .peak_reserved = unknown_peak,
+                            .close = none_close};
+  *out = none;
+  return GPUMEM_OK;
+}
+
 gpumem_status bench_allocator_open(const char *label, int device, bench_allocator **out) {
   if (strcmp(label, BENCH_REF_CUMEMALLOC) == 0 || strcmp(label, BENCH_REF_ASYNC) == 0)
     return open_driver(label, device, out);
+  if (strcmp(label, BENCH_HARNESS_NONE) == 0)
+    return open_none(label, out);
   return open_resource(label, device, out);
 }
 

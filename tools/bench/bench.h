@@ -19,6 +19,8 @@
 /* The labels of the references, accepted by --resource and added by --compare. */
 #define BENCH_REF_CUMEMALLOC "driver:cuMemAlloc"
 #define BENCH_REF_ASYNC "driver:async"
+/* No allocator: the harness's own cost (allocators.c). */
+#define BENCH_HARNESS_NONE "harness:none"
 
 /* ---------------------------------------------------------------------------------------
  * Allocators: a gpumem resource or a driver reference

@@ -28,9 +28,14 @@ typedef struct handoff_entry {
   size_t bytes; /* SIZE_MAX: the end of the pass */
 } handoff_entry;
 
+/* Each side keeps the other's index as last read, on a line of its own, and reads the
+ * shared one again only when the queue looks full (or empty): a handoff then costs the
+ * entry's line and the index the side writes, not a read of the other side's too. */
 typedef struct handoff_queue {
   _Alignas(128) atomic_size_t head; /* the next entry the consumer takes */
+  size_t tail_seen;                 /* the consumer's last read of tail */
   _Alignas(128) atomic_size_t tail; /* the next entry the producer fills */
+  size_t head_seen;                 /* the producer's last read of head */
   _Alignas(128) handoff_entry entries[QUEUE_CAPACITY];
 } handoff_queue;
 
@@ -54,6 +59,7 @@ bench_handoff *bench_handoff_new(int consumers) {
   for (int i = 0; i < (consumers > 0 ? consumers : 1); i++) {
     atomic_init(&h->queues[i].head, 0);
     atomic_init(&h->queues[i].tail, 0);
+    h->queues[i].tail_seen = h->queues[i].head_seen = 0;
   }
   return h;
 }
@@ -66,7 +72,9 @@ void bench_handoff_free(bench_handoff *h) {
 
 static bool try_push(handoff_queue *q, handoff_entry entry) {
   size_t tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
-  if (tail - atomic_load_explicit(&q->head, memory_order_acquire) == QUEUE_CAPACITY)
+  if (tail - q->head_seen == QUEUE_CAPACITY &&
+      tail - (q->head_seen = atomic_load_explicit(&q->head, memory_order_acquire)) ==
+          QUEUE_CAPACITY)
     return false;
   q->entries[tail % QUEUE_CAPACITY] = entry;
   atomic_store_explicit(&q->tail, tail + 1, memory_order_release);
@@ -75,7 +83,8 @@ static bool try_push(handoff_queue *q, handoff_entry entry) {
 
 static bool try_pop(handoff_queue *q, handoff_entry *entry) {
   size_t head = atomic_load_explicit(&q->head, memory_order_relaxed);
-  if (head == atomic_load_explicit(&q->tail, memory_order_acquire))
+  if (head == q->tail_seen &&
+      head == (q->tail_seen = atomic_load_explicit(&q->tail, memory_order_acquire)))
     return false;
   *entry = q->entries[head % QUEUE_CAPACITY];
   atomic_store_explicit(&q->head, head + 1, memory_order_release);
