@@ -179,14 +179,13 @@ static inline pool_live_shard *shard_of(pool_front *f, uintptr_t addr) {
 GPUMEM_COLD static bool ready_maps(pool_front *f) {
   for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
     pool_live_shard *shard = &f->shards[k];
-    gpumem__block_map map;
-    if (shard->map.slots) /* only this thread writes it */
+    if (gpumem__front_map_table(&shard->map)) /* only this thread makes it */
       continue;
-    if (!gpumem__block_map_init(&map))
-      return false;
     spin_lock(&shard->lock);
-    shard->map = map;
+    bool made = gpumem__front_map_init(&shard->map);
     spin_unlock(&shard->lock);
+    if (!made)
+      return false;
   }
   f->maps_ready = true;
   return true;
@@ -196,7 +195,7 @@ GPUMEM_COLD static bool ready_maps(pool_front *f) {
 static pool_live_shard *live_in(pool_front *f, uintptr_t addr) {
   pool_live_shard *shard = shard_of(f, addr);
   spin_lock(&shard->lock);
-  if (shard->map.slots && shard->map.slots[gpumem__block_map_slot_of(&shard->map, addr)].addr)
+  if (gpumem__front_map_get(&shard->map, addr))
     return shard;
   spin_unlock(&shard->lock);
   return NULL;
@@ -236,6 +235,62 @@ static pool_live_shard *find_live(pool_fronts *fronts, pool_front *self, void *p
     }
   }
   return NULL;
+}
+
+/* The block at `addr` that another front than `self` handed out, looked up in their maps
+ * without their locks (front_map.h): those of the front that held the last block found
+ * elsewhere (a consumer's producer) first, then every front's. *owner: whose map. The block
+ * may have been freed meanwhile: claim it before use. */
+static gpumem__block *find_foreign(pool_fronts *fronts, pool_front *self, uintptr_t addr,
+                                   int *owner) {
+  int me = (int)(self - fronts->fronts);
+  gpumem__block *block;
+  if (self->hint != me) {
+    bump(&self->shared_locks);
+    if ((block =
+             gpumem__front_map_lookup(&shard_of(&fronts->fronts[self->hint], addr)->map, addr))) {
+      *owner = self->hint;
+      return block;
+    }
+  }
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    if (i == me || i == self->hint || !gpumem__thread_slot_used(&fronts->slots, i))
+      continue;
+    bump(&self->shared_locks);
+    if ((block = gpumem__front_map_lookup(&shard_of(&fronts->fronts[i], addr)->map, addr))) {
+      self->hint = i;
+      *owner = i;
+      return block;
+    }
+  }
+  return NULL;
+}
+
+/* Claims `block`, found by find_foreign, for a free of `bytes` at `ptr`: its requested size
+ * to 0 at once, so that of two frees of one block only one wins. The block stays in its
+ * owner's map until the owner (or a drain) takes it out (forget). NULL when it is no longer
+ * live (*status OK: the caller's locked path names the double free), or on misuse (*status,
+ * allocated with another size: it stays live). */
+static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpumem_status *status) {
+  size_t requested = bytes;
+  *status = GPUMEM_OK;
+  if (__atomic_compare_exchange_n(&block->requested, &requested, 0, false, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    return block;
+  if (requested)
+    *status = gpumem__fail(GPUMEM_ERR_MISUSE,
+                           "deallocate of %p from a pool with %zu bytes, but it was allocated "
+                           "with %zu bytes",
+                           ptr, bytes, requested);
+  return NULL;
+}
+
+/* Takes a claimed block out of its owner's map (under the map's lock, a leaf). */
+static void forget(pool_fronts *fronts, int owner, gpumem__block *block) {
+  pool_live_shard *shard = shard_of(&fronts->fronts[owner], block->addr);
+  spin_lock(&shard->lock);
+  gpumem__front_map_take(&shard->map, block->addr);
+  spin_unlock(&shard->lock);
 }
 
 /* The size a front carves for a request of `bytes`: the top of the request's front class. */
@@ -298,11 +353,20 @@ static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t 
   }
 }
 
+static void forget(pool_fronts *fronts, int owner, gpumem__block *block);
+
+/* Takes a return batch's blocks out of their owner's maps. */
+static void forget_batch(pool_fronts *fronts, const pool_return *batch) {
+  for (size_t i = 0; i < batch->count; i++)
+    forget(fronts, batch->owner, batch->blocks[i]);
+}
+
 /* The blocks of the front's pending return batch back to its set, open; under the pool's
  * lock and the front's. */
 static void flush_pending(pool_resource *pool, pool_fronts *fronts, pool_front *f) {
   if (!f->pending)
     return;
+  forget_batch(fronts, f->pending);
   gpumem__pool_return_release(pool, f->pending);
   gpumem__pool_return_recycle(fronts, f->pending);
   f->pending = NULL;
@@ -328,11 +392,14 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
  * Blocks freed by other threads, sent back (pool_returns.c)
  * ------------------------------------------------------------------------------------- */
 
-/* Files a return batch's blocks in front f's lists (its lock held), emptying the batch; the
- * front may then hold more than it keeps, which its next give-back corrects. */
-static void file_batch(pool_front *f, pool_return *batch) {
-  for (size_t i = 0; i < batch->count; i++)
+/* Files a return batch's blocks in front f's lists (its lock held), out of their owner's
+ * maps, emptying the batch; the front may then hold more than it keeps, which its next
+ * give-back corrects. */
+static void file_batch(pool_fronts *fronts, pool_front *f, pool_return *batch) {
+  for (size_t i = 0; i < batch->count; i++) {
+    forget(fronts, batch->owner, batch->blocks[i]);
     front_push(f, batch->blocks[i]);
+  }
   batch->count = batch->bytes = 0;
 }
 
@@ -351,7 +418,7 @@ static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f
       batch->bytes < 2 * GPUMEM__POOL_RETURN_BYTES)
     return;
   f->pending = NULL;
-  file_batch(f, batch);
+  file_batch(fronts, f, batch);
   gpumem__pool_return_recycle(fronts, batch);
 }
 
@@ -362,7 +429,7 @@ static bool return_block(pool_fronts *fronts, pool_resource *pool, pool_front *f
                          gpumem__block *block) {
   if (f->pending && f->pending_to != to)
     send_pending(fronts, pool, f, true);
-  if (!f->pending && !(f->pending = gpumem__pool_return_new(fronts, f->set)))
+  if (!f->pending && !(f->pending = gpumem__pool_return_new(fronts, f->set, to)))
     return false;
   pool_return *batch = f->pending;
   f->pending_to = to;
@@ -384,8 +451,9 @@ static void take_returns(pool_resource *pool, pool_fronts *fronts, pool_front *f
     pool_return *batch = list;
     list = batch->next;
     if (f->bytes <= HOLD_BYTES && gpumem__pool_return_wait(pool, batch, f->stream)) {
-      file_batch(f, batch);
+      file_batch(fronts, f, batch);
     } else if (pool_locked) {
+      forget_batch(fronts, batch);
       gpumem__pool_return_release(pool, batch);
     } else {
       batch->next = list;
@@ -414,6 +482,7 @@ static bool release_inbox(pool_resource *pool, pool_fronts *fronts, pool_front *
       kept = batch;
       continue;
     }
+    forget_batch(fronts, batch);
     gpumem__pool_return_release(pool, batch);
     gpumem__pool_return_recycle(fronts, batch);
     released = true;
@@ -442,7 +511,7 @@ void gpumem__pool_free_fronts(pool_resource *pool) {
     return;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
-      gpumem__block_map_destroy(&fronts->fronts[i].shards[k].map);
+      gpumem__front_map_destroy(&fronts->fronts[i].shards[k].map);
   gpumem__pool_returns_free(pool, fronts);
   free(fronts);
 }
@@ -652,7 +721,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   block->requested = bytes;
   pool_live_shard *shard = shard_of(f, block->addr);
   spin_lock(&shard->lock);
-  bool filed = gpumem__block_map_insert(&shard->map, block);
+  bool filed = gpumem__front_map_insert(&shard->map, block);
   spin_unlock(&shard->lock);
   *ptr = (void *)block->addr;
   if (!filed)
@@ -704,7 +773,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   block->requested = bytes;
   pool_live_shard *shard = shard_of(f, block->addr);
   spin_lock(&shard->lock);
-  bool filed = gpumem__block_map_insert(&shard->map, block);
+  bool filed = gpumem__front_map_insert(&shard->map, block);
   spin_unlock(&shard->lock);
   if (GPUMEM_UNLIKELY(!filed)) {
     front_push(f, block);
@@ -735,10 +804,10 @@ static gpumem__block *take_live(pool_live_shard *shard, void *ptr, size_t bytes,
   *status = GPUMEM_OK;
   if (!shard)
     return NULL;
-  gpumem__block *block = gpumem__block_map_take(&shard->map, (uintptr_t)ptr);
-  size_t requested = block ? block->requested : 0;
+  gpumem__block *block = gpumem__front_map_take(&shard->map, (uintptr_t)ptr);
+  size_t requested = block ? __atomic_load_n(&block->requested, __ATOMIC_RELAXED) : 0;
   if (block && requested != bytes) {
-    gpumem__block_map_put(&shard->map, block); /* room: it was just there */
+    gpumem__front_map_insert(&shard->map, block); /* room: it was just there */
     block = NULL;
   }
   spin_unlock(&shard->lock);
@@ -801,23 +870,47 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
   release_pool(pool, f, taken);
 }
 
-/* A free of `ptr` into front `f` (its lock held): the block out of its live map, into `f`'s
- * list, or into its return batch for the front that handed the block out, counted. NULL when no
- * front handed it out or on misuse (*status). *size: the block's size, read now, since a drain may
- * merge it once the lock is free; *over: `f` holds more than it keeps, and its caller gives a batch
- * of that size back. */
+/* A free of a block another front handed out into front `f` (its lock held, bound): looked
+ * up and claimed without a write to the owner's lines, then into f's return batch for the
+ * owner (or, without host memory for one, out of the owner's map into f's lists). */
+GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_fronts *fronts,
+                                                     pool_front *f, void *ptr, size_t bytes,
+                                                     gpumem_status *status, size_t *size,
+                                                     bool *over) {
+  int owner;
+  gpumem__block *block = find_foreign(fronts, f, (uintptr_t)ptr, &owner);
+  *status = GPUMEM_OK;
+  if (!block || !claim(block, ptr, bytes, status))
+    return NULL;
+  *size = block->size; /* a sent batch may be drained at once */
+  front_count(f, -(int64_t)bytes, -1);
+  if (!return_block(fronts, pool, f, owner, block)) {
+    forget(fronts, owner, block);
+    *over = front_push(f, block);
+  }
+  return block;
+}
+
+/* A free of `ptr` into front `f` (its lock held): a block it handed out, out of its live map
+ * into its list; another front's, into its return batch for that front (absorb_foreign);
+ * counted. NULL when no front handed it out or on misuse (*status). *size: the block's size,
+ * read now, since a drain may merge it once the lock is free; *over: `f` holds more than it
+ * keeps, and its caller gives a batch of that size back. */
 static inline gpumem__block *absorb_free(pool_resource *pool, pool_fronts *fronts, pool_front *f,
                                          void *ptr, size_t bytes, gpumem_status *status,
                                          size_t *size, bool *over) {
-  int owner;
-  gpumem__block *block = take_live(find_live(fronts, f, ptr, &owner), ptr, bytes, status);
-  *size = block ? block->size : 0;
+  pool_live_shard *shard = f->maps_ready ? live_in(f, (uintptr_t)ptr) : NULL;
+  gpumem__block *block;
   *over = false;
-  if (block) {
-    front_count(f, -(int64_t)bytes, -1);
-    if (GPUMEM_LIKELY(owner == (int)(f - fronts->fronts)) ||
-        !return_block(fronts, pool, f, owner, block))
+  *size = 0;
+  if (GPUMEM_LIKELY(shard)) {
+    if ((block = take_live(shard, ptr, bytes, status)) != NULL) {
+      *size = block->size;
+      front_count(f, -(int64_t)bytes, -1);
       *over = front_push(f, block);
+    }
+  } else {
+    block = absorb_foreign(pool, fronts, f, ptr, bytes, status, size, over);
   }
   return block;
 }
@@ -858,8 +951,8 @@ size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
   pool_live_shard *shard = find_live(fronts, NULL, ptr, &owner);
   if (!shard)
     return 0;
-  size_t requested =
-      shard->map.slots[gpumem__block_map_slot_of(&shard->map, (uintptr_t)ptr)].block->requested;
+  size_t requested = __atomic_load_n(&gpumem__front_map_get(&shard->map, (uintptr_t)ptr)->requested,
+                                     __ATOMIC_RELAXED);
   spin_unlock(&shard->lock);
   return requested;
 }

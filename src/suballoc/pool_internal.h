@@ -23,6 +23,7 @@
 #include "core/sorted.h"
 #include "core/thread_slots.h"
 #include "suballoc/block.h"
+#include "suballoc/front_map.h"
 #include "suballoc/pool.h"
 
 /* How many frees on a stream between two seals: one event record pays for this many. */
@@ -131,8 +132,8 @@ static inline size_t gpumem__pool_front_class(size_t size) {
 
 /* A live map of a front: the blocks it handed out whose addresses hash here. */
 typedef struct pool_live_shard {
-  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
-  gpumem__block_map map; /* slots NULL until the front's first refill (under the lock) */
+  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock; /* its writers' */
+  front_map map; /* unmade until the front's first refill; other threads read it unlocked */
 } pool_live_shard;
 
 /* A return batch (blocks another front handed out, freed by this front's thread) goes back
@@ -148,6 +149,7 @@ typedef struct pool_return {
   struct pool_return *next;      /* in an inbox, or among the spares */
   struct pool_return *made_next; /* every batch the fronts made, for the pool's end */
   size_t count, bytes;
+  int owner;           /* the front that handed the blocks out: its maps still hold them */
   free_set *set;       /* of the stream they were freed on: their owner waits for its event */
   gpumem__event event; /* recorded on set->stream when sent; made at the batch's first send */
   /* State GPUMEM__BLOCK_FRONT; an array, not a list through the blocks, so that their owner
@@ -595,7 +597,7 @@ void gpumem__pool_free_fronts(pool_resource *pool);
 
 /* An empty batch of blocks free in `set`, counted in set->returns; NULL when host memory is
  * exhausted. The caller's front is bound to `set` (so the set stays). */
-pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set);
+pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set, int owner);
 /* Sends `batch` to front `to`: an event recorded on the batch's stream after its frees, the
  * batch into `to`'s inbox. False (the error cleared) when the device refused the event: the
  * caller keeps the batch. */
@@ -608,7 +610,7 @@ void gpumem__pool_inbox_put_back(pool_front *f, pool_return *list);
  * error cleared) when the device refused. */
 bool gpumem__pool_return_wait(pool_resource *pool, const pool_return *batch, gpumem_stream stream);
 /* Files `batch`'s blocks open in the set they were freed in, under the pool's lock (or at
- * its end, with no other user). */
+ * its end, with no other user); the caller has taken them out of their owner's maps. */
 void gpumem__pool_return_release(pool_resource *pool, pool_return *batch);
 /* An emptied batch back among the spares, uncounted from its set. */
 void gpumem__pool_return_recycle(pool_fronts *fronts, pool_return *batch);

@@ -22,7 +22,7 @@
 
 #include <stdlib.h>
 
-pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set) {
+pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set, int owner) {
   gpumem__pool_spin(&fronts->spare_lock, true);
   pool_return *batch = fronts->spares;
   if (batch)
@@ -39,6 +39,7 @@ pool_return *gpumem__pool_return_new(pool_fronts *fronts, free_set *set) {
   }
   batch->next = NULL;
   batch->count = batch->bytes = 0;
+  batch->owner = owner;
   batch->set = set;
   atomic_fetch_add_explicit(&set->returns, 1, memory_order_relaxed);
   return batch;

@@ -23,6 +23,10 @@ typedef struct walk {
   size_t region;
   uint64_t live_bytes;
   uint64_t front_live_bytes, front_live_count; /* handed out by fronts, still live */
+  int front;                                   /* whose live map is being walked */
+  /* Of each front, blocks its maps hold that a free claimed (requested 0), and blocks of
+   * return batches to it: the same, as a claimed block stays mapped until its batch ends. */
+  size_t claimed_mapped[GPUMEM__THREAD_SLOTS], claimed_batched[GPUMEM__THREAD_SLOTS];
   char why[512];
   bool failed;
   bool no_memory; /* the host had no memory for the walk: nothing is known, nothing said */
@@ -143,9 +147,14 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
   return true;
 }
 
-/* A block a front handed out, in a front live map. */
+/* A block a front handed out, in a front live map: live, or claimed by a free of another
+ * thread and in a return batch (gathered there). */
 static bool visit_front_live(gpumem__block *block, void *user) {
   walk *w = user;
+  if (block->state == GPUMEM__BLOCK_FRONT && block->requested == 0) {
+    w->claimed_mapped[w->front]++;
+    return true;
+  }
   if (!check_live(w, block, GPUMEM__BLOCK_FRONT, "front live map"))
     return false;
   w->front_live_bytes += block->requested;
@@ -200,15 +209,20 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
   if (!batch->set || !is_set_of(w->pool, batch->set) || (set && batch->set != set))
     return complain(w, "front %d: a return batch in its %s is of a set the pool does not have%s", i,
                     where, set ? ", or not of its own" : "");
+  if (batch->owner < 0 || batch->owner >= GPUMEM__THREAD_SLOTS)
+    return complain(w, "front %d: a return batch in its %s is for front %d, which is none", i,
+                    where, batch->owner);
   if (batch->count > 2 * GPUMEM__POOL_RETURN_BLOCKS)
     return complain(w, "front %d: a return batch in its %s counts %zu blocks, past its room", i,
                     where, batch->count);
   for (; count < batch->count; count++) {
     gpumem__block *b = batch->blocks[count];
-    if (b->state != GPUMEM__BLOCK_FRONT)
-      return complain(w, "front %d: block at %#lx in a return batch in its %s is %s", i,
-                      (unsigned long)b->addr, where, state_name(b->state));
+    if (b->state != GPUMEM__BLOCK_FRONT || b->requested != 0)
+      return complain(w, "front %d: block at %#lx in a return batch in its %s is %s%s", i,
+                      (unsigned long)b->addr, where, state_name(b->state),
+                      b->requested ? ", requested as if live" : "");
     bytes += b->size;
+    w->claimed_batched[batch->owner]++;
     w->where = "return batch";
     if (!push(w, b))
       return false;
@@ -223,11 +237,16 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
 static bool gather_returns(walk *w, const pool_front *f, int i) {
   if (f->pending && !gather_return(w, f->pending, f->set, i, "pending batch"))
     return false;
+  if (f->pending && f->pending->owner != f->pending_to)
+    return complain(w, "front %d: its pending batch is for front %d, but it sends to %d", i,
+                    f->pending->owner, f->pending_to);
   size_t bytes = 0;
   for (const pool_return *batch = atomic_load_explicit(&f->inbox, memory_order_relaxed); batch;
        batch = batch->next) {
     if (!gather_return(w, batch, NULL, i, "inbox"))
       return false;
+    if (batch->owner != i)
+      return complain(w, "front %d: a batch in its inbox is for front %d", i, batch->owner);
     bytes += batch->bytes;
   }
   if (bytes != f->inbox_bytes)
@@ -254,16 +273,21 @@ static unsigned returns_of(pool_fronts *fronts, const free_set *set) {
 static bool gather_fronts(walk *w, pool_fronts *fronts) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
-      const gpumem__block_map *map = &fronts->fronts[i].shards[k].map;
       char why[400];
-      if (!map->slots) /* not made yet */
-        continue;
-      if (!gpumem__block_map_check(map, visit_front_live, w, why, sizeof why))
+      w->front = i;
+      if (!gpumem__front_map_check(&fronts->fronts[i].shards[k].map, visit_front_live, w, why,
+                                   sizeof why))
         return w->failed ? false : complain(w, "front %d: live map %zu: %s", i, k, why);
     }
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     if (!gather_front(w, &fronts->fronts[i], i) || !gather_returns(w, &fronts->fronts[i], i))
       return false;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    if (w->claimed_mapped[i] != w->claimed_batched[i])
+      return complain(w,
+                      "front %d: its live maps hold %zu blocks requested with 0, but return "
+                      "batches to it %zu",
+                      i, w->claimed_mapped[i], w->claimed_batched[i]);
   for (size_t s = 0; s < w->pool->set_count; s++) {
     const free_set *set = w->pool->sets[s];
     unsigned bound = 0, returns = returns_of(fronts, set);

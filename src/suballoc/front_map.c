@@ -1,0 +1,93 @@
+/* front_map.c: the cold parts of a thread front's live map (front_map.h): making it,
+ * growing it, freeing it, and checking it. */
+#include "suballoc/front_map.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define MAP_INITIAL_LOG2 10
+
+static front_table *new_table(unsigned log2) {
+  front_table *t = calloc(1, sizeof *t + ((size_t)1 << log2) * sizeof t->slots[0]);
+  if (t) {
+    t->mask = ((size_t)1 << log2) - 1;
+    t->shift = 64 - log2;
+  }
+  return t;
+}
+
+bool gpumem__front_map_init(front_map *map) {
+  front_table *t = new_table(MAP_INITIAL_LOG2);
+  if (!t)
+    return false;
+  map->count = 0;
+  atomic_store_explicit(&map->table, t, memory_order_release);
+  return true;
+}
+
+void gpumem__front_map_destroy(front_map *map) {
+  front_table *t = atomic_load_explicit(&map->table, memory_order_relaxed);
+  while (t) {
+    front_table *outgrown = t->outgrown;
+    free(t);
+    t = outgrown;
+  }
+  atomic_store_explicit(&map->table, NULL, memory_order_relaxed);
+  map->count = 0;
+}
+
+bool gpumem__front_map_grow(front_map *map) {
+  front_table *old = atomic_load_explicit(&map->table, memory_order_relaxed);
+  front_table *bigger = new_table((unsigned)(64 - old->shift + 1));
+  if (!bigger)
+    return false;
+  for (size_t i = 0; i <= old->mask; i++) {
+    uintptr_t addr = gpumem__front_slot_addr(&old->slots[i]);
+    if (!addr)
+      continue;
+    front_map_slot *slot = &bigger->slots[gpumem__front_table_slot_of(bigger, addr)];
+    atomic_store_explicit(&slot->block,
+                          atomic_load_explicit(&old->slots[i].block, memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&slot->addr, addr, memory_order_relaxed);
+  }
+  bigger->outgrown = old; /* readers may still be in it: freed with the map */
+  atomic_store_explicit(&map->table, bigger, memory_order_release);
+  return true;
+}
+
+__attribute__((format(printf, 3, 4))) static bool complain(char *why, size_t size,
+                                                           const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(why, size, format, args);
+  va_end(args);
+  return false;
+}
+
+bool gpumem__front_map_check(const front_map *map, bool (*fn)(gpumem__block *block, void *user),
+                             void *user, char *why, size_t why_size) {
+  const front_table *t = gpumem__front_map_table(map);
+  size_t count = 0;
+  if (atomic_load_explicit(&map->seq, memory_order_relaxed) & 1)
+    return complain(why, why_size, "address map: a writer left it mid-change");
+  for (size_t i = 0; t && i <= t->mask; i++) {
+    uintptr_t addr = gpumem__front_slot_addr(&t->slots[i]);
+    if (!addr)
+      continue;
+    count++;
+    gpumem__block *b = atomic_load_explicit(&t->slots[i].block, memory_order_relaxed);
+    if (!b || b->addr != addr)
+      return complain(why, why_size, "address map: the slot of %#lx holds %s", (unsigned long)addr,
+                      b ? "a block at another address" : "no block");
+    if (gpumem__front_table_slot_of(t, addr) != i)
+      return complain(why, why_size, "address map: %#lx cannot be found from its home slot",
+                      (unsigned long)addr);
+    if (fn && !fn(b, user))
+      return false;
+  }
+  if (count != map->count)
+    return complain(why, why_size, "address map: count %zu but %zu entries", map->count, count);
+  return true;
+}
