@@ -191,85 +191,48 @@ GPUMEM_COLD static bool ready_maps(pool_front *f) {
   return true;
 }
 
-/* The map of front `f` that holds `addr`, its lock held; NULL when it holds none there. */
-static pool_live_shard *live_in(pool_front *f, uintptr_t addr) {
-  pool_live_shard *shard = shard_of(f, addr);
-  spin_lock(&shard->lock);
-  if (gpumem__front_map_get(&shard->map, addr))
-    return shard;
-  spin_unlock(&shard->lock);
-  return NULL;
+/* The front whose map holds `block`, one of the fronts' (state GPUMEM__BLOCK_FRONT). */
+static inline pool_front *holder_of(const gpumem__block *block) {
+  return (pool_front *)block->owner;
 }
 
-/* The live map holding `ptr`, its lock held; NULL when no front handed it out (or it was
- * freed meanwhile). The calling thread's front `self` (NULL past the slots' count) looks in
- * its own maps first, then in those of the front that held the last block it found
- * elsewhere (a consumer's producer), then in every front's; it counts the maps of other
- * fronts it locks, lines that their threads write too. *owner: the front whose map it is. */
-static pool_live_shard *find_live(pool_fronts *fronts, pool_front *self, void *ptr, int *owner) {
-  uintptr_t addr = (uintptr_t)ptr;
-  pool_live_shard *shard;
-  pool_front *hint = self ? &fronts->fronts[self->hint] : NULL;
-  if (self && self->maps_ready && (shard = live_in(self, addr))) {
-    *owner = (int)(self - fronts->fronts);
-    return shard;
-  }
-  if (hint && hint != self) {
+/* The block front `f`'s maps hold at `addr`, live or free, looked up without a lock. */
+static inline gpumem__block *mapped_in(pool_front *f, uintptr_t addr) {
+  return gpumem__front_map_lookup(&shard_of(f, addr)->map, addr);
+}
+
+/* The block some front's maps hold at `addr`: the calling thread's front `self` (NULL past
+ * the slots' count) first (unless `look_in_self` is false), then the front where its last
+ * block found elsewhere was (a consumer's producer), then every front; it counts the maps of
+ * other fronts it reads, lines that their threads write. Live or free: claim it before use. */
+static gpumem__block *find_mapped(pool_fronts *fronts, pool_front *self, uintptr_t addr,
+                                  bool look_in_self) {
+  int me = self ? (int)(self - fronts->fronts) : -1;
+  gpumem__block *block;
+  if (self && look_in_self && (block = mapped_in(self, addr)))
+    return block;
+  if (self && self->hint != me) {
     bump(&self->shared_locks);
-    if ((shard = live_in(hint, addr))) {
-      *owner = self->hint;
-      return shard;
-    }
+    if ((block = mapped_in(&fronts->fronts[self->hint], addr)))
+      return block;
   }
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
-    pool_front *f = &fronts->fronts[i];
-    if (f == self || f == hint || !gpumem__thread_slot_used(&fronts->slots, i))
+    if (i == me || (self && i == self->hint) || !gpumem__thread_slot_used(&fronts->slots, i))
       continue;
     if (self)
       bump(&self->shared_locks);
-    if ((shard = live_in(f, addr))) {
+    if ((block = mapped_in(&fronts->fronts[i], addr))) {
       if (self)
         self->hint = i;
-      *owner = i;
-      return shard;
-    }
-  }
-  return NULL;
-}
-
-/* The block at `addr` that another front than `self` handed out, looked up in their maps
- * without their locks (front_map.h): those of the front that held the last block found
- * elsewhere (a consumer's producer) first, then every front's. *owner: whose map. The block
- * may have been freed meanwhile: claim it before use. */
-static gpumem__block *find_foreign(pool_fronts *fronts, pool_front *self, uintptr_t addr,
-                                   int *owner) {
-  int me = (int)(self - fronts->fronts);
-  gpumem__block *block;
-  if (self->hint != me) {
-    bump(&self->shared_locks);
-    if ((block =
-             gpumem__front_map_lookup(&shard_of(&fronts->fronts[self->hint], addr)->map, addr))) {
-      *owner = self->hint;
-      return block;
-    }
-  }
-  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
-    if (i == me || i == self->hint || !gpumem__thread_slot_used(&fronts->slots, i))
-      continue;
-    bump(&self->shared_locks);
-    if ((block = gpumem__front_map_lookup(&shard_of(&fronts->fronts[i], addr)->map, addr))) {
-      self->hint = i;
-      *owner = i;
       return block;
     }
   }
   return NULL;
 }
 
-/* Claims `block`, found by find_foreign, for a free of `bytes` at `ptr`: its requested size
- * to 0 at once, so that of two frees of one block only one wins. The block stays in its
- * owner's map until the owner (or a drain) takes it out (forget). NULL when it is no longer
- * live (*status OK: the caller's locked path names the double free), or on misuse (*status,
+/* Claims a mapped block for a free of `bytes` at `ptr`: its requested size to 0 at once, so
+ * that of two frees of one block only one wins; it stays mapped. NULL when it is not live
+ * (*status OK: the caller's locked path names the double free), or on misuse (*status,
  * allocated with another size: it stays live). */
 static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpumem_status *status) {
   size_t requested = bytes;
@@ -285,9 +248,22 @@ static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpume
   return NULL;
 }
 
-/* Takes a claimed block out of its owner's map (under the map's lock, a leaf). */
-static void forget(pool_fronts *fronts, int owner, gpumem__block *block) {
-  pool_live_shard *shard = shard_of(&fronts->fronts[owner], block->addr);
+/* Files a free block of front `f` in f's maps (a refill's); false when host memory for the
+ * map is exhausted. */
+static bool map_block(pool_front *f, gpumem__block *block) {
+  pool_live_shard *shard = shard_of(f, block->addr);
+  __atomic_store_n(&block->requested, 0, __ATOMIC_RELAXED);
+  block->owner = f;
+  spin_lock(&shard->lock);
+  bool mapped = gpumem__front_map_insert(&shard->map, block);
+  spin_unlock(&shard->lock);
+  return mapped;
+}
+
+/* Takes a block that leaves the fronts out of the maps holding it (under the map's lock, a
+ * leaf). */
+static void forget(gpumem__block *block) {
+  pool_live_shard *shard = shard_of(holder_of(block), block->addr);
   spin_lock(&shard->lock);
   gpumem__front_map_take(&shard->map, block->addr);
   spin_unlock(&shard->lock);
@@ -345,20 +321,20 @@ static void bind(pool_front *f, free_set *set) {
   set->fronts++;
 }
 
-/* Gives `n` blocks of class `c` back to `set`, open. */
+/* Gives `n` blocks of class `c` back to `set`, open, out of the maps that hold them. */
 static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t c, size_t n) {
   for (; n > 0 && f->lengths[c] > 0; n--) {
-    release_block(pool, set, front_pop(f, c), GPUMEM__BLOCK_OPEN);
+    gpumem__block *block = front_pop(f, c);
+    forget(block);
+    release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
     set->open_frees++;
   }
 }
 
-static void forget(pool_fronts *fronts, int owner, gpumem__block *block);
-
-/* Takes a return batch's blocks out of their owner's maps. */
-static void forget_batch(pool_fronts *fronts, const pool_return *batch) {
+/* Takes a return batch's blocks out of the maps that hold them (their owner's). */
+static void forget_batch(const pool_return *batch) {
   for (size_t i = 0; i < batch->count; i++)
-    forget(fronts, batch->owner, batch->blocks[i]);
+    forget(batch->blocks[i]);
 }
 
 /* The blocks of the front's pending return batch back to its set, open; under the pool's
@@ -366,7 +342,7 @@ static void forget_batch(pool_fronts *fronts, const pool_return *batch) {
 static void flush_pending(pool_resource *pool, pool_fronts *fronts, pool_front *f) {
   if (!f->pending)
     return;
-  forget_batch(fronts, f->pending);
+  forget_batch(f->pending);
   gpumem__pool_return_release(pool, f->pending);
   gpumem__pool_return_recycle(fronts, f->pending);
   f->pending = NULL;
@@ -392,14 +368,12 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
  * Blocks freed by other threads, sent back (pool_returns.c)
  * ------------------------------------------------------------------------------------- */
 
-/* Files a return batch's blocks in front f's lists (its lock held), out of their owner's
- * maps, emptying the batch; the front may then hold more than it keeps, which its next
- * give-back corrects. */
-static void file_batch(pool_fronts *fronts, pool_front *f, pool_return *batch) {
-  for (size_t i = 0; i < batch->count; i++) {
-    forget(fronts, batch->owner, batch->blocks[i]);
+/* Files a return batch's blocks in front f's lists (its lock held), emptying the batch; they
+ * stay in their owner's maps (f's, but for a batch f could not send). The front may then
+ * hold more than it keeps, which its next give-back corrects. */
+static void file_batch(pool_front *f, pool_return *batch) {
+  for (size_t i = 0; i < batch->count; i++)
     front_push(f, batch->blocks[i]);
-  }
   batch->count = batch->bytes = 0;
 }
 
@@ -418,7 +392,7 @@ static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f
       batch->bytes < 2 * GPUMEM__POOL_RETURN_BYTES)
     return;
   f->pending = NULL;
-  file_batch(fronts, f, batch);
+  file_batch(f, batch);
   gpumem__pool_return_recycle(fronts, batch);
 }
 
@@ -451,9 +425,9 @@ static void take_returns(pool_resource *pool, pool_fronts *fronts, pool_front *f
     pool_return *batch = list;
     list = batch->next;
     if (f->bytes <= HOLD_BYTES && gpumem__pool_return_wait(pool, batch, f->stream)) {
-      file_batch(fronts, f, batch);
+      file_batch(f, batch);
     } else if (pool_locked) {
-      forget_batch(fronts, batch);
+      forget_batch(batch);
       gpumem__pool_return_release(pool, batch);
     } else {
       batch->next = list;
@@ -482,7 +456,7 @@ static bool release_inbox(pool_resource *pool, pool_fronts *fronts, pool_front *
       kept = batch;
       continue;
     }
-    forget_batch(fronts, batch);
+    forget_batch(batch);
     gpumem__pool_return_release(pool, batch);
     gpumem__pool_return_recycle(fronts, batch);
     released = true;
@@ -706,6 +680,10 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
       break;
     }
     block->state = GPUMEM__BLOCK_FRONT;
+    if (GPUMEM_UNLIKELY(!map_block(f, block))) {
+      release_block(pool, set, block, GPUMEM__BLOCK_OPEN); /* no host memory for the map */
+      break;
+    }
     batch[n++] = block;
   }
   if (n == 0) {
@@ -718,16 +696,9 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   for (size_t k = 1; k < n; k++)
     front_push(f, batch[k]);
   gpumem__block *block = batch[0];
-  block->requested = bytes;
-  pool_live_shard *shard = shard_of(f, block->addr);
-  spin_lock(&shard->lock);
-  bool filed = gpumem__front_map_insert(&shard->map, block);
-  spin_unlock(&shard->lock);
+  __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED);
   *ptr = (void *)block->addr;
-  if (!filed)
-    front_push(f, block);
-  else
-    front_count(f, (int64_t)bytes, 1);
+  front_count(f, (int64_t)bytes, 1);
   spin_unlock(&f->lock);
   /* The peak of live bytes only from the pool's growth (and queries): a sum over every
    * front at each refill would read lines that all threads write. */
@@ -736,7 +707,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
     raise_peak(pool, fronts);
   }
   release_pool(pool, f, taken);
-  return filed;
+  return true;
 }
 
 /* The front's list of class `c` is empty: the blocks other threads sent back, if any, into
@@ -770,17 +741,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
       bump(&f->pool_locks); /* the caller's locked path */
     return served;
   }
-  block->requested = bytes;
-  pool_live_shard *shard = shard_of(f, block->addr);
-  spin_lock(&shard->lock);
-  bool filed = gpumem__front_map_insert(&shard->map, block);
-  spin_unlock(&shard->lock);
-  if (GPUMEM_UNLIKELY(!filed)) {
-    front_push(f, block);
-    spin_unlock(&f->lock);
-    bump(&f->pool_locks); /* the caller's locked path */
-    return false;
-  }
+  __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED); /* it stays mapped */
   front_count(f, (int64_t)bytes, 1);
   *ptr = (void *)block->addr;
   bool over = f->bytes > HOLD_BYTES; /* only after blocks came back */
@@ -795,37 +756,10 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
  * Free
  * ------------------------------------------------------------------------------------- */
 
-/* Takes the block at `ptr` out of `shard` (from find_live: its lock held, which this
- * releases; NULL: none) when it was allocated with `bytes`. *status: a misuse failure when
- * it was allocated with another size (it stays live). NULL when no front handed it out, or
- * on misuse. Under the caller's locks, if any. */
-static gpumem__block *take_live(pool_live_shard *shard, void *ptr, size_t bytes,
-                                gpumem_status *status) {
-  *status = GPUMEM_OK;
-  if (!shard)
-    return NULL;
-  gpumem__block *block = gpumem__front_map_take(&shard->map, (uintptr_t)ptr);
-  size_t requested = block ? __atomic_load_n(&block->requested, __ATOMIC_RELAXED) : 0;
-  if (block && requested != bytes) {
-    gpumem__front_map_insert(&shard->map, block); /* room: it was just there */
-    block = NULL;
-  }
-  spin_unlock(&shard->lock);
-  if (requested && requested != bytes)
-    *status = gpumem__fail(GPUMEM_ERR_MISUSE,
-                           "deallocate of %p from a pool with %zu bytes, but it was allocated "
-                           "with %zu bytes",
-                           ptr, bytes, requested);
-  return block;
-}
-
-/* Whether a front handed `ptr` out and it is live; `self` as for find_live. */
+/* Whether a front handed `ptr` out and it is live; `self` as for find_mapped. */
 static bool is_front_live(pool_fronts *fronts, pool_front *self, void *ptr) {
-  int owner;
-  pool_live_shard *shard = find_live(fronts, self, ptr, &owner);
-  if (shard)
-    spin_unlock(&shard->lock);
-  return shard != NULL;
+  gpumem__block *block = find_mapped(fronts, self, (uintptr_t)ptr, true);
+  return block && __atomic_load_n(&block->requested, __ATOMIC_RELAXED) != 0;
 }
 
 /* A thread past the slots' count: the block goes straight to its stream's set. */
@@ -836,11 +770,12 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
   gpumem__block *block = NULL;
-  int owner;
   bool handled = (*status = set_for(pool, stream, &set)) != GPUMEM_OK;
-  if (!handled && (block = take_live(find_live(fronts, NULL, ptr, &owner), ptr, bytes, status))) {
+  if (!handled && (block = find_mapped(fronts, NULL, (uintptr_t)ptr, true)) &&
+      (block = claim(block, ptr, bytes, status))) {
     atomic_fetch_sub_explicit(&fronts->unslotted_live_bytes, (int64_t)bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
+    forget(block);
     release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
     set->open_frees++;
     gpumem__pool_seal_if_due(pool, set);
@@ -870,49 +805,45 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
   release_pool(pool, f, taken);
 }
 
-/* A free of a block another front handed out into front `f` (its lock held, bound): looked
- * up and claimed without a write to the owner's lines, then into f's return batch for the
- * owner (or, without host memory for one, out of the owner's map into f's lists). */
+/* A free of a block another front's maps hold into front `f` (its lock held, bound): looked
+ * up and claimed without a write to that front's lines, then into f's return batch for it
+ * (or, without host memory for one, into f's lists, still mapped there). */
 GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_fronts *fronts,
                                                      pool_front *f, void *ptr, size_t bytes,
                                                      gpumem_status *status, size_t *size,
                                                      bool *over) {
-  int owner;
-  gpumem__block *block = find_foreign(fronts, f, (uintptr_t)ptr, &owner);
+  gpumem__block *block = find_mapped(fronts, f, (uintptr_t)ptr, false);
   *status = GPUMEM_OK;
   if (!block || !claim(block, ptr, bytes, status))
     return NULL;
   *size = block->size; /* a sent batch may be drained at once */
   front_count(f, -(int64_t)bytes, -1);
-  if (!return_block(fronts, pool, f, owner, block)) {
-    forget(fronts, owner, block);
+  if (!return_block(fronts, pool, f, (int)(holder_of(block) - fronts->fronts), block))
     *over = front_push(f, block);
-  }
   return block;
 }
 
-/* A free of `ptr` into front `f` (its lock held): a block it handed out, out of its live map
- * into its list; another front's, into its return batch for that front (absorb_foreign);
- * counted. NULL when no front handed it out or on misuse (*status). *size: the block's size,
- * read now, since a drain may merge it once the lock is free; *over: `f` holds more than it
- * keeps, and its caller gives a batch of that size back. */
+/* A free of `ptr` into front `f` (its lock held): a block of f's maps into its list (it
+ * stays mapped: the next allocation of it writes no map); another front's, into its return
+ * batch for that front (absorb_foreign); counted. NULL when no front handed it out or on
+ * misuse (*status). *size: the block's size, read now, since a drain may merge it once the
+ * lock is free; *over: `f` holds more than it keeps, and its caller gives a batch of that
+ * size back. */
 static inline gpumem__block *absorb_free(pool_resource *pool, pool_fronts *fronts, pool_front *f,
                                          void *ptr, size_t bytes, gpumem_status *status,
                                          size_t *size, bool *over) {
-  pool_live_shard *shard = f->maps_ready ? live_in(f, (uintptr_t)ptr) : NULL;
-  gpumem__block *block;
+  gpumem__block *block = mapped_in(f, (uintptr_t)ptr);
   *over = false;
   *size = 0;
-  if (GPUMEM_LIKELY(shard)) {
-    if ((block = take_live(shard, ptr, bytes, status)) != NULL) {
+  if (GPUMEM_LIKELY(block)) {
+    if ((block = claim(block, ptr, bytes, status)) != NULL) {
       *size = block->size;
       front_count(f, -(int64_t)bytes, -1);
       *over = front_push(f, block);
     }
-  } else {
-    block = absorb_foreign(pool, fronts, f, ptr, bytes, status, size, over);
+    return block;
   }
-  return block;
+  return absorb_foreign(pool, fronts, f, ptr, bytes, status, size, over);
 }
 
 /* The front cannot take the block as it is (bound to another stream, to none, or full):
@@ -947,14 +878,8 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
 }
 
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
-  int owner;
-  pool_live_shard *shard = find_live(fronts, NULL, ptr, &owner);
-  if (!shard)
-    return 0;
-  size_t requested = __atomic_load_n(&gpumem__front_map_get(&shard->map, (uintptr_t)ptr)->requested,
-                                     __ATOMIC_RELAXED);
-  spin_unlock(&shard->lock);
-  return requested;
+  gpumem__block *block = find_mapped(fronts, NULL, (uintptr_t)ptr, true);
+  return block ? __atomic_load_n(&block->requested, __ATOMIC_RELAXED) : 0;
 }
 
 bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,

@@ -23,10 +23,10 @@ typedef struct walk {
   size_t region;
   uint64_t live_bytes;
   uint64_t front_live_bytes, front_live_count; /* handed out by fronts, still live */
-  int front;                                   /* whose live map is being walked */
-  /* Of each front, blocks its maps hold that a free claimed (requested 0), and blocks of
-   * return batches to it: the same, as a claimed block stays mapped until its batch ends. */
-  size_t claimed_mapped[GPUMEM__THREAD_SLOTS], claimed_batched[GPUMEM__THREAD_SLOTS];
+  int front;                                   /* whose map is being walked */
+  /* Of each front, the free blocks its maps hold (requested 0), and the blocks in lists and
+   * return batches that it holds in its maps (their owner): the same. */
+  size_t free_mapped[GPUMEM__THREAD_SLOTS], free_held[GPUMEM__THREAD_SLOTS];
   char why[512];
   bool failed;
   bool no_memory; /* the host had no memory for the walk: nothing is known, nothing said */
@@ -147,12 +147,16 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
   return true;
 }
 
-/* A block a front handed out, in a front live map: live, or claimed by a free of another
- * thread and in a return batch (gathered there). */
+/* A block of a front's map: handed out and live, or free in a front's list or a return
+ * batch (gathered there). */
 static bool visit_front_live(gpumem__block *block, void *user) {
   walk *w = user;
+  if (block->owner !=
+      &atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts[w->front])
+    return complain(w, "front %d: its map holds block at %#lx, which says another holds it",
+                    w->front, (unsigned long)block->addr);
   if (block->state == GPUMEM__BLOCK_FRONT && block->requested == 0) {
-    w->claimed_mapped[w->front]++;
+    w->free_mapped[w->front]++;
     return true;
   }
   if (!check_live(w, block, GPUMEM__BLOCK_FRONT, "front live map"))
@@ -170,6 +174,18 @@ static bool is_set_of(const pool_resource *pool, const free_set *set) {
   return false;
 }
 
+/* A free block of a front's list or a return batch: counted for the front whose map holds
+ * it. */
+static bool held_free(walk *w, const gpumem__block *b) {
+  const pool_front *holder = b->owner;
+  const pool_front *first = atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts;
+  if (holder < first || holder >= first + GPUMEM__THREAD_SLOTS)
+    return complain(w, "free front block at %#lx says no front's map holds it",
+                    (unsigned long)b->addr);
+  w->free_held[holder - first]++;
+  return true;
+}
+
 /* A front's blocks: free on its stream, in the lists of their class. */
 static bool gather_front(walk *w, const pool_front *f, int i) {
   size_t count = 0, bytes = 0;
@@ -185,6 +201,11 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
       if (b->state != GPUMEM__BLOCK_FRONT || gpumem__pool_front_class(b->size) != c)
         return complain(w, "front %d: block at %#lx of %zu bytes is %s, in class %zu", i,
                         (unsigned long)b->addr, b->size, state_name(b->state), c);
+      if (b->requested != 0)
+        return complain(w, "front %d: block at %#lx in its list is requested as if live", i,
+                        (unsigned long)b->addr);
+      if (!held_free(w, b))
+        return false;
       bytes += b->size;
       w->where = "front";
       if (!push(w, b))
@@ -222,7 +243,8 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
                       (unsigned long)b->addr, where, state_name(b->state),
                       b->requested ? ", requested as if live" : "");
     bytes += b->size;
-    w->claimed_batched[batch->owner]++;
+    if (!held_free(w, b))
+      return false;
     w->where = "return batch";
     if (!push(w, b))
       return false;
@@ -283,11 +305,11 @@ static bool gather_fronts(walk *w, pool_fronts *fronts) {
     if (!gather_front(w, &fronts->fronts[i], i) || !gather_returns(w, &fronts->fronts[i], i))
       return false;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
-    if (w->claimed_mapped[i] != w->claimed_batched[i])
+    if (w->free_mapped[i] != w->free_held[i])
       return complain(w,
-                      "front %d: its live maps hold %zu blocks requested with 0, but return "
-                      "batches to it %zu",
-                      i, w->claimed_mapped[i], w->claimed_batched[i]);
+                      "front %d: its maps hold %zu blocks requested with 0, but lists and return "
+                      "batches %zu of its blocks",
+                      i, w->free_mapped[i], w->free_held[i]);
   for (size_t s = 0; s < w->pool->set_count; s++) {
     const free_set *set = w->pool->sets[s];
     unsigned bound = 0, returns = returns_of(fronts, set);
