@@ -46,7 +46,7 @@ struct gpumem__block {
     };
     size_t requested; /* while allocated: the size the user asked for */
   };
-  void *owner; /* the suballocator part that holds the block (the pool's free set) */
+  void *owner; /* the part that holds the block: a pool's free set, or thread front */
   gpumem__block_state state : 8; /* a byte, to keep the block in one cache line */
   uint8_t region;                /* the part of the suballocator's memory it belongs to */
   /* While in a free index: the class it is filed under, so that removing or refiling it

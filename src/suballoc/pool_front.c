@@ -31,36 +31,44 @@
  * stream (a drain that runs in a call on the front's stream seals at once when due).
  *
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free,
- * and a return batch on its way (GPUMEM__POOL_RETURN_BYTES); so sixteen threads' fronts hold at
- * most 16 * 9.8 MiB, and their inboxes what their threads allocated and others freed since their
- * lists last ran empty (a thread that stops allocating keeps its inbox until the pool drains
- * it: before it grows for the stream that freed them, or fails). Measured on the threads workload,
- * 16 threads on the GPU host, peak reserved: 150 MiB on their own streams, 112 MiB on one
- * stream (60 MiB where fronts kept nothing, ten times slower), 172 MiB with a producer;
- * arena(vmm) in the same run 108, 112 and 172 MiB. Host memory: a front that allocates
- * keeps 8 live maps of 16 KiB at first (they grow with its live blocks).
+ * and a return batch on its way (GPUMEM__POOL_RETURN_BYTES); so sixteen threads' fronts
+ * hold at most 16 * 9.8 MiB, and their inboxes what their threads allocated and others
+ * freed since their lists last ran empty (a thread that stops allocating keeps its inbox
+ * until the pool drains it: before it grows for the stream that freed them, or fails).
+ * Measured on the threads workload, 16 threads on the GPU host, peak reserved: 150 MiB on
+ * their own streams, 112 MiB on one stream (60 MiB where fronts kept nothing, ten times
+ * slower), 22 to 25 MiB with a producer; arena(vmm) in the same run 108, 112 and 172 MiB.
+ * Host memory: a front that allocates keeps 8 maps of 16 KiB at first, which grow with the
+ * blocks it holds and hands out (16 bytes a block, at most a quarter full).
  *
- * Blocks a front hands out are filed by address in that front's own live maps
- * (GPUMEM__POOL_LIVE_SHARDS of them, each under a lock of its own), so that a thread that
- * frees what it allocated touches no line another thread writes: its front, its maps and
- * its blocks stay in its cache. A free looks in its own front's maps first, then in those of
- * the front where its last miss was found, then in every front's (a consumer finds its
- * producer's at the second look, one lock on one of eight maps); it checks the size there,
- * without the pool's lock, and the freeing thread's front takes the block: into its lists
- * when it handed the block out, else into a return batch for the front that did, sent back
- * when full (pool_returns.c: a consumer thread's frees go back to its producer, one event
- * and one wait for a batch, without the pool's lock). A front makes its maps before its
- * first refill, so a thread that only frees has none.
+ * Every block a front holds or hands out is filed by address in that front's maps
+ * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it until it goes back to
+ * the pool; `block->owner` names the front. Allocation and free only set the block's
+ * requested size (0: free), so neither writes a map: a thread that frees what it allocated
+ * touches no line another thread writes, and a producer's blocks come back from its
+ * consumers still filed. Maps change under a lock of their own (refills, give-backs), and
+ * any thread looks them up without a lock or a write (front_map.h: a seqlock). A free looks
+ * in its own front's maps first, then in those of the front where its last miss was found,
+ * then in every front's (a consumer finds its producer's at the second look); it claims the
+ * block by setting its requested size from the freed size to 0 at once (of two frees of one
+ * block, one wins; a wrong size changes nothing and fails), without the pool's lock. The
+ * freeing thread's front takes the block into its lists when its own maps hold it, else
+ * into a return batch for the front that does, sent back when full (pool_returns.c: a
+ * consumer thread's frees go back to its producer, one event and one wait for a batch,
+ * without the pool's lock). A front makes its maps before its first refill, so a thread
+ * that only frees has none.
  * Blocks held or handed out by fronts are in state GPUMEM__BLOCK_FRONT, which the pool's
  * merging never touches; only the pool's lock holder changes a block's state, its neighbours
  * and its size, so front code reads those and writes only its lists and `requested`.
  *
- * Locks, in the order they are taken: the pool's lock, a front's lock, a map's lock. A
- * front's thread never waits for the pool's lock while it holds its front's, so the pool's
- * lock holder may drain every front. Front and map locks are short spin locks (a few list
- * and map operations, no device call); each is nearly always taken by one thread, so it
- * costs an uncontended atomic exchange on a line that stays in that thread's cache. A map's
- * lock is a leaf: a free takes another front's map's lock while it holds its own front's.
+ * Locks, in the order they are taken: the pool's lock, a front's lock, then a map's or an
+ * inbox's. A front's thread never waits for the pool's lock while it holds its front's, so
+ * the pool's lock holder may drain every front. Front, map and inbox locks are short spin
+ * locks (a few list and map operations; a front's lock is held over the device calls of a
+ * return batch's send or wait, one for many frees); a front's and a map's are nearly always
+ * taken by one thread, so each costs an uncontended atomic exchange on a line that stays in
+ * that thread's cache. Map and inbox locks are leaves: a thread takes another front's while
+ * it holds its own front's.
  *
  * Why fronts of blocks rather than a sub-pool per thread over superblocks (as the arena
  * keeps per stream): a sub-pool keeps every superblock it has touched, so memory would stay
@@ -167,13 +175,13 @@ static inline void release_pool(pool_resource *pool, pool_front *f, uint64_t tak
   gpumem__biased_lock_release(&pool->lock);
 }
 
-/* The live map of front `f` for `addr`: blocks carved together (a refill's batch) share a
+/* The map of front `f` for `addr`: blocks carved together (a refill's batch) share a
  * page, and so a map. */
 static inline pool_live_shard *shard_of(pool_front *f, uintptr_t addr) {
   return &f->shards[((uint64_t)(addr >> 12) * 0x9E3779B97F4A7C15ull) >> 61];
 }
 
-/* Makes the front's live maps, before its first refill (by its thread, under no lock but
+/* Makes the front's maps, before its first refill (by its thread, under no lock but
  * each map's, which other threads' frees read); false when host memory is exhausted (the
  * maps made so far stay, for the next try). */
 GPUMEM_COLD static bool ready_maps(pool_front *f) {
@@ -475,7 +483,7 @@ void gpumem__pool_enable_fronts(pool_resource *pool) {
   pool_fronts *fronts = aligned_alloc(GPUMEM__SLOT_ALIGN, sizeof *fronts);
   if (!fronts)
     return;
-  memset(fronts, 0, sizeof *fronts); /* no live maps yet: each front makes its own */
+  memset(fronts, 0, sizeof *fronts); /* no maps yet: each front makes its own */
   atomic_store_explicit(&pool->fronts, fronts, memory_order_release);
 }
 

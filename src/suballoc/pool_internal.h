@@ -88,8 +88,8 @@ typedef struct chunk {
 
 /* ---------------------------------------------------------------------------------------
  * Thread fronts (pool_front.c): once threads meet at the pool's lock, each thread keeps
- * whole blocks of small size classes for one stream, and blocks it hands out are found by
- * address in its own live maps, each under a lock of its own.
+ * whole blocks of small size classes for one stream, filed by address in its own maps,
+ * which any thread reads without a lock (front_map.h).
  * ------------------------------------------------------------------------------------- */
 
 /* Fronts come once threads meet at the pool's lock: in a window of this many shared-lock
@@ -114,7 +114,7 @@ typedef struct chunk {
 #define GPUMEM__POOL_WORKING_RESERVE ((size_t)8 << 20)
 /* The largest block a front carves: the top of the limit's class (pool_front.c checks). */
 #define GPUMEM__POOL_FRONT_TOP ((size_t)1279 << GPUMEM__BLOCK_UNIT_SHIFT)
-#define GPUMEM__POOL_LIVE_SHARDS 8 /* live maps of each front */
+#define GPUMEM__POOL_LIVE_SHARDS 8 /* maps of each front */
 /* Fronts' size classes: 4 to a power of two (exact sizes under 8 units), coarser than the
  * cache's 16, so that a thread's blocks spread over few lists that each see enough traffic
  * to be rarely empty or full. A front's block is the top of its class: at most 1/4 above
@@ -130,7 +130,7 @@ static inline size_t gpumem__pool_front_class(size_t size) {
   return ((size_t)shift << GPUMEM__POOL_FRONT_SL_SHIFT) + (size_t)(units >> shift);
 }
 
-/* A live map of a front: the blocks it handed out whose addresses hash here. */
+/* A map of a front: the blocks it holds or handed out whose addresses hash here. */
 typedef struct pool_live_shard {
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock; /* its writers' */
   front_map map; /* unmade until the front's first refill; other threads read it unlocked */
@@ -149,7 +149,7 @@ typedef struct pool_return {
   struct pool_return *next;      /* in an inbox, or among the spares */
   struct pool_return *made_next; /* every batch the fronts made, for the pool's end */
   size_t count, bytes;
-  int owner;           /* the front that handed the blocks out: its maps still hold them */
+  int owner;           /* the front whose maps hold the blocks (their owner's, block->owner) */
   free_set *set;       /* of the stream they were freed on: their owner waits for its event */
   gpumem__event event; /* recorded on set->stream when sent; made at the batch's first send */
   /* State GPUMEM__BLOCK_FRONT; an array, not a list through the blocks, so that their owner
@@ -172,7 +172,7 @@ typedef struct pool_front {
   _Atomic uint64_t lock_wait_ns, lock_hold_ns;  /* for the pool's lock, on its slow paths */
   _Atomic uint64_t returns_sent, returns_taken; /* batches, pool_returns.c */
   int hint;        /* the front whose map last held a block its thread freed elsewhere */
-  bool maps_ready; /* its live maps are made; only its thread writes both */
+  bool maps_ready; /* its maps are made; only its thread writes both */
   uint16_t lengths[GPUMEM__POOL_FRONT_CLASSES]; /* of each list */
   uint8_t
       batches[GPUMEM__POOL_FRONT_CLASSES]; /* blocks a refill of each class takes; 0: none yet */
@@ -187,8 +187,8 @@ typedef struct pool_front {
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int inbox_lock;
   pool_return *_Atomic inbox;
   size_t inbox_bytes;
-  /* The blocks it handed out and that are live, by address; its thread's own lines but for
-   * other threads' frees of them. */
+  /* The blocks it holds or handed out, by address; its thread's own lines, which other
+   * threads freeing its blocks only read. */
   pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
 } pool_front;
 
