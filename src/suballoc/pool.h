@@ -38,7 +38,7 @@ bool gpumem__pool_each_chunk(const gpumem_resource *pool,
 typedef struct gpumem__pool_front_stats {
   uint64_t ops;           /* allocations and frees through fronts */
   uint64_t pool_locks;    /* of those, the ones that took the pool's lock */
-  uint64_t shared_locks;  /* locks taken on lines other threads write (not the own front's) */
+  uint64_t shared_locks;  /* looks in other fronts' maps: lines their threads write */
   uint64_t refills;       /* batches the fronts took from the pool */
   uint64_t give_backs;    /* batches they gave back as their lists grew long */
   uint64_t grows;         /* refills that made the pool grow */
