@@ -833,6 +833,9 @@ static void *fill_front(void *arg) {
            GPUMEM_ERR_MISUSE); /* a wrong size changes nothing */
   for (int i = 0; i < front_blocks; i++)
     CHECK_OK(gpumem_deallocate(front_pool, held[i], front_block_bytes, front_stream));
+  CHECK_EQ(gpumem_deallocate(front_pool, held[0], front_block_bytes, front_stream),
+           GPUMEM_ERR_MISUSE); /* freed twice: the front's block is free in its list */
+  CHECK_CONTAINS(gpumem_last_error_message(), "already freed");
   return NULL;
 }
 
@@ -1135,6 +1138,10 @@ static void *write_and_free(void *arg) {
       CHECK_OK(gpumem_sim_launch(consumer_stream, return_ptrs[i], front_block_bytes, 7));
       CHECK_OK(gpumem_deallocate(front_pool, return_ptrs[i], front_block_bytes, consumer_stream));
     }
+    /* Freed twice, the producer's block waiting in a return batch or back in its lists. */
+    CHECK_EQ(gpumem_deallocate(front_pool, return_ptrs[round % front_blocks], front_block_bytes,
+                               consumer_stream),
+             GPUMEM_ERR_MISUSE);
     pthread_barrier_wait(&consumed);
   }
   pthread_barrier_wait(&handed_over); /* the producer's checks are done */
