@@ -535,6 +535,22 @@ bool gpumem__free_index_check(const gpumem__free_index *index,
   return ok;
 }
 
+bool gpumem__map_check_slot(uintptr_t addr, const gpumem__block *block, size_t i, size_t found_at,
+                            char *why, size_t why_size) {
+  if (!block || block->addr != addr)
+    return complain(why, why_size, "address map: the slot of %#lx holds %s", (unsigned long)addr,
+                    block ? "a block at another address" : "no block");
+  if (found_at != i)
+    return complain(why, why_size, "address map: %#lx cannot be found from its home slot",
+                    (unsigned long)addr);
+  return true;
+}
+
+bool gpumem__map_check_count(size_t counted, size_t entries, char *why, size_t why_size) {
+  return counted == entries ||
+         complain(why, why_size, "address map: count %zu but %zu entries", counted, entries);
+}
+
 bool gpumem__block_map_check(const gpumem__block_map *map,
                              bool (*fn)(gpumem__block *block, void *user), void *user, char *why,
                              size_t why_size) {
@@ -545,16 +561,9 @@ bool gpumem__block_map_check(const gpumem__block_map *map,
       continue;
     count++;
     gpumem__block *b = map->slots[i].block;
-    if (!b || b->addr != addr)
-      return complain(why, why_size, "address map: the slot of %#lx holds %s", (unsigned long)addr,
-                      b ? "a block at another address" : "no block");
-    if (gpumem__block_map_slot_of(map, addr) != i)
-      return complain(why, why_size, "address map: %#lx cannot be found from its home slot",
-                      (unsigned long)addr);
-    if (fn && !fn(b, user))
+    if (!gpumem__map_check_slot(addr, b, i, gpumem__block_map_slot_of(map, addr), why, why_size) ||
+        (fn && !fn(b, user)))
       return false;
   }
-  if (count != map->count)
-    return complain(why, why_size, "address map: count %zu but %zu entries", map->count, count);
-  return true;
+  return gpumem__map_check_count(map->count, count, why, why_size);
 }

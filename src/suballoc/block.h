@@ -272,6 +272,12 @@ static inline gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uint
   return found;
 }
 
+/* For the checks of address maps (this one, front_map.h's): slot `i` holds `block` for
+ * `addr`, which a lookup finds at `found_at`; a map counting `counted` blocks holds
+ * `entries`. False, with what is wrong in `why`, when it is not so. */
+bool gpumem__map_check_slot(uintptr_t addr, const gpumem__block *block, size_t i, size_t found_at,
+                            char *why, size_t why_size);
+bool gpumem__map_check_count(size_t counted, size_t entries, char *why, size_t why_size);
 /* Checks the map: every slot's block at its address, reachable from its home slot without
  * crossing an empty slot, and the count. Calls fn on each block (stopping at the first
  * false). False, with what is wrong in `why`, when something is. */

@@ -2,7 +2,6 @@
  * growing it, freeing it, and checking it. */
 #include "suballoc/front_map.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -57,37 +56,23 @@ bool gpumem__front_map_grow(front_map *map) {
   return true;
 }
 
-__attribute__((format(printf, 3, 4))) static bool complain(char *why, size_t size,
-                                                           const char *format, ...) {
-  va_list args;
-  va_start(args, format);
-  vsnprintf(why, size, format, args);
-  va_end(args);
-  return false;
-}
-
 bool gpumem__front_map_check(const front_map *map, bool (*fn)(gpumem__block *block, void *user),
                              void *user, char *why, size_t why_size) {
   const front_table *t = gpumem__front_map_table(map);
   size_t count = 0;
-  if (atomic_load_explicit(&map->seq, memory_order_relaxed) & 1)
-    return complain(why, why_size, "address map: a writer left it mid-change");
+  if (atomic_load_explicit(&map->seq, memory_order_relaxed) & 1) {
+    snprintf(why, why_size, "address map: a writer left it mid-change");
+    return false;
+  }
   for (size_t i = 0; t && i <= t->mask; i++) {
     uintptr_t addr = gpumem__front_slot_addr(&t->slots[i]);
     if (!addr)
       continue;
     count++;
     gpumem__block *b = atomic_load_explicit(&t->slots[i].block, memory_order_relaxed);
-    if (!b || b->addr != addr)
-      return complain(why, why_size, "address map: the slot of %#lx holds %s", (unsigned long)addr,
-                      b ? "a block at another address" : "no block");
-    if (gpumem__front_table_slot_of(t, addr) != i)
-      return complain(why, why_size, "address map: %#lx cannot be found from its home slot",
-                      (unsigned long)addr);
-    if (fn && !fn(b, user))
+    if (!gpumem__map_check_slot(addr, b, i, gpumem__front_table_slot_of(t, addr), why, why_size) ||
+        (fn && !fn(b, user)))
       return false;
   }
-  if (count != map->count)
-    return complain(why, why_size, "address map: count %zu but %zu entries", map->count, count);
-  return true;
+  return gpumem__map_check_count(map->count, count, why, why_size);
 }
