@@ -1,14 +1,15 @@
-/* front_map.h: the live map of a pool's thread front (pool_front.c): from address to the
- * block the front handed out, written under a lock by its writers, read without any lock
- * by the threads that free the front's blocks.
+/* front_map.h: a map of a pool's thread front (pool_front.c): from address to the blocks
+ * the front holds or handed out, written under a lock by its writers, read without any
+ * lock by the threads that free the front's blocks.
  *
  * Such a reader (a consumer freeing what a producer allocated) must not write the map's
  * lines: sixteen threads taking a lock on the producer's maps and deleting from them made
  * every producer allocation wait for lines the consumers held. So a writer brackets each
  * change with the map's sequence number (odd while it writes), and a reader looks the
- * address up between two reads of it, again until they agree (a seqlock). Slots and the
- * table's shape are atomics read and written relaxed; a table that grows is kept until the
- * map's end, since a reader may still be reading it.
+ * address up between two reads of it, again until they agree (a seqlock). Slots are
+ * atomics read and written relaxed; a table's shape is fixed for its life, and a larger
+ * table is built and published before the writer's change, so readers never wait for the
+ * copy; an outgrown table is kept until the map's end, since a reader may still be in it.
  *
  * The same open addressing as gpumem__block_map (block.h): linear probing, backward-shift
  * deletion, at most a quarter full. */
@@ -17,6 +18,8 @@
 
 #include "core/biased_lock.h"
 #include "suballoc/block.h"
+
+#include <sched.h>
 
 typedef struct front_map_slot {
   _Atomic uintptr_t addr; /* 0: empty */
@@ -42,8 +45,9 @@ typedef struct front_map {
 bool gpumem__front_map_init(front_map *map);
 /* Frees the map, the tables it outgrew too (no reader left). */
 void gpumem__front_map_destroy(front_map *map);
-/* Doubles the table; false when host memory is exhausted (nothing changed then). A writer,
- * between begin and end. */
+/* Doubles the table, published whole (readers go on in the old one, which it copies and
+ * keeps); false when host memory is exhausted (nothing changed then). Under the writers'
+ * lock. */
 GPUMEM_COLD bool gpumem__front_map_grow(front_map *map);
 /* Checks the map as gpumem__block_map_check does (every writer and reader stopped). */
 bool gpumem__front_map_check(const front_map *map, bool (*fn)(gpumem__block *block, void *user),
@@ -94,18 +98,19 @@ static inline gpumem__block *gpumem__front_map_get(const front_map *map, uintptr
 /* Files `block` in the made map; false when the table had to grow and host memory is
  * exhausted (nothing changed then). Under the writers' lock. */
 static inline bool gpumem__front_map_insert(front_map *map, gpumem__block *block) {
-  gpumem__front_map_write_begin(map);
   front_table *t = gpumem__front_map_table(map);
-  bool room = (map->count + 1) * 4 <= t->mask + 1 || gpumem__front_map_grow(map);
-  if (room) {
+  if ((map->count + 1) * 4 > t->mask + 1) {
+    if (!gpumem__front_map_grow(map))
+      return false;
     t = gpumem__front_map_table(map);
-    front_map_slot *slot = &t->slots[gpumem__front_table_slot_of(t, block->addr)];
-    atomic_store_explicit(&slot->block, block, memory_order_relaxed);
-    atomic_store_explicit(&slot->addr, block->addr, memory_order_relaxed);
-    map->count++;
   }
+  gpumem__front_map_write_begin(map);
+  front_map_slot *slot = &t->slots[gpumem__front_table_slot_of(t, block->addr)];
+  atomic_store_explicit(&slot->block, block, memory_order_relaxed);
+  atomic_store_explicit(&slot->addr, block->addr, memory_order_relaxed);
+  map->count++;
   gpumem__front_map_write_end(map);
-  return room;
+  return true;
 }
 
 /* Removes the block at addr; returns it, NULL when absent. Under the writers' lock. */
@@ -144,10 +149,13 @@ static inline gpumem__block *gpumem__front_map_take(front_map *map, uintptr_t ad
 /* The block at addr, NULL when absent: a reader's view, under no lock, as the map was at
  * some moment of the call. */
 static inline gpumem__block *gpumem__front_map_lookup(const front_map *map, uintptr_t addr) {
-  for (;;) {
+  for (unsigned spins = 0;; spins++) {
     unsigned seq = atomic_load_explicit(&map->seq, memory_order_acquire);
-    if (seq & 1) {
-      gpumem__cpu_relax();
+    if (seq & 1) { /* a writer mid-change: a few stores, unless it was preempted */
+      if (spins < 64)
+        gpumem__cpu_relax();
+      else
+        sched_yield();
       continue;
     }
     gpumem__block *found = NULL;

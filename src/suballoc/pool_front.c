@@ -27,13 +27,16 @@
  * GPUMEM__POOL_FRONT_RESERVE: a drained front's thread takes its blocks back a class at a
  * time, under the pool's lock, so that fronts drained to nothing kept 16 threads on one
  * stream at a tenth of the speed. The fold before a failure drains everything. A front
- * never records an event: the blocks it gives back are sealed by a later call on their own
- * stream (a drain that runs in a call on the front's stream seals at once when due).
+ * records no event for what it gives the pool: those blocks are sealed by a later call on
+ * their own stream (a drain that runs in a call on the front's stream seals at once when
+ * due). Only a return batch it sends carries an event (pool_returns.c).
  *
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free,
- * and a return batch on its way (GPUMEM__POOL_RETURN_BYTES); so sixteen threads' fronts
- * hold at most 16 * 9.8 MiB, and their inboxes what their threads allocated and others
- * freed since their lists last ran empty (a thread that stops allocating keeps its inbox
+ * and a return batch on its way (GPUMEM__POOL_RETURN_BYTES, twice that while the device
+ * refuses its event); taking returned batches may put it one batch over HOLD_BYTES until
+ * its next allocation gives half back. So sixteen threads' fronts hold about 16 * 11 MiB
+ * at most, and their inboxes what their threads allocated and others freed since their
+ * lists last ran empty (a thread that stops allocating keeps its inbox
  * until the pool drains it: before it grows for the stream that freed them, or fails).
  * Measured on the threads workload, 16 threads on the GPU host, peak reserved: 150 MiB on
  * their own streams, 112 MiB on one stream (60 MiB where fronts kept nothing, ten times
@@ -241,13 +244,21 @@ static gpumem__block *find_mapped(pool_fronts *fronts, pool_front *self, uintptr
 /* Claims a mapped block for a free of `bytes` at `ptr`: its requested size to 0 at once, so
  * that of two frees of one block only one wins; it stays mapped. NULL when it is not live
  * (*status OK: the caller's locked path names the double free), or on misuse (*status,
- * allocated with another size: it stays live). */
+ * allocated with another size: it stays live). A program that frees one pointer twice at
+ * once, from two threads, may find the block struct already reused for another block: the
+ * address is checked before and after, so such a free claims nothing at another address. */
 static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpumem_status *status) {
   size_t requested = bytes;
   *status = GPUMEM_OK;
+  if (__atomic_load_n(&block->addr, __ATOMIC_RELAXED) != (uintptr_t)ptr)
+    return NULL;
   if (__atomic_compare_exchange_n(&block->requested, &requested, 0, false, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE))
-    return block;
+                                  __ATOMIC_ACQUIRE)) {
+    if (GPUMEM_LIKELY(__atomic_load_n(&block->addr, __ATOMIC_RELAXED) == (uintptr_t)ptr))
+      return block;
+    __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED); /* another's: as it was */
+    return NULL;
+  }
   if (requested)
     *status = gpumem__fail(GPUMEM_ERR_MISUSE,
                            "deallocate of %p from a pool with %zu bytes, but it was allocated "
@@ -649,8 +660,9 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
 static void give_back_batch(pool_resource *pool, pool_front *f, size_t size);
 
 /* The front had no block of the class for this stream: a batch from the pool, under its
- * lock. False when the pool has none without the locked path's last resorts (folding,
- * failing), which the caller then takes. */
+ * lock (its first block as the locked path would find it, growth and fold included). False
+ * when the pool has none, or host memory ran out: the caller's locked path then fails with
+ * its message. */
 GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts *fronts,
                                                 pool_front *f, size_t bytes, size_t size,
                                                 gpumem_stream stream, void **ptr) {

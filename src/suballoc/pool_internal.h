@@ -68,8 +68,9 @@ typedef struct free_set {
   gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES];
   unsigned cached_count;
   unsigned fronts; /* thread fronts holding blocks free on this stream: the set stays */
-  /* Return batches of blocks freed on this stream, sent to fronts and not yet taken: the set
-   * stays (pool_returns.c). Counted up by a sender bound to the set, down by the taker. */
+  /* Return batches of blocks freed on this stream, pending or sent, not yet emptied: the set
+   * stays (pool_returns.c). Counted up by a freeing thread whose front is bound to the set,
+   * down (release) by whoever empties the batch; read (acquire) before the set is dropped. */
   atomic_uint returns;
 } free_set;
 

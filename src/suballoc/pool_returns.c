@@ -12,7 +12,8 @@
  * recorded on its stream after the frees, the batch into the owner's inbox under the
  * inbox's lock. The owner's thread takes its inbox when a list of its front runs empty,
  * makes its stream wait on each batch's event (when the batch is of another stream), and
- * files the blocks in its lists: two device calls for a batch, no pool lock.
+ * files the blocks in its lists: two device calls for a batch, no pool lock. The pool's
+ * lock holder does the same for the owner when it drains the owner's front before growing.
  *
  * A batch counts in its set's `returns` from its making until it is emptied, so the set
  * (whose stream its blocks are free on) stays. The pool's lock holder empties batches into
@@ -109,7 +110,8 @@ void gpumem__pool_return_release(pool_resource *pool, pool_return *batch) {
 }
 
 void gpumem__pool_return_recycle(pool_fronts *fronts, pool_return *batch) {
-  atomic_fetch_sub_explicit(&batch->set->returns, 1, memory_order_relaxed);
+  /* Release: the set's stream was read before; a drop of the set acquires this. */
+  atomic_fetch_sub_explicit(&batch->set->returns, 1, memory_order_release);
   batch->set = NULL;
   gpumem__pool_spin(&fronts->spare_lock, true);
   batch->next = fronts->spares;

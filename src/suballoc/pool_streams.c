@@ -187,7 +187,7 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
       if (other == r || is_fresh(pool, from))
         move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
     if (!is_fresh(pool, from) && open_blocks(from) == 0 && sealed_blocks(from) == 0 &&
-        from->fronts == 0 && atomic_load_explicit(&from->returns, memory_order_relaxed) == 0)
+        from->fronts == 0 && atomic_load_explicit(&from->returns, memory_order_acquire) == 0)
       drop_set(pool, i);
     *out = find_fit(pool, to, r, size);
     return GPUMEM_OK;
@@ -196,10 +196,12 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
 }
 
 gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) {
+  /* Fronts first: a front's thread may free, into its front, a block its stream's work
+   * still uses; once flushed, its frees wait for this lock, so the wait below covers all. */
+  gpumem__pool_flush_caches(pool);
   gpumem_status status = pool->header.dev->device_synchronize(pool->header.device);
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: waiting for the device");
-  gpumem__pool_flush_caches(pool);
   for (size_t i = pool->set_count; i-- > 1;) {
     free_set *set = pool->sets[i];
     for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
@@ -208,7 +210,7 @@ gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) 
     }
     GPUMEM__ASSERT(&pool->header, set->fronts == 0, "fronts were flushed with the caches");
     /* A thread that freed on the set's stream may be sending a batch of it meanwhile. */
-    if (set != keep && atomic_load_explicit(&set->returns, memory_order_relaxed) == 0)
+    if (set != keep && atomic_load_explicit(&set->returns, memory_order_acquire) == 0)
       drop_set(pool, i);
   }
   return GPUMEM_OK;

@@ -242,6 +242,12 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
       return complain(w, "front %d: block at %#lx in a return batch in its %s is %s%s", i,
                       (unsigned long)b->addr, where, state_name(b->state),
                       b->requested ? ", requested as if live" : "");
+    if (b->owner !=
+        &atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts[batch->owner])
+      return complain(w,
+                      "front %d: block at %#lx in a return batch in its %s, for front %d, is "
+                      "held in another front's maps",
+                      i, (unsigned long)b->addr, where, batch->owner);
     bytes += b->size;
     if (!held_free(w, b))
       return false;
@@ -257,6 +263,8 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
 
 /* A front's return batches: the one it fills (of its own set), and those in its inbox. */
 static bool gather_returns(walk *w, const pool_front *f, int i) {
+  if (f->pending && !f->set)
+    return complain(w, "front %d: it fills a return batch but is bound to no set", i);
   if (f->pending && !gather_return(w, f->pending, f->set, i, "pending batch"))
     return false;
   if (f->pending && f->pending->owner != f->pending_to)
