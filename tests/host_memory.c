@@ -11,10 +11,14 @@
  *
  * Apart from the sweep: a pool's trim when no host array can grow still gives back whole
  * chunks and pieces at a chunk's ends (those need no new record), and a cut in the middle
- * of a chunk is left for a later trim, with the pool usable. Simulated device only. */
+ * of a chunk is left for a later trim, with the pool usable; and a pool's thread fronts
+ * without host memory for a map's growth or a return batch still serve and free every
+ * block, losing none. Simulated device only. */
 #include "check.h"
 #include "gpumem/sim.h"
+#include "suballoc/pool.h"
 
+#include <pthread.h>
 #include <string.h>
 
 void *__real_malloc(size_t size);
@@ -254,8 +258,77 @@ static void push_without_host_memory(void) {
   printf("statistics push without host memory passed\n");
 }
 
+/* ---- thread fronts: maps and return batches without host memory ----
+ *
+ * A thread allocates blocks through its front (whose maps grow as it carves more); this
+ * thread frees them, so they go into a return batch for that front. One host allocation of
+ * each phase fails in turn (one thread runs at a time, so the count holds): a refill whose
+ * map cannot grow gives the block back and hands out what it filed, or leaves the request
+ * to the pool's locked path; a free with no host memory for a batch keeps the block in the
+ * freeing thread's front. Every step succeeds, nothing stays live, the pool validates, and
+ * a trim gives everything back. */
+
+/* Enough 256-byte blocks that each of a front's 8 maps grows past its first table. */
+enum { front_blocks = 4096, front_block_bytes = 256 };
+static gpumem_resource *front_pool;
+static gpumem_stream front_stream;
+static void *front_ptrs[front_blocks];
+static size_t front_fail_at; /* 0: none; else the host allocation of a phase that fails */
+
+static void *allocate_through_front(void *arg) {
+  (void)arg;
+  host_allocations = 0;
+  host_allocation_to_fail = front_fail_at;
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &front_ptrs[i]));
+  host_allocation_to_fail = 0;
+  return NULL;
+}
+
+/* Runs one round on a fresh pool, failing host allocation `n` of the allocating thread's
+ * phase when `in_allocations`, else of the freeing one's. Returns whether the phase made n.
+ * A trim then gives everything back. */
+static bool fronts_round(size_t n, bool in_allocations) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB))", &front_pool));
+  CHECK(gpumem__pool_make_fronts(front_pool)); /* as threads meeting at its lock would */
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, 256, front_stream, &ptr)); /* biased to this thread */
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, front_stream));
+  front_fail_at = in_allocations ? n : 0;
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, allocate_through_front, NULL), 0);
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  bool reached = in_allocations && host_allocations >= n;
+  host_allocations = 0;
+  host_allocation_to_fail = in_allocations ? 0 : n;
+  for (int i = 0; i < front_blocks; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, front_ptrs[i], front_block_bytes, front_stream));
+  reached |= !in_allocations && host_allocations >= n;
+  host_allocation_to_fail = 0;
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem__validate(front_pool));
+  size_t released = 0;
+  CHECK_OK(gpumem_resource_trim(front_pool, &released));
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_OK(gpumem_resource_release(front_pool));
+  return reached;
+}
+
+static void fronts_without_host_memory(void) {
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  size_t failed = 0;
+  for (int phase = 0; phase < 2; phase++)
+    for (size_t n = 1; fronts_round(n, phase == 0); n++)
+      failed++;
+  CHECK(failed >= 10); /* the maps and their growth in the allocations; a batch in the frees */
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  printf("thread fronts without host memory passed (%zu host allocations failed in turn)\n",
+         failed);
+}
+
 int main(void) {
   check_init_backend();
+  fronts_without_host_memory();
   trim_without_host_memory();
   tracking_without_host_memory();
   push_without_host_memory();
