@@ -269,7 +269,7 @@ static gpumem__block *front_live_block(gpumem_resource *mr, void *ptr) {
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
       gpumem__block *block =
-          gpumem__front_map_get(&fronts->fronts[i].shards[k].map, (uintptr_t)ptr);
+          gpumem__front_map_lookup(&fronts->fronts[i].shards[k].map, (uintptr_t)ptr);
       if (block)
         return block;
     }

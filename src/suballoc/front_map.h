@@ -85,16 +85,6 @@ static inline void gpumem__front_map_write_end(front_map *map) {
   atomic_store_explicit(&map->seq, seq + 1, memory_order_release);
 }
 
-/* The block at addr, NULL when absent (a writer's view: under the writers' lock). */
-static inline gpumem__block *gpumem__front_map_get(const front_map *map, uintptr_t addr) {
-  front_table *t = gpumem__front_map_table(map);
-  if (!t)
-    return NULL;
-  front_map_slot *slot = &t->slots[gpumem__front_table_slot_of(t, addr)];
-  return gpumem__front_slot_addr(slot) ? atomic_load_explicit(&slot->block, memory_order_relaxed)
-                                       : NULL;
-}
-
 /* Files `block` in the made map; false when the table had to grow and host memory is
  * exhausted (nothing changed then). Under the writers' lock. */
 static inline bool gpumem__front_map_insert(front_map *map, gpumem__block *block) {

@@ -350,10 +350,12 @@ static void give_back(pool_resource *pool, free_set *set, pool_front *f, size_t 
   }
 }
 
-/* Takes a return batch's blocks out of the maps that hold them (their owner's). */
-static void forget_batch(const pool_return *batch) {
+/* A return batch's blocks out of their owner's maps and back to the set they were freed in,
+ * open; under the pool's lock (or at its end). */
+static void release_batch(pool_resource *pool, pool_return *batch) {
   for (size_t i = 0; i < batch->count; i++)
     forget(batch->blocks[i]);
+  gpumem__pool_return_release(pool, batch);
 }
 
 /* The blocks of the front's pending return batch back to its set, open; under the pool's
@@ -361,8 +363,7 @@ static void forget_batch(const pool_return *batch) {
 static void flush_pending(pool_resource *pool, pool_fronts *fronts, pool_front *f) {
   if (!f->pending)
     return;
-  forget_batch(f->pending);
-  gpumem__pool_return_release(pool, f->pending);
+  release_batch(pool, f->pending);
   gpumem__pool_return_recycle(fronts, f->pending);
   f->pending = NULL;
 }
@@ -402,7 +403,7 @@ static void file_batch(pool_front *f, pool_return *batch) {
  * free on its stream). Under the front's lock. */
 static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f, bool all) {
   pool_return *batch = f->pending;
-  if (gpumem__pool_return_send(pool, batch, &fronts->fronts[f->pending_to])) {
+  if (gpumem__pool_return_send(pool, batch, &fronts->fronts[batch->owner])) {
     f->pending = NULL;
     bump(&f->returns_sent);
     return;
@@ -420,12 +421,11 @@ static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f
  * exhausted: f keeps the block. */
 static bool return_block(pool_fronts *fronts, pool_resource *pool, pool_front *f, int to,
                          gpumem__block *block) {
-  if (f->pending && f->pending_to != to)
+  if (f->pending && f->pending->owner != to)
     send_pending(fronts, pool, f, true);
   if (!f->pending && !(f->pending = gpumem__pool_return_new(fronts, f->set, to)))
     return false;
   pool_return *batch = f->pending;
-  f->pending_to = to;
   batch->blocks[batch->count++] = block;
   batch->bytes += block->size;
   if (batch->count >= GPUMEM__POOL_RETURN_BLOCKS || batch->bytes >= GPUMEM__POOL_RETURN_BYTES)
@@ -446,8 +446,7 @@ static void take_returns(pool_resource *pool, pool_fronts *fronts, pool_front *f
     if (f->bytes <= HOLD_BYTES && gpumem__pool_return_wait(pool, batch, f->stream)) {
       file_batch(f, batch);
     } else if (pool_locked) {
-      forget_batch(batch);
-      gpumem__pool_return_release(pool, batch);
+      release_batch(pool, batch);
     } else {
       batch->next = list;
       gpumem__pool_inbox_put_back(f, batch);
@@ -475,8 +474,7 @@ static bool release_inbox(pool_resource *pool, pool_fronts *fronts, pool_front *
       kept = batch;
       continue;
     }
-    forget_batch(batch);
-    gpumem__pool_return_release(pool, batch);
+    release_batch(pool, batch);
     gpumem__pool_return_recycle(fronts, batch);
     released = true;
   }
@@ -752,7 +750,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   bump(&f->ops);
   spin_lock(&f->lock);
   if (GPUMEM_UNLIKELY(
-          !f->set || f->stream != stream || !f->maps_ready ||
+          !f->set || f->stream != stream ||
           (!(block = front_pop(f, c)) && !(block = pop_returned(pool, fronts, f, c))))) {
     spin_unlock(&f->lock);
     *status = GPUMEM_OK;

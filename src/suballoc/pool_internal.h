@@ -168,7 +168,7 @@ typedef struct pool_front {
   /* Allocations it handed out minus frees it took (either may be the larger one). */
   _Atomic int64_t live_bytes, live_count;
   /* What its thread did (gpumem__pool_front_stats): operations through the front, those
-   * that took the pool's lock, and locks taken on lines that other threads write too. */
+   * that took the pool's lock, and looks in other fronts' maps. */
   _Atomic uint64_t ops, pool_locks, shared_locks, refills, give_backs, grows;
   _Atomic uint64_t lock_wait_ns, lock_hold_ns;  /* for the pool's lock, on its slow paths */
   _Atomic uint64_t returns_sent, returns_taken; /* batches, pool_returns.c */
@@ -179,9 +179,8 @@ typedef struct pool_front {
       batches[GPUMEM__POOL_FRONT_CLASSES]; /* blocks a refill of each class takes; 0: none yet */
   gpumem__block *lists[GPUMEM__POOL_FRONT_CLASSES]; /* linked through next_free */
   /* Blocks other fronts handed out that its thread freed, free in `set`, for front
-   * `pending_to`: sent when full, or when its thread frees another front's block. */
+   * pending->owner: sent when full, or when its thread frees another front's block. */
   pool_return *pending;
-  int pending_to;
   /* Batches other threads sent back to this front, its thread's to take: under inbox_lock,
    * a leaf lock that senders take holding their own front's; `inbox` is also read unlocked,
    * a hint that there is something to take. */

@@ -147,12 +147,16 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
   return true;
 }
 
+/* Front i of the pool being walked. */
+static const pool_front *front_at(const walk *w, int i) {
+  return &atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts[i];
+}
+
 /* A block of a front's map: handed out and live, or free in a front's list or a return
  * batch (gathered there). */
 static bool visit_front_live(gpumem__block *block, void *user) {
   walk *w = user;
-  if (block->owner !=
-      &atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts[w->front])
+  if (block->owner != front_at(w, w->front))
     return complain(w, "front %d: its map holds block at %#lx, which says another holds it",
                     w->front, (unsigned long)block->addr);
   if (block->state == GPUMEM__BLOCK_FRONT && block->requested == 0) {
@@ -177,8 +181,7 @@ static bool is_set_of(const pool_resource *pool, const free_set *set) {
 /* A free block of a front's list or a return batch: counted for the front whose map holds
  * it. */
 static bool held_free(walk *w, const gpumem__block *b) {
-  const pool_front *holder = b->owner;
-  const pool_front *first = atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts;
+  const pool_front *holder = b->owner, *first = front_at(w, 0);
   if (holder < first || holder >= first + GPUMEM__THREAD_SLOTS)
     return complain(w, "free front block at %#lx says no front's map holds it",
                     (unsigned long)b->addr);
@@ -222,11 +225,10 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
   return true;
 }
 
-/* The blocks of a return batch (pool_returns.c), free in its set, of `set` when not NULL;
- * counted in *batches. */
+/* The blocks of a return batch (pool_returns.c), free in its set, of `set` when not NULL. */
 static bool gather_return(walk *w, const pool_return *batch, const free_set *set, int i,
                           const char *where) {
-  size_t count = 0, bytes = 0;
+  size_t bytes = 0;
   if (!batch->set || !is_set_of(w->pool, batch->set) || (set && batch->set != set))
     return complain(w, "front %d: a return batch in its %s is of a set the pool does not have%s", i,
                     where, set ? ", or not of its own" : "");
@@ -236,14 +238,13 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
   if (batch->count > 2 * GPUMEM__POOL_RETURN_BLOCKS)
     return complain(w, "front %d: a return batch in its %s counts %zu blocks, past its room", i,
                     where, batch->count);
-  for (; count < batch->count; count++) {
-    gpumem__block *b = batch->blocks[count];
+  for (size_t k = 0; k < batch->count; k++) {
+    gpumem__block *b = batch->blocks[k];
     if (b->state != GPUMEM__BLOCK_FRONT || b->requested != 0)
       return complain(w, "front %d: block at %#lx in a return batch in its %s is %s%s", i,
                       (unsigned long)b->addr, where, state_name(b->state),
                       b->requested ? ", requested as if live" : "");
-    if (b->owner !=
-        &atomic_load_explicit(&w->pool->fronts, memory_order_relaxed)->fronts[batch->owner])
+    if (b->owner != front_at(w, batch->owner))
       return complain(w,
                       "front %d: block at %#lx in a return batch in its %s, for front %d, is "
                       "held in another front's maps",
@@ -267,9 +268,6 @@ static bool gather_returns(walk *w, const pool_front *f, int i) {
     return complain(w, "front %d: it fills a return batch but is bound to no set", i);
   if (f->pending && !gather_return(w, f->pending, f->set, i, "pending batch"))
     return false;
-  if (f->pending && f->pending->owner != f->pending_to)
-    return complain(w, "front %d: its pending batch is for front %d, but it sends to %d", i,
-                    f->pending->owner, f->pending_to);
   size_t bytes = 0;
   for (const pool_return *batch = atomic_load_explicit(&f->inbox, memory_order_relaxed); batch;
        batch = batch->next) {
