@@ -10,10 +10,14 @@
  * handing the turn from thread to thread, as a program whose threads take turns pays it.
  *
  * A turn is handed over through a word per thread: the index of the operation the thread
- * may run. The thread that ran the operation before stores it and wakes the waiter (a
- * futex); a waiter spins a little first, since the turn often comes back within a
- * microsecond. */
+ * may run. The thread that ran the operation before stores it, and wakes the waiter (a
+ * futex) only if it went to sleep. A waiter spins up to SPIN_NS first: on a virtual machine
+ * waking a sleeping thread takes tens of microseconds, which on the training traces (a
+ * turn every thousand events or so) would count as tens of nanoseconds an event against
+ * the allocator, and `--resource harness:none` shows what remains of the harness's own
+ * cost. */
 #include "bench/bench.h"
+#include "core/biased_lock.h" /* gpumem__cpu_relax */
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -25,7 +29,8 @@
 #include <unistd.h>
 
 #define NO_TURN UINT32_MAX
-#define SPINS 2000
+/* How long a waiter spins before it sleeps: longer than most turns of the traces. */
+#define SPIN_NS 2000000
 
 static void synchronize_all(const bench_trace *trace, gpumem_stream *streams) {
   for (size_t i = 0; i < trace->stream_count; i++) {
@@ -80,6 +85,7 @@ typedef struct replay_team {
   const char *name;
   bench_failure *failure;
   _Atomic uint32_t *turn; /* per thread: the op it may run, or NO_TURN */
+  atomic_int *sleeping;   /* per thread: it may be asleep on its turn word */
   pthread_barrier_t start, done;
 } replay_team;
 
@@ -91,17 +97,28 @@ typedef struct replay_member {
   uint64_t start_ns, end_ns;
 } replay_member;
 
-static void wait_for_turn(_Atomic uint32_t *turn, uint32_t op) {
-  for (int spin = 0; spin < SPINS; spin++)
-    if (atomic_load_explicit(turn, memory_order_acquire) == op)
-      return;
-  for (uint32_t seen; (seen = atomic_load_explicit(turn, memory_order_acquire)) != op;)
-    syscall(SYS_futex, turn, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+/* Waits until `turn` is `op`: spins, then sleeps, having said so in `sleeping` (which the
+ * hand-over reads after its store, both sequentially consistent: either it sees the flag
+ * or the waiter sees the turn before it sleeps, and the futex rechecks the word). */
+static void wait_for_turn(_Atomic uint32_t *turn, atomic_int *sleeping, uint32_t op) {
+  uint64_t start = bench_now_ns();
+  for (unsigned spin = 1; atomic_load_explicit(turn, memory_order_acquire) != op; spin++) {
+    gpumem__cpu_relax();
+    if (spin % 256 == 0 && bench_now_ns() - start > SPIN_NS)
+      break;
+  }
+  for (uint32_t seen; (seen = atomic_load(turn)) != op;) {
+    atomic_store(sleeping, 1);
+    if ((seen = atomic_load(turn)) != op)
+      syscall(SYS_futex, turn, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+    atomic_store(sleeping, 0);
+  }
 }
 
 static void hand_turn(replay_team *team, uint16_t thread, uint32_t op) {
-  atomic_store_explicit(&team->turn[thread], op, memory_order_release);
-  syscall(SYS_futex, &team->turn[thread], FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  atomic_store(&team->turn[thread], op);
+  if (atomic_load(&team->sleeping[thread]))
+    syscall(SYS_futex, &team->turn[thread], FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static void *replay_member_run(void *arg) {
@@ -115,7 +132,7 @@ static void *replay_member_run(void *arg) {
     if (trace->op_thread[i] != member->index)
       continue;
     if (i == 0 || trace->op_thread[i - 1] != member->index) /* else its turn goes on */
-      wait_for_turn(&team->turn[member->index], (uint32_t)i);
+      wait_for_turn(&team->turn[member->index], &team->sleeping[member->index], (uint32_t)i);
     gpumem_status status =
         run_op(team->alloc, trace, team->streams, team->slots, i, team->peak, team->failure);
     if (status != GPUMEM_OK) /* the others wait for turns that never come: end it here */
@@ -133,14 +150,17 @@ static gpumem_status run_on_threads(replay_team *team, uint64_t *elapsed_ns) {
   pthread_t *ids = calloc(threads, sizeof *ids);
   replay_member *members = calloc(threads, sizeof *members);
   team->turn = calloc(threads, sizeof *team->turn);
-  if (!ids || !members || !team->turn ||
+  team->sleeping = calloc(threads, sizeof *team->sleeping);
+  if (!ids || !members || !team->turn || !team->sleeping ||
       pthread_barrier_init(&team->start, NULL, (unsigned)threads + 1) != 0 ||
       pthread_barrier_init(&team->done, NULL, (unsigned)threads + 1) != 0) {
     fprintf(stderr, "gpumem-bench: cannot start the replay's threads\n");
     exit(EXIT_FAILURE);
   }
-  for (size_t t = 0; t < threads; t++)
+  for (size_t t = 0; t < threads; t++) {
     atomic_init(&team->turn[t], NO_TURN);
+    atomic_init(&team->sleeping[t], 0);
+  }
   atomic_store(&team->turn[team->trace->op_thread[0]], 0);
   for (size_t t = 0; t < threads; t++) {
     members[t] = (replay_member){.team = team, .index = (uint16_t)t};
@@ -161,6 +181,7 @@ static gpumem_status run_on_threads(replay_team *team, uint64_t *elapsed_ns) {
   pthread_barrier_destroy(&team->start);
   pthread_barrier_destroy(&team->done);
   free(team->turn);
+  free(team->sleeping);
   free(members);
   free(ids);
   return GPUMEM_OK;
