@@ -1,11 +1,15 @@
 /* biased_lock.c: the biased lock of the hot paths (src/core/biased_lock.h).
  *
  * - Its first taker becomes its owner where the process can bias, and a second thread
- *   revokes the bias for good; where it cannot (ThreadSanitizer, no membarrier), nothing is
- *   ever biased.
+ *   revokes the bias; where it cannot (ThreadSanitizer, no membarrier), nothing is ever
+ *   biased.
  * - Mutual exclusion holds across the revocation: an owner hammering the lock through its
  *   bias while other threads arrive and revoke it, round after round, loses no update of a
  *   counter that only the lock protects.
+ * - A thread that takes the shared lock GPUMEM__BIAS_RUN times in a row has it biased to it
+ *   again: threads taking long turns are biased in most of them; with an intruder revoking
+ *   now and then they lose no update; turns too short to pay for a revocation stop the
+ *   biases; a lock biases at most GPUMEM__BIAS_SLOTS threads over its life.
  * - In a child of fork, a lock the parent biased is revoked by the child's threads.
  * - A waiter on the shared lock goes to sleep rather than spin on (the lock says so), and
  *   the unlock wakes it; many more threads than processors, each taking the lock again and
@@ -31,32 +35,60 @@ static void *lock_once(void *arg) {
   return NULL;
 }
 
+static bool biased_to_me(gpumem__biased_lock *lock) {
+  return atomic_load(&lock->owner) >> 3 == gpumem__thread_token();
+}
+
 static void test_bias_and_revocation(void) {
   gpumem__biased_lock_take(&shared_lock);
   gpumem__biased_lock_release(&shared_lock);
   if (gpumem__biased_lock_can_bias()) {
-    CHECK(atomic_load(&shared_lock.owner) == gpumem__thread_token());
-    CHECK_EQ(atomic_load(&shared_lock.revoked), 0);
+    CHECK(atomic_load(&shared_lock.owner) == gpumem__bias_word(gpumem__thread_token(), 0));
+    CHECK_EQ(atomic_load(&shared_lock.revoked[0]), 0);
     /* Taken through the bias: the shared lock stays free. */
     gpumem__biased_lock_take(&shared_lock);
-    CHECK_EQ(atomic_load(&shared_lock.owner_inside), 1);
+    CHECK(gpumem__biased_lock_inside_as_owner(&shared_lock));
+    CHECK_EQ(atomic_load(&shared_lock.inside[0]), 1);
     CHECK_EQ(atomic_load(&shared_lock.locked), 0);
+    CHECK(gpumem__biased_lock_held(&shared_lock));
     gpumem__biased_lock_release(&shared_lock);
-    CHECK_EQ(atomic_load(&shared_lock.owner_inside), 0);
+    CHECK_EQ(atomic_load(&shared_lock.inside[0]), 0);
+    CHECK(!gpumem__biased_lock_held(&shared_lock));
+    /* Enough takes through the bias to pay for its revocation's barrier. */
+    for (int i = 0; i < 100000; i++) {
+      gpumem__biased_lock_take(&shared_lock);
+      gpumem__biased_lock_release(&shared_lock);
+    }
   }
   pthread_t other;
   CHECK_EQ(pthread_create(&other, NULL, lock_once, NULL), 0);
   CHECK_EQ(pthread_join(other, NULL), 0);
-  CHECK_EQ(atomic_load(&shared_lock.revoked), 1);
   CHECK(atomic_load(&shared_lock.owner) == 0); /* so the former owner never writes its flag */
+  CHECK_EQ(atomic_load(&shared_lock.revoked[0]), gpumem__biased_lock_can_bias());
   /* The former owner now takes the shared lock like everyone. */
   gpumem__biased_lock_take(&shared_lock);
   CHECK_EQ(atomic_load(&shared_lock.locked), 1);
-  CHECK_EQ(atomic_load(&shared_lock.owner_inside), 0);
+  CHECK(!gpumem__biased_lock_inside_as_owner(&shared_lock));
+  CHECK(gpumem__biased_lock_held(&shared_lock));
   gpumem__biased_lock_release(&shared_lock);
   CHECK_EQ(atomic_load(&shared_lock.locked), 0);
-  printf("bias %s; revoked by a second thread\n",
-         gpumem__biased_lock_can_bias() ? "taken by the first taker" : "not supported here");
+  /* A run of shared takes with nobody waiting biases it to this thread again. */
+  for (int i = 2; i < GPUMEM__BIAS_RUN; i++) {
+    gpumem__biased_lock_take(&shared_lock);
+    gpumem__biased_lock_release(&shared_lock);
+    CHECK(!biased_to_me(&shared_lock));
+  }
+  gpumem__biased_lock_take(&shared_lock);
+  gpumem__biased_lock_release(&shared_lock);
+  CHECK(biased_to_me(&shared_lock) == gpumem__biased_lock_can_bias());
+  if (gpumem__biased_lock_can_bias()) {
+    gpumem__biased_lock_take(&shared_lock);
+    CHECK_EQ(atomic_load(&shared_lock.locked), 0); /* through the bias again */
+    gpumem__biased_lock_release(&shared_lock);
+  }
+  printf("bias %s; revoked by a second thread, earned again by a run of %d takes\n",
+         gpumem__biased_lock_can_bias() ? "taken by the first taker" : "not supported here",
+         GPUMEM__BIAS_RUN);
 }
 
 /* ---- mutual exclusion across the revocation ---- */
@@ -105,17 +137,180 @@ static void test_exclusion_across_revocation(void) {
     /* Through the bias until a contender revokes it, then once more the shared way. */
     uint64_t own = 0;
     for (bool revoked = false; !revoked; own++) {
-      revoked = atomic_load(&r.lock.revoked);
+      revoked = atomic_load(&r.lock.owner) == 0;
       increment(&r, owner_spin);
     }
     for (int i = 0; i < contenders; i++)
       CHECK_EQ(pthread_join(threads[i], NULL), 0);
     CHECK_U64_EQ(r.counter, 1 + own + (uint64_t)contenders * increments);
-    CHECK_EQ(atomic_load(&r.lock.revoked), 1);
+    CHECK(atomic_load(&r.lock.owner) == 0);
     CHECK_EQ(atomic_load(&r.lock.locked), 0);
-    CHECK_EQ(atomic_load(&r.lock.owner_inside), 0);
+    for (int slot = 0; slot < GPUMEM__BIAS_SLOTS; slot++)
+      CHECK_EQ(atomic_load(&r.lock.inside[slot]), 0);
   }
   printf("%d rounds of %d threads through a revocation: no update lost\n", rounds, contenders + 1);
+}
+
+/* ---- new biases for threads that take turns ---- */
+
+/* Long turns: the takes through each bias save more than its revocation's barrier costs. */
+enum { turn_threads = 3, turns_each = 40, turn_run = GPUMEM__BIAS_RUN + 5000, intrusions = 400 };
+
+typedef struct turns {
+  race r;
+  int run;                 /* takes per turn */
+  int spin;                /* the length of each critical section */
+  atomic_int turn;         /* whose turn it is, round-robin; turn_threads * turns_each: done */
+  atomic_int biased_turns; /* turns that ended with the lock biased to their thread */
+} turns;
+
+typedef struct turn_member {
+  turns *t;
+  int index;
+} turn_member;
+
+static void *take_turns(void *arg) {
+  turn_member *m = arg;
+  turns *t = m->t;
+  for (int k = 0; k < turns_each; k++) {
+    int mine = k * turn_threads + m->index;
+    /* Asleep between turns, as a program's threads are: a yielding thread would keep a
+     * processor busy, and the revocations' barrier would interrupt it there. */
+    while (atomic_load(&t->turn) != mine)
+      usleep(20);
+    for (int i = 0; i < t->run; i++)
+      increment(&t->r, t->spin);
+    if (biased_to_me(&t->r.lock))
+      atomic_fetch_add(&t->biased_turns, 1);
+    atomic_store(&t->turn, mine + 1);
+  }
+  return NULL;
+}
+
+/* Takes the lock now and then while the others take turns: each take revokes whatever bias
+ * holds, often with its owner inside. */
+static void *intrude(void *arg) {
+  turns *t = arg;
+  for (int i = 0; i < intrusions && atomic_load(&t->turn) < turn_threads * turns_each; i++) {
+    increment(&t->r, 0);
+    atomic_fetch_add(&t->r.increments_each, 1); /* counts the intruder's increments */
+    for (volatile int spin = 0; spin < 20000; spin++)
+      ;
+  }
+  return NULL;
+}
+
+static void run_turns(turns *t, bool intruder) {
+  pthread_t threads[turn_threads], other;
+  turn_member members[turn_threads];
+  for (int i = 0; i < turn_threads; i++) {
+    members[i] = (turn_member){t, i};
+    CHECK_EQ(pthread_create(&threads[i], NULL, take_turns, &members[i]), 0);
+  }
+  if (intruder)
+    CHECK_EQ(pthread_create(&other, NULL, intrude, t), 0);
+  for (int i = 0; i < turn_threads; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  if (intruder)
+    CHECK_EQ(pthread_join(other, NULL), 0);
+  CHECK_U64_EQ(t->r.counter, (uint64_t)turn_threads * turns_each * t->run +
+                                 (uint64_t)atomic_load(&t->r.increments_each));
+  CHECK_EQ(atomic_load(&t->r.lock.locked), 0);
+  for (int slot = 0; slot < GPUMEM__BIAS_SLOTS; slot++)
+    CHECK_EQ(atomic_load(&t->r.lock.inside[slot]), 0);
+}
+
+static void test_turns_earn_biases(void) {
+  static turns t;
+  memset(&t, 0, sizeof t);
+  t.run = turn_run;
+  run_turns(&t, false);
+  if (gpumem__biased_lock_can_bias())
+    CHECK(atomic_load(&t.biased_turns) >= turns_each);
+  else
+    CHECK_EQ(atomic_load(&t.biased_turns), 0);
+  printf("%d threads taking %d turns of %d: %d turns ended biased to their thread\n", turn_threads,
+         turn_threads * turns_each, turn_run, atomic_load(&t.biased_turns));
+}
+
+static void test_turns_with_an_intruder(void) {
+  static turns t;
+  memset(&t, 0, sizeof t);
+  t.run = turn_run;
+  t.spin = 50;
+  run_turns(&t, true);
+  printf("%d threads taking %d turns of %d with an intruder: no update lost (%d turns "
+         "biased)\n",
+         turn_threads, turn_threads * turns_each, turn_run, atomic_load(&t.biased_turns));
+}
+
+static void test_short_turns_stop_biases(void) {
+  static turns t;
+  memset(&t, 0, sizeof t);
+  /* A bias of a few takes never pays for the barrier of its revocation: the run needed
+   * doubles past the turn's length, and the last turns are never biased. */
+  t.run = GPUMEM__BIAS_RUN + 4;
+  run_turns(&t, false);
+  if (gpumem__biased_lock_can_bias()) {
+    CHECK(t.r.lock.run_needed > (uint32_t)t.run);
+    CHECK(atomic_load(&t.biased_turns) < turns_each);
+  }
+  printf("turns of %d takes: %d of %d biased, then a run of %u needed\n", t.run,
+         atomic_load(&t.biased_turns), turn_threads * turns_each, t.r.lock.run_needed);
+}
+
+/* ---- at most GPUMEM__BIAS_SLOTS threads ---- */
+
+enum { slot_threads = GPUMEM__BIAS_SLOTS + 2 };
+
+typedef struct slot_run {
+  gpumem__biased_lock lock;
+  atomic_int turn; /* threads run one after the other, all alive until the last is done */
+  bool biased[slot_threads];
+} slot_run;
+
+typedef struct slot_member {
+  slot_run *s;
+  int index;
+} slot_member;
+
+static void *run_for_a_slot(void *arg) {
+  slot_member *m = arg;
+  slot_run *s = m->s;
+  while (atomic_load(&s->turn) != m->index)
+    usleep(20);
+  for (int i = 0; i < GPUMEM__BIAS_RUN + 1; i++) {
+    gpumem__biased_lock_take(&s->lock);
+    gpumem__biased_lock_release(&s->lock);
+  }
+  s->biased[m->index] = biased_to_me(&s->lock);
+  /* Takes through the bias that pay for its revocation: the next thread needs no longer
+   * run. */
+  for (int i = 0; i < 100000; i++) {
+    gpumem__biased_lock_take(&s->lock);
+    gpumem__biased_lock_release(&s->lock);
+  }
+  atomic_store(&s->turn, m->index + 1);
+  while (atomic_load(&s->turn) != slot_threads) /* alive, so that no token is reused */
+    usleep(100);
+  return NULL;
+}
+
+static void test_slots_run_out(void) {
+  static slot_run s;
+  memset(&s, 0, sizeof s);
+  pthread_t threads[slot_threads];
+  slot_member members[slot_threads];
+  for (int i = 0; i < slot_threads; i++) {
+    members[i] = (slot_member){&s, i};
+    CHECK_EQ(pthread_create(&threads[i], NULL, run_for_a_slot, &members[i]), 0);
+  }
+  for (int i = 0; i < slot_threads; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  for (int i = 0; i < slot_threads; i++)
+    CHECK(s.biased[i] == (gpumem__biased_lock_can_bias() && i < GPUMEM__BIAS_SLOTS));
+  printf("%d threads in turn: the first %d biased, the rest on the shared lock\n", slot_threads,
+         gpumem__biased_lock_can_bias() ? GPUMEM__BIAS_SLOTS : 0);
 }
 
 /* ---- after fork ---- */
@@ -132,7 +327,7 @@ static void test_revocation_after_fork(void) {
     pthread_t other;
     if (pthread_create(&other, NULL, lock_once, NULL) != 0 || pthread_join(other, NULL) != 0)
       _exit(2);
-    _exit(atomic_load(&shared_lock.revoked) == 1 ? 0 : 3);
+    _exit(atomic_load(&shared_lock.owner) == 0 ? 0 : 3);
   }
   int status;
   CHECK_EQ(waitpid(child, &status, 0), child);
@@ -231,6 +426,10 @@ static void test_crowd(void) {
 int main(void) {
   test_bias_and_revocation();
   test_exclusion_across_revocation();
+  test_turns_earn_biases();
+  test_turns_with_an_intruder();
+  test_short_turns_stop_biases();
+  test_slots_run_out();
   test_revocation_after_fork();
   test_waiter_sleeps_until_woken();
   test_crowd();

@@ -1,7 +1,9 @@
 /* biased_lock.c: the slow paths of the biased lock (see biased_lock.h): the shared lock (a
- * short spin, then a futex sleep), the first bias, the revocation, and whether this
- * process can bias at all. */
+ * short spin, then a futex sleep), the biases, the revocations, and whether this process
+ * can bias at all. */
 #include "core/biased_lock.h"
+
+#include <time.h>
 
 #if defined(__linux__)
 #include <linux/futex.h>
@@ -51,39 +53,95 @@ static void take_shared(gpumem__biased_lock *lock) {
     sleep_on(lock);
 }
 
-void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
-  take_shared(lock);
-  if (atomic_load_explicit(&lock->revoked, memory_order_relaxed))
-    return;
-  uintptr_t self = gpumem__thread_token();
-  uintptr_t owner = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  if (owner == 0) {
-    /* The first taker: nobody else is inside (they would hold the shared lock), and from
-     * now on this thread enters without it. */
-    if (gpumem__biased_lock_can_bias())
-      atomic_store_explicit(&lock->owner, self, memory_order_relaxed);
-    else
-      atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);
-    return;
-  }
-  if (owner == self)
-    return; /* not reached: the owner takes the shared lock only once revoked */
-  atomic_store_explicit(&lock->revoked, 1, memory_order_relaxed);
+static uint64_t now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+/* Biases the lock to the calling thread, which holds the shared lock while no bias holds,
+ * if it has or can claim a slot. */
+static void bias_to(gpumem__biased_lock *lock, uintptr_t self) {
+  unsigned slot = GPUMEM__BIAS_SLOTS;
+  for (unsigned i = 0; i < GPUMEM__BIAS_SLOTS && slot == GPUMEM__BIAS_SLOTS; i++)
+    if (lock->slot_tokens[i] == self)
+      slot = i;
+  for (unsigned i = 0; i < GPUMEM__BIAS_SLOTS && slot == GPUMEM__BIAS_SLOTS; i++)
+    if (lock->slot_tokens[i] == 0)
+      lock->slot_tokens[slot = i] = self;
+  if (slot == GPUMEM__BIAS_SLOTS)
+    return; /* every slot is another thread's: this one stays on the shared lock */
+  lock->biased_takes = 0;
+  atomic_store_explicit(&lock->revoked[slot], 0, memory_order_relaxed);
+  atomic_store_explicit(&lock->owner, gpumem__bias_word(self, slot), memory_order_release);
+}
+
+/* Takes the bias away from `word`'s thread, with the shared lock held: see biased_lock.h. */
+static void revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
+  unsigned slot = word & 7;
+  atomic_store_explicit(&lock->revoked[slot], 1, memory_order_relaxed);
   /* If no barrier can be had at all there is no safe way on: the process stops rather than
    * corrupt a pool. */
+  uint64_t start = now_ns();
   if (!gpumem__thread_barrier())
     __builtin_trap();
-  for (unsigned spins = 0; atomic_load_explicit(&lock->owner_inside, memory_order_acquire);
+  uint64_t barrier_ns = now_ns() - start;
+  for (unsigned spins = 0; atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
        spins++) {
     if (spins < 128)
       gpumem__cpu_relax();
     else
       sched_yield();
   }
-  /* The bias is gone for good: the former owner, no longer recognised, now leaves the line
-   * alone as every other thread does. Had it kept storing owner_inside on each call before
-   * seeing the revocation, it would write the line that all of them read on each call: on
-   * the GPU host, 8 threads on their own streams through one pool's fronts did 55 million
-   * operations a second where the bias owner was one of them, 150 to 200 without. */
+  /* The former owner, no longer recognised, now leaves its flag alone as every other thread
+   * does. Had it kept storing its flag on each call before seeing the revocation, it would
+   * write a line that all of them read on each call: on the GPU host, 8 threads on their own
+   * streams through one pool's fronts did 55 million operations a second where the bias
+   * owner was one of them, 150 to 200 without. */
   atomic_store_explicit(&lock->owner, 0, memory_order_relaxed);
+  /* A bias that did not pay for its revocation's barrier (waiting for the owner to leave
+   * costs no more than the shared lock would have): the next one waits for a run twice as
+   * long; one that paid halves the run, down to GPUMEM__BIAS_RUN, so that threads whose
+   * turns are now long, now short settle where most biases pay. The owner is out: its count
+   * is final. */
+  uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
+  if (lock->biased_takes * GPUMEM__BIAS_SAVES_NS >= barrier_ns)
+    lock->run_needed = needed / 2 > GPUMEM__BIAS_RUN ? needed / 2 : GPUMEM__BIAS_RUN;
+  else if (needed < UINT32_MAX / 2)
+    lock->run_needed = needed * 2;
+  lock->run_token = 0;
+}
+
+void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock) {
+  lock->no_new_bias = true;
+}
+
+void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
+  take_shared(lock);
+  uintptr_t self = gpumem__thread_token();
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  if (word != 0) {
+    if (word >> 3 != self)
+      revoke_bias(lock, word);
+    /* else not reached: the owner takes the shared lock only once revoked */
+    return;
+  }
+  if (!lock->biased_before) {
+    /* The first taker: nobody else is inside (they would hold the shared lock), and from
+     * now on this thread enters without it. */
+    lock->biased_before = true;
+    if (gpumem__biased_lock_can_bias())
+      bias_to(lock, self);
+    return;
+  }
+  /* No bias holds: a run of this thread's takes with nobody waiting earns it one. */
+  if (lock->run_token != self) {
+    lock->run_token = self;
+    lock->run_length = 0;
+  }
+  uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
+  if (++lock->run_length >= needed && !lock->no_new_bias &&
+      atomic_load_explicit(&lock->locked, memory_order_relaxed) == GPUMEM__LOCKED &&
+      gpumem__biased_lock_can_bias())
+    bias_to(lock, self);
 }

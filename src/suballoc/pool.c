@@ -325,9 +325,10 @@ static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t byt
  * the two-thread training traces, sim). So from the second thread on, the pool counts its
  * shared-lock takes in windows of GPUMEM__POOL_FRONT_WINDOW, and makes the fronts at the end
  * of a window where at least one take in GPUMEM__POOL_FRONT_CONTENDED found the lock held.
- * Where locks are biased, the first thread comes here only for its first call (the bias is
- * set then) and the others once the second revoked it; where they cannot be
- * (ThreadSanitizer, no membarrier), every call of every thread comes here. */
+ * Where locks are biased, a thread comes here only while no bias holds: the first thread
+ * for its first call (the bias is set then), every thread once a second one revoked it,
+ * until a thread taking it alone many times in a row has it biased again; where they
+ * cannot be (ThreadSanitizer, no membarrier), every call of every thread comes here. */
 static void note_thread(pool_resource *pool, bool waited) {
   if (GPUMEM_LIKELY(pool->second_thread)) {
     pool->window_waits += waited;

@@ -1,11 +1,12 @@
 /* pool_front.c: the pool's thread fronts, which let a pool that many threads use scale with
  * them. A pool used by one thread never has them: its biased lock (core/biased_lock.h)
  * costs plain loads and stores, and its paths stay exactly as they are. Once a second
- * thread takes the lock, the bias is revoked for good and every call takes the shared lock,
- * which sixteen threads fight over (850 ns an operation on the H100 host, 38 times one
- * thread's cost); once threads find it held (pool.c, note_thread: threads that take turns
- * never do), requests under GPUMEM__POOL_FRONT_LIMIT go through a front of the calling
- * thread instead.
+ * thread takes the lock, the bias is revoked and calls take the shared lock (a thread that
+ * then takes it many times in a row alone has it biased again), which sixteen threads
+ * fight over (850 ns an operation on the H100 host, 38 times one thread's cost); once
+ * threads find it held (pool.c, note_thread: threads that take turns never do), requests
+ * under GPUMEM__POOL_FRONT_LIMIT go through a front of the calling thread instead, and the
+ * lock is never biased again.
  *
  * A front (one per thread slot, core/thread_slots.h: no thread-local storage) holds whole
  * blocks by size class (4 to a power of two, GPUMEM__POOL_FRONT_SL_SHIFT), all free on one
@@ -494,6 +495,9 @@ void gpumem__pool_enable_fronts(pool_resource *pool) {
     return;
   memset(fronts, 0, sizeof *fronts); /* no maps yet: each front makes its own */
   atomic_store_explicit(&pool->fronts, fronts, memory_order_release);
+  /* The paths through the lock's bias know nothing of fronts: a thread biased again would
+   * free a front's block into the pool's live map, which never held it. */
+  gpumem__biased_lock_no_new_bias(&pool->lock);
 }
 
 void gpumem__pool_free_fronts(pool_resource *pool) {
