@@ -19,7 +19,8 @@
  *   event record for a whole batch of frees, not one per free.
  * - Many threads on one pool, freeing each other's blocks.
  * - Thread fronts: made when threads meet at the pool's lock, never for threads that take
- *   turns; they give back before the pool grows for a large request and before it fails; a
+ *   turns (which have the lock biased to each in turn when turns are long, until fronts
+ *   come); they give back before the pool grows for a large request and before it fails; a
  *   refill keeps its own front whole and the others a reserve; a stream they serve keeps
  *   a working reserve from other streams' steals.
  * - A pool of device 1 used with the default streams while device 0 is current: they mean
@@ -1099,6 +1100,71 @@ static void test_fronts_when_threads_meet(void) {
   printf("pool(vmm): threads that take turns get no fronts; threads that meet at its lock do\n");
 }
 
+/* Threads that take long turns have the pool's lock biased to each in turn (a turn of
+ * 16,000 calls saves more than the revocation's barrier costs), still without fronts; once
+ * the pool has fronts, a thread alone never has it biased again. */
+enum { long_turns = 10, long_turn_rounds = 1000 };
+static atomic_int biased_turns;
+
+static bool pool_biased_to_me(gpumem_resource *mr) {
+  return atomic_load(&((pool_resource *)mr)->lock.owner) >> 3 == gpumem__thread_token();
+}
+
+static void *take_long_turns(void *arg) {
+  int me = (int)(intptr_t)arg;
+  for (int k = 0; k < long_turns; k++) {
+    while (atomic_load(&turn) != 2 * k + me)
+      usleep(20);
+    for (int round = 0; round < long_turn_rounds; round++)
+      small_round(NULL);
+    atomic_fetch_add(&biased_turns, pool_biased_to_me(turn_pool));
+    atomic_store(&turn, 2 * k + me + 1);
+  }
+  return NULL;
+}
+
+static void *run_alone(void *arg) {
+  (void)arg;
+  for (int round = 0; round < long_turn_rounds; round++) {
+    void *large; /* past what fronts serve: through the pool's lock */
+    CHECK_OK(gpumem_allocate(turn_pool, 2 << 20, NULL, &large));
+    small_round(NULL);
+    CHECK_OK(gpumem_deallocate(turn_pool, large, 2 << 20, NULL));
+  }
+  atomic_store(&biased_turns, pool_biased_to_me(turn_pool));
+  return NULL;
+}
+
+static void test_long_turns_bias_again(void) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &turn_pool));
+  pthread_t threads[2];
+  atomic_store(&turn, 0);
+  atomic_store(&biased_turns, 0);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, take_long_turns, (void *)(intptr_t)i), 0);
+  for (int i = 0; i < 2; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  int biased = atomic_load(&biased_turns);
+  if (gpumem__biased_lock_can_bias())
+    CHECK(biased >= 1);
+  else
+    CHECK_EQ(biased, 0);
+  gpumem__pool_front_stats stats;
+  CHECK(!gpumem__pool_front_stats_of(turn_pool, &stats));
+  CHECK_OK(gpumem__validate(turn_pool));
+  /* With fronts, a thread alone keeps the shared lock. */
+  CHECK(gpumem__pool_make_fronts(turn_pool));
+  CHECK_EQ(pthread_create(&threads[0], NULL, run_alone, NULL), 0);
+  CHECK_EQ(pthread_join(threads[0], NULL), 0);
+  CHECK_EQ(atomic_load(&biased_turns), 0);
+  CHECK_U64_EQ(check_query(turn_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem__validate(turn_pool));
+  CHECK_OK(gpumem_resource_release(turn_pool));
+  printf("pool(vmm): %d of %d long turns ended with the lock biased to their thread; none "
+         "once it has fronts\n",
+         biased, 2 * long_turns);
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_stream_create(0, &front_stream));
@@ -1412,6 +1478,7 @@ int main(void) {
   test_front_gives_back("pool(limit(vmm, max=2MiB))", true);
   test_front_gives_back("pool(limit(vmm, max=2MiB))", false);
   test_fronts_when_threads_meet();
+  test_long_turns_bias_again();
   test_front_refill_spares_its_own();
   test_front_keeps_reserve();
   if (check_on_sim()) /* it counts the device's calls */
