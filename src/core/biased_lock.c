@@ -114,6 +114,14 @@ static void revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
 
 void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock) {
   lock->no_new_bias = true;
+  /* A bias this very take earned, which the caller holds the shared lock under: only the
+   * caller could enter through it, so it ends without a barrier. */
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  if (word >> 3 == gpumem__thread_token() &&
+      !atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed)) {
+    atomic_store_explicit(&lock->revoked[word & 7], 1, memory_order_relaxed);
+    atomic_store_explicit(&lock->owner, 0, memory_order_relaxed);
+  }
 }
 
 void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {

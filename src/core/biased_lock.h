@@ -86,9 +86,10 @@ static inline uintptr_t gpumem__bias_word(uintptr_t token, unsigned slot) {
 
 /* Whether locks may be biased in this process (membarrier registered, no ThreadSanitizer). */
 bool gpumem__biased_lock_can_bias(void);
-/* From now on, once the bias that holds (if any) is revoked, the lock is never biased
- * again: for a caller whose hot paths, biased, could not serve what other threads started.
- * Called with the lock held. */
+/* From now on the lock is never biased again (a bias that holds now ends when another
+ * thread revokes it, or here if it is the caller's and the caller holds the shared lock):
+ * for a caller whose hot paths, biased, could not serve what other threads started. Called
+ * with the lock held. */
 void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock);
 /* Takes the shared lock (and biases or revokes); the slow path of gpumem__biased_lock_take. */
 void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock);
@@ -103,13 +104,11 @@ static inline void gpumem__cpu_relax(void) {
 #endif
 }
 
-/* Takes the lock through its bias when it is biased to this thread; false otherwise
- * (nothing taken then: the caller takes it with gpumem__biased_lock_take_shared). Hot paths
- * use it to keep the call of the shared path out of line. */
-static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
-  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  if (word >> 3 != gpumem__thread_token())
-    return false;
+/* Enters through the bias named by `word`, an owner word naming the calling thread read
+ * from the lock; false (nothing held, nothing of another thread's touched) when that bias
+ * was revoked since. Split from gpumem__biased_lock_try_as_owner for a test of a word read
+ * before a revocation and a new bias. */
+static inline bool gpumem__biased_lock_enter_as(gpumem__biased_lock *lock, uintptr_t word) {
   unsigned slot = word & 7;
   atomic_store_explicit(&lock->inside[slot], 1, memory_order_relaxed);
   /* No processor fence here: the revoker's membarrier is the fence (see above). */
@@ -120,6 +119,14 @@ static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
   }
   atomic_store_explicit(&lock->inside[slot], 0, memory_order_release);
   return false;
+}
+
+/* Takes the lock through its bias when it is biased to this thread; false otherwise
+ * (nothing taken then: the caller takes it with gpumem__biased_lock_take_shared). Hot paths
+ * use it to keep the call of the shared path out of line. */
+static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  return word >> 3 == gpumem__thread_token() && gpumem__biased_lock_enter_as(lock, word);
 }
 
 static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
