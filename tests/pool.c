@@ -175,23 +175,27 @@ static void test_model(const char *spec, int stream_count, int trim_every) {
 static void test_cache(void) {
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
-  enum { granule = 2 << 20 };
-  /* Four blocks fill the small region's first granule: the free index is empty. The second
-   * is in the class of 512 KiB (512 to 544 KiB), the third just below it. */
-  const size_t sizes[4] = {512 << 10, 540 << 10, 484 << 10, 512 << 10};
-  void *q[4];
+  enum { granule = 2 << 20, fillers = 28 };
+  /* Four blocks and 28 fillers of 64 KiB fill the small region's first granule: the free
+   * index is empty. The second is in the class of 64 KiB (64 to 68 KiB), the third just
+   * below it. */
+  const size_t sizes[4] = {64 << 10, 69120, 61952, 64 << 10};
+  void *q[4], *filler[fillers];
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpumem_allocate(mr, sizes[i], NULL, &q[i]));
+  for (int i = 0; i < fillers; i++)
+    CHECK_OK(gpumem_allocate(mr, 64 << 10, NULL, &filler[i]));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), granule);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), 0);
 
   /* A freed block goes whole to the next request of its class, a smaller one too; the live
    * block holds all of it (reserved = live blocks + free). */
   void *p;
   CHECK_OK(gpumem_deallocate(mr, q[1], sizes[1], NULL));
-  CHECK_OK(gpumem_allocate(mr, 520 << 10, NULL, &p));
+  CHECK_OK(gpumem_allocate(mr, 65 << 10, NULL, &p));
   CHECK_PTR_EQ(p, q[1]);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), 0);
-  CHECK_OK(gpumem_deallocate(mr, p, 520 << 10, NULL));
+  CHECK_OK(gpumem_deallocate(mr, p, 65 << 10, NULL));
 
   /* A request of a smaller class, with nothing in the free index: it is cut from the larger
    * cached block instead of growing the pool. */
@@ -205,13 +209,23 @@ static void test_cache(void) {
   CHECK_OK(gpumem_deallocate(mr, small, 4096, NULL));
   CHECK_OK(gpumem_deallocate(mr, q[2], sizes[2], NULL));
   void *merged;
-  CHECK_OK(gpumem_allocate(mr, 768 << 10, NULL, &merged));
+  CHECK_OK(gpumem_allocate(mr, 96 << 10, NULL, &merged));
   CHECK_PTR_EQ(merged, q[1]);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), granule);
-  CHECK_OK(gpumem_deallocate(mr, merged, 768 << 10, NULL));
+  CHECK_OK(gpumem_deallocate(mr, merged, 96 << 10, NULL));
   CHECK_OK(gpumem_deallocate(mr, q[0], sizes[0], NULL));
   CHECK_OK(gpumem_deallocate(mr, q[3], sizes[3], NULL));
+  for (int i = 0; i < fillers; i++)
+    CHECK_OK(gpumem_deallocate(mr, filler[i], 64 << 10, NULL));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  /* Blocks of the large region, from the small region's limit up, are not cached: freed,
+   * they merge at once. */
+  void *large[2];
+  for (int i = 0; i < 2; i++)
+    CHECK_OK(gpumem_allocate(mr, 200 << 10, NULL, &large[i]));
+  for (int i = 0; i < 2; i++)
+    CHECK_OK(gpumem_deallocate(mr, large[i], 200 << 10, NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 2); /* one a region */
   CHECK_OK(gpumem_resource_release(mr));
 
   /* More freed blocks than the cache holds (1,024): it merges when full, and everything

@@ -4,7 +4,7 @@ building it.
 
     python3 tools/placement_model.py data/torch_bert_varlen_infer.csv [--policy POLICY]
 
-The model follows the pool: requests rounded to 256 bytes; two regions (under 1 MiB and
+The model follows the pool: requests rounded to 256 bytes; two regions (under 128 KiB and
 the rest), each one address range that grows at its end in 2 MiB granules, merging with a
 free last block; best fit (smallest free block, then lowest address), carved from the
 front, but in the large region the free last block only when no other fits (growth keeps
@@ -38,7 +38,7 @@ Policies:
         lifetime) or start (allocation order, as an online allocator sees them); --fit
         picks the lowest offset that fits (the default) or the tightest gap.
 
---regions LIMITS (MiB, comma-separated; default 1) splits requests into more regions than
+--regions LIMITS (MiB, comma-separated; default 0.125) splits requests into more regions than
 the pool's two: a request goes to the region of the last limit it reaches, the smallest
 below the first limit.
 
@@ -61,6 +61,7 @@ import bisect
 GRANULE = 2 << 20
 UNIT = 256
 MIB = 1 << 20
+SMALL_LIMIT = 128 << 10  # the pool's GPUMEM__POOL_SMALL_LIMIT
 
 
 def round_up(value, to):
@@ -153,7 +154,7 @@ def mapped_runs(block, mapped, region):
 
 
 class Model:
-    def __init__(self, policy, cap=None, limits=(MIB,)):
+    def __init__(self, policy, cap=None, limits=(SMALL_LIMIT,)):
         self.policy = policy
         self.cap = cap
         self.limits = limits
@@ -292,7 +293,7 @@ def print_layout(region, event, born, freed_by):
         print(f"  {addr / MIB:9.1f} MiB  {size / MIB:7.1f} MiB  {life}")
 
 
-def replay(path, policy, cap=None, limits=(MIB,), passes=2, growths=False, layouts=()):
+def replay(path, policy, cap=None, limits=(SMALL_LIMIT,), passes=2, growths=False, layouts=()):
     events = read_events(path)
     model = Model(policy, cap, limits)
     freed_by = freeing_events(events) if layouts else {}
@@ -391,8 +392,8 @@ def main():
                         help="print each step that takes new physical memory")
     parser.add_argument("--layout", default="",
                         help="event numbers, comma-separated: print the large region before each")
-    parser.add_argument("--regions", default="1",
-                        help="region limits in MiB, comma-separated (default 1: the pool's two)")
+    parser.add_argument("--regions", default="0.125",
+                        help="region limits in MiB, comma-separated (default 0.125: the pool's two)")
     parser.add_argument("--order", default="size", choices=sorted(OFFLINE_ORDERS),
                         help="for offline: which blocks are placed first")
     parser.add_argument("--fit", default="lowest", choices=["lowest", "tightest"],
@@ -401,7 +402,7 @@ def main():
     if args.policy != "offline" and (args.order != "size" or args.fit != "lowest"):
         parser.error("--order and --fit apply to --policy offline only")
     if args.policy == "offline" and (args.cap or args.growths or args.layout
-                                     or args.regions != "1"):
+                                     or args.regions != "0.125"):
         parser.error("--cap, --growths, --layout and --regions do not apply to --policy offline")
     layouts = {int(event) for event in args.layout.split(",") if event}
     limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))

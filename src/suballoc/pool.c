@@ -22,10 +22,11 @@
  * Memory fresh from the upstream has no pending work: it sits in a set of its own that any
  * stream takes from without waiting.
  *
- * A single-stream pool keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under 1 MiB
- * whole, in lists by size class, before it coalesces them: programs free and ask again for
- * the same sizes all the time, and a block that goes straight back to the next request of
- * its class costs no splitting, merging or indexing. Under 8 KiB a class is one size; above,
+ * A single-stream pool keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
+ * cache limit (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
+ * by size class, before it coalesces them: programs free and ask again for the same sizes
+ * all the time, and a block that goes straight back to the next request of its class costs
+ * no splitting, merging or indexing. Under 8 KiB a class is one size; above,
  * a block handed out from the cache may be up to 1/16 larger than the rounded request
  * (cutting it down costs as much as the free index does). The cache is coalesced into the
  * free index when full, before the pool grows, waits for the device or is trimmed, before a
@@ -33,7 +34,7 @@
  *
  * Over an upstream that places memory at chosen addresses (vmm, or an adaptor forwarding
  * that capability) the pool keeps two regions of the upstream's address range, each growing
- * in place: one for requests under 1 MiB, one for the rest. Small blocks then never pin
+ * in place: one for requests under 128 KiB, one for the rest. Small blocks then never pin
  * holes between large ones, which is most of what fragmentation costs on real training
  * traces.
  *

@@ -31,9 +31,10 @@
 
 /* The cache holds blocks under its limit in one list per class of the free index (a power of
  * two cut in 16: exact sizes under 8 KiB, within 1/16 above), up to GPUMEM__POOL_CACHE_MAX of
- * them. The limit is that of the small region where the pool grows in place: keeping larger
- * blocks whole as well moved large placements enough to cost 2 to 4 % more memory on real
- * traces. */
+ * them. Where the pool grows in place the limit is the small region's (the pool's
+ * cache_limit): keeping larger blocks whole as well moved large placements enough to cost 2
+ * to 4 % more memory on real traces, and a cached block of the large region never makes
+ * room there. */
 #define GPUMEM__POOL_CACHE_LIMIT ((size_t)1 << 20)
 #define GPUMEM__POOL_CACHE_CLASSES 144 /* the classes of sizes under the limit */
 #define GPUMEM__POOL_CACHE_MAX 1024
@@ -47,7 +48,16 @@ enum {
   GPUMEM__POOL_REGION_SMALL = 1,
   GPUMEM__POOL_REGION_COUNT = 2
 };
-#define GPUMEM__POOL_SMALL_LIMIT ((size_t)1 << 20)
+/* Small requests kept apart are those under 128 KiB. It was 1 MiB: blocks of a few hundred
+ * KiB that live as long as the large ones then grew a region of their own instead of
+ * packing with them. On the fourteen real traces (sim, which gives the GPU's figures)
+ * 128 KiB holds less at the peak than 1 MiB on eleven and as much on the other three
+ * (efficientnet 1.024 -> 1.008, unet 1.023 -> 1.013, t5 1.062 -> 1.040, llama 1.201 ->
+ * 1.183, gpt2_generate 1.384 -> 1.320); 256 and 512 KiB less than 1 MiB too, but more
+ * than 128 KiB on efficientnet (1.017). Requests of 128 KiB to 1 MiB are then not cached: on
+ * the random mixed workload that costs 12 to 18 cycles an operation on the GPU host, and
+ * nothing measurable on the traces (docs/gpu-runs.md, fifteenth session). */
+#define GPUMEM__POOL_SMALL_LIMIT ((size_t)128 << 10)
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
 
 typedef struct free_set {
@@ -209,6 +219,7 @@ typedef struct pool_resource {
   gpumem_pool_options options;
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
+  size_t cache_limit;  /* the cache keeps blocks under this (GPUMEM__POOL_CACHE_LIMIT says) */
   size_t growth_rounding;
   free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
   free_set **sets; /* every set, the fresh one first */
@@ -428,7 +439,7 @@ static inline size_t cache_class(size_t size) {
 
 /* Whether a freed block of `set` may go to its cache rather than the free index. */
 static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return !pool->multi_stream && block->size < GPUMEM__POOL_CACHE_LIMIT;
+  return !pool->multi_stream && block->size < pool->cache_limit;
 }
 
 /* Whether the cache of `set` has room for one more block. */
