@@ -2,6 +2,7 @@
  * short spin, then a futex sleep), the biases, the revocations, and whether this process
  * can bias at all. */
 #include "core/biased_lock.h"
+#include "core/internal.h"
 
 #include <time.h>
 
@@ -13,6 +14,18 @@
 
 bool gpumem__biased_lock_can_bias(void) {
   return gpumem__thread_barrier_available();
+}
+
+static pthread_once_t bias_again_once = PTHREAD_ONCE_INIT;
+static bool bias_again;
+
+static void read_bias_again(void) {
+  bias_again = gpumem__option_size(GPUMEM__OPT_BIAS_AGAIN, 1) != 0;
+}
+
+bool gpumem__biased_lock_biases_again(void) {
+  pthread_once(&bias_again_once, read_bias_again);
+  return bias_again && gpumem__biased_lock_can_bias();
 }
 
 /* Sleeps while the shared lock reads GPUMEM__LOCKED_WAITERS (returns at once if it has
@@ -150,6 +163,6 @@ void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
   uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
   if (++lock->run_length >= needed && !lock->no_new_bias &&
       atomic_load_explicit(&lock->locked, memory_order_relaxed) == GPUMEM__LOCKED &&
-      gpumem__biased_lock_can_bias())
+      gpumem__biased_lock_biases_again())
     bias_to(lock, self);
 }

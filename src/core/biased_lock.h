@@ -24,6 +24,7 @@
  * revocation's barrier cost doubles the run the next one needs (the lock's `run_needed`),
  * one that saved more halves it, so threads that alternate faster than a barrier pays for
  * stop being biased (docs/gpu-runs.md, fifteenth session, has what it saves).
+ * GPUMEM_BIAS_AGAIN=0 turns that off: the first revocation is then for good.
  *
  * Why the barrier makes it safe: the owner enters by storing its flag in `inside` and then
  * loading its flag in `revoked`; the revoker stores that `revoked` flag and then loads the
@@ -86,6 +87,8 @@ static inline uintptr_t gpumem__bias_word(uintptr_t token, unsigned slot) {
 
 /* Whether locks may be biased in this process (membarrier registered, no ThreadSanitizer). */
 bool gpumem__biased_lock_can_bias(void);
+/* Whether a revoked lock may be biased again: it can bias, and GPUMEM_BIAS_AGAIN is not 0. */
+bool gpumem__biased_lock_biases_again(void);
 /* From now on the lock is never biased again (a bias that holds now ends when another
  * thread revokes it, or here if it is the caller's and the caller holds the shared lock):
  * for a caller whose hot paths, biased, could not serve what other threads started. Called

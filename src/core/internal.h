@@ -446,7 +446,8 @@ typedef enum gpumem__option {
   /* GPUMEM_DEBUG_QUARANTINE and _BLOCKS: level 3's quarantine, in bytes and in blocks */
   GPUMEM__OPT_DEBUG_QUARANTINE,
   GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS,
-  GPUMEM__OPT_LOG_FILE, /* GPUMEM_LOG_FILE: log default resources; logs' default file */
+  GPUMEM__OPT_LOG_FILE,   /* GPUMEM_LOG_FILE: log default resources; logs' default file */
+  GPUMEM__OPT_BIAS_AGAIN, /* GPUMEM_BIAS_AGAIN: 0: a revoked lock is never biased again */
   GPUMEM__OPT_COUNT
 } gpumem__option;
 

@@ -53,6 +53,10 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
     [GPUMEM__OPT_LOG_FILE] = {"GPUMEM_LOG_FILE", "",
                               "log each device's default resource to this file (.devN "
                               "before the extension); the file of logs given none"},
+    [GPUMEM__OPT_BIAS_AGAIN] = {"GPUMEM_BIAS_AGAIN", "1",
+                                "1: a lock another thread took from its first thread is "
+                                "biased again to a thread that takes it alone many times; "
+                                "0: never"},
 };
 
 static pthread_once_t options_once = PTHREAD_ONCE_INIT;
