@@ -10,9 +10,10 @@
  *   again: threads taking long turns are biased in most of them; with an intruder revoking
  *   now and then they lose no update; turns too short to pay for a revocation stop the
  *   biases; a thread holding an owner word of its own from before a revocation and a new
- *   bias backs off; no new bias ends the one its caller just earned; a lock biases at most
- *   GPUMEM__BIAS_SLOTS threads over its life. With GPUMEM_BIAS_AGAIN=0 (a variant of this
- *   test) a revocation is for good.
+ *   bias backs off; a revoker that found the owner inside says it waited; no new bias
+ *   ends the one its caller just earned; a lock biases at most GPUMEM__BIAS_SLOTS threads
+ *   over its life. With GPUMEM_BIAS_AGAIN=0 (a variant of this test) a revocation is for
+ *   good.
  * - In a child of fork, a lock the parent biased is revoked by the child's threads.
  * - A waiter on the shared lock goes to sleep rather than spin on (the lock says so), and
  *   the unlock wakes it; many more threads than processors, each taking the lock again and
@@ -328,6 +329,34 @@ static void test_stale_owner_backs_off(void) {
   printf("a stale owner word backs off, the new owner inside or not\n");
 }
 
+/* ---- a revoker that waits for the owner ---- */
+
+static atomic_int revoker_waited = -1;
+
+static void *revoke_and_report(void *arg) {
+  atomic_store(&revoker_waited, gpumem__biased_lock_take_shared(arg));
+  gpumem__biased_lock_release(arg);
+  return NULL;
+}
+
+/* A thread that revokes a bias whose owner is inside says so (a pool counts it as threads
+ * meeting at its lock); one that finds the owner out does not. */
+static void test_revoker_reports_wait(void) {
+  static gpumem__biased_lock lock;
+  gpumem__biased_lock_take(&lock); /* the first taker: biased where it can be */
+  gpumem__biased_lock_release(&lock);
+  gpumem__biased_lock_take(&lock); /* inside through the bias */
+  pthread_t other;
+  CHECK_EQ(pthread_create(&other, NULL, revoke_and_report, &lock), 0);
+  usleep(20000);
+  gpumem__biased_lock_release(&lock);
+  CHECK_EQ(pthread_join(other, NULL), 0);
+  CHECK_EQ(atomic_load(&revoker_waited), (int)gpumem__biased_lock_can_bias());
+  CHECK(!gpumem__biased_lock_take_shared(&lock)); /* no bias to revoke now */
+  gpumem__biased_lock_release(&lock);
+  printf("a revoker that waited for the owner inside says so\n");
+}
+
 /* ---- no new bias ---- */
 
 static void *revoke_once(void *arg) {
@@ -551,6 +580,7 @@ int main(void) {
   test_turns_with_an_intruder();
   test_short_turns_stop_biases();
   test_stale_owner_backs_off();
+  test_revoker_reports_wait();
   test_no_new_bias();
   test_slots_run_out();
   test_revocation_after_fork();

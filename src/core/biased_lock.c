@@ -89,8 +89,9 @@ static void bias_to(gpumem__biased_lock *lock, uintptr_t self) {
   atomic_store_explicit(&lock->owner, gpumem__bias_word(self, slot), memory_order_release);
 }
 
-/* Takes the bias away from `word`'s thread, with the shared lock held: see biased_lock.h. */
-static void revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
+/* Takes the bias away from `word`'s thread, with the shared lock held: see biased_lock.h.
+ * True when the owner was inside, and this thread waited for it. */
+static bool revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
   unsigned slot = word & 7;
   atomic_store_explicit(&lock->revoked[slot], 1, memory_order_relaxed);
   /* If no barrier can be had at all there is no safe way on: the process stops rather than
@@ -99,6 +100,7 @@ static void revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
   if (!gpumem__thread_barrier())
     __builtin_trap();
   uint64_t barrier_ns = now_ns() - start;
+  bool waited = atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
   for (unsigned spins = 0; atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
        spins++) {
     if (spins < 128)
@@ -123,6 +125,7 @@ static void revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
   else if (needed < UINT32_MAX / 2)
     lock->run_needed = needed * 2;
   lock->run_token = 0;
+  return waited;
 }
 
 void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock) {
@@ -137,23 +140,19 @@ void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock) {
   }
 }
 
-void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
+bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
   take_shared(lock);
   uintptr_t self = gpumem__thread_token();
   uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  if (word != 0) {
-    if (word >> 3 != self)
-      revoke_bias(lock, word);
-    /* else not reached: the owner takes the shared lock only once revoked */
-    return;
-  }
+  if (word != 0) /* the owner takes the shared lock only once revoked, or holding no bias */
+    return word >> 3 != self && revoke_bias(lock, word);
   if (!lock->biased_before) {
     /* The first taker: nobody else is inside (they would hold the shared lock), and from
      * now on this thread enters without it. */
     lock->biased_before = true;
     if (gpumem__biased_lock_can_bias())
       bias_to(lock, self);
-    return;
+    return false;
   }
   /* No bias holds: a run of this thread's takes with nobody waiting earns it one. */
   if (lock->run_token != self) {
@@ -165,4 +164,5 @@ void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
       atomic_load_explicit(&lock->locked, memory_order_relaxed) == GPUMEM__LOCKED &&
       gpumem__biased_lock_biases_again())
     bias_to(lock, self);
+  return false;
 }

@@ -94,8 +94,9 @@ bool gpumem__biased_lock_biases_again(void);
  * for a caller whose hot paths, biased, could not serve what other threads started. Called
  * with the lock held. */
 void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock);
-/* Takes the shared lock (and biases or revokes); the slow path of gpumem__biased_lock_take. */
-void gpumem__biased_lock_take_shared(gpumem__biased_lock *lock);
+/* Takes the shared lock (and biases or revokes); the slow path of gpumem__biased_lock_take.
+ * True when it revoked a bias whose owner was inside, and so waited for another thread. */
+bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock);
 /* Wakes one thread asleep on the shared lock, which was just released. */
 void gpumem__biased_lock_wake(gpumem__biased_lock *lock);
 

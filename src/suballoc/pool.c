@@ -352,7 +352,8 @@ static void note_thread(pool_resource *pool, bool waited) {
 static inline void take_shared(pool_resource *pool, bool fronts_made) {
   bool waited = !fronts_made &&
                 atomic_load_explicit(&pool->lock.locked, memory_order_relaxed) != GPUMEM__UNLOCKED;
-  gpumem__biased_lock_take_shared(&pool->lock);
+  /* A bias owner found inside counts too: its thread was in the pool at the same time. */
+  waited |= gpumem__biased_lock_take_shared(&pool->lock);
   if (GPUMEM_UNLIKELY(!fronts_made))
     note_thread(pool, waited);
 }
