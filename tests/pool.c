@@ -612,7 +612,9 @@ static void *thread_worker(void *arg) {
       CHECK_OK(
           gpumem_deallocate(shared_pool, box->ptr[box->count], box->bytes[box->count], stream));
     } else {
-      size_t bytes = 1 + (x >> 40) % 70000;
+      /* Up to past what fronts serve (256 KiB): their blocks of 128 KiB and more come from
+       * the large region of a pool over vmm. */
+      size_t bytes = 1 + (x >> 40) % 300000;
       CHECK_OK(gpumem_allocate(shared_pool, bytes, stream, &box->ptr[box->count]));
       box->bytes[box->count++] = bytes;
     }
@@ -803,6 +805,7 @@ static void test_threads(const char *spec) {
   CHECK_U64_EQ(check_query(shared_pool, GPUMEM_QUERY_FREE_BYTES),
                check_query(shared_pool, GPUMEM_QUERY_RESERVED_BYTES));
   CHECK_NO_HAZARD("no work uses these blocks; tests/gpu/concurrency.cu runs threads with kernels");
+  CHECK_OK(gpumem__validate(shared_pool));
   CHECK_OK(gpumem_resource_release(shared_pool));
   printf("%-34s %d threads freeing each other's blocks passed\n", spec, thread_count);
 }
