@@ -220,31 +220,51 @@ def _cache_of(output):
     return cache if cache is not None else output.get("past_key_values")
 
 
+def _greedy_generation(ctx, model, vocab, steps, batches, prompts, new_tokens):
+    """Greedy decoding as generate() does it, `steps` requests: each a random batch, prompt
+    length and count of new tokens from the given (low, high) ranges (toy sizes in a smoke
+    run); the prompt at once, then one token a step with the cache the model hands back."""
+    torch = ctx.torch
+    # transformers 5 renames the cache argument past_key_values to cache (by 5.24).
+    parameters = inspect.signature(model.forward).parameters
+    cache_argument = "cache" if "cache" in parameters else "past_key_values"
+    with torch.inference_mode():
+        for _ in ctx.steps(steps):
+            batch = ctx.randint(*batches) if not ctx.smoke else 2
+            prompt = ctx.tokens(batch, ctx.randint(*prompts) if not ctx.smoke else 8, vocab)
+            count = ctx.randint(*new_tokens) if not ctx.smoke else 4
+            out = model(input_ids=prompt, use_cache=True)
+            past, token, generated = _cache_of(out), out.logits[:, -1:].argmax(-1), [prompt]
+            for _ in range(count):
+                generated.append(token)
+                out = model(input_ids=token, use_cache=True, **{cache_argument: past})
+                past, token = _cache_of(out), out.logits[:, -1:].argmax(-1)
+            torch.cat(generated, dim=1).cpu()
+            del out, past, token, generated
+
+
 @workload("inference", "varying", "GPT-2 autoregressive generation, fp16, KV cache growing a "
           "token at a time: random batch (1 to 8), prompt (16 to 256) and new tokens (32 to 128)")
 def gpt2_generate(ctx):
     torch = ctx.torch
     model, config = _gpt2(ctx)
     model = model.to(torch.float16 if ctx.cuda else torch.float32).eval()
-    # transformers 5 renames the cache argument past_key_values to cache (by 5.24).
-    parameters = inspect.signature(model.forward).parameters
-    cache_argument = "cache" if "cache" in parameters else "past_key_values"
-    with torch.inference_mode():
-        for _ in ctx.steps(10):
-            batch = ctx.randint(1, 8) if not ctx.smoke else 2
-            prompt = ctx.tokens(batch, ctx.randint(16, 256) if not ctx.smoke else 8,
-                                config.vocab_size)
-            new_tokens = ctx.randint(32, 128) if not ctx.smoke else 4
-            # Greedy decoding, as generate() does it: the prompt at once, then one token a
-            # step with the cache the model hands back.
-            out = model(input_ids=prompt, use_cache=True)
-            past, token, generated = _cache_of(out), out.logits[:, -1:].argmax(-1), [prompt]
-            for _ in range(new_tokens):
-                generated.append(token)
-                out = model(input_ids=token, use_cache=True, **{cache_argument: past})
-                past, token = _cache_of(out), out.logits[:, -1:].argmax(-1)
-            torch.cat(generated, dim=1).cpu()
-            del out, past, token, generated
+    _greedy_generation(ctx, model, config.vocab_size, 10, (1, 8), (16, 256), (32, 128))
+
+
+@workload("inference", "varying", "LLaMA-style decoder (6 layers, 512 wide, grouped-query "
+          "attention) generating in bf16 with a KV cache: random batch (1 to 16), prompt (32 "
+          "to 512) and new tokens (16 to 64)")
+def llama_generate(ctx):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=32000, hidden_size=ctx.size(512, 64),
+                         intermediate_size=ctx.size(1408, 128),
+                         num_hidden_layers=ctx.size(6, 2), num_attention_heads=ctx.size(8, 4),
+                         num_key_value_heads=ctx.size(4, 2), max_position_embeddings=2048)
+    dtype = ctx.torch.bfloat16 if ctx.cuda else ctx.torch.float32
+    model = LlamaForCausalLM(config).to(device=ctx.device, dtype=dtype).eval()
+    _greedy_generation(ctx, model, config.vocab_size, 12, (1, 16), (32, 512), (16, 64))
 
 
 @workload("inference", "varying", "BERT encoder (6 layers, 768 wide) serving requests, fp16: "
@@ -276,6 +296,26 @@ def bert_server(ctx):
             out = model(input_ids=ids, attention_mask=mask)
             out.pooler_output.float().cpu()  # waits for the request: its inputs are idle
             del ids, mask, out
+
+
+@workload("training", "varying", "BERT (6 layers, 768 wide) sequence-classification "
+          "fine-tuning, bf16 autocast, AdamW: random batch (8 to 32) and length (32 to 512)")
+def bert_finetune_varlen(ctx):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(vocab_size=30522, hidden_size=ctx.size(768, 64),
+                        num_hidden_layers=ctx.size(6, 2), num_attention_heads=ctx.size(12, 4),
+                        intermediate_size=ctx.size(3072, 128), max_position_embeddings=512,
+                        num_labels=2)
+    model = BertForSequenceClassification(config).to(ctx.device).train()
+    optimizer = ctx.torch.optim.AdamW(model.parameters(), lr=2e-5)
+    training = Training(ctx, model, optimizer, clip_norm=1.0)
+    for _ in ctx.steps(16):
+        batch = ctx.randint(8, 32) if not ctx.smoke else 2
+        ids = ctx.tokens(batch, ctx.randint(32, 512) if not ctx.smoke else 16, config.vocab_size)
+        labels = ctx.torch.randint(0, 2, (batch,), device=ctx.device)
+        training.step(lambda model, ids, labels: model(input_ids=ids, labels=labels).loss, ids,
+                      labels)
 
 
 # ---- vision ----
@@ -417,6 +457,44 @@ def efficientnet_train_multiscale(ctx):
     _image_training(ctx, model, lambda step: ctx.randint(12, 24) if not ctx.smoke else 2,
                     lambda step: ctx.rng.choice([160, 192, 224, 256, 288]) if not ctx.smoke
                     else 64, steps=10, dtype=ctx.torch.bfloat16)
+
+
+@workload("training", "fixed", "Swin-T (timm, else torchvision) image classification "
+          "training, channels-last, fp16 autocast with a gradient scaler, batch 32 at 224 x 224")
+def swin_train_amp(ctx):
+    try:
+        import timm
+
+        model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False,
+                                  num_classes=1000)
+    except ImportError:
+        import torchvision
+
+        model = torchvision.models.swin_t(weights=None)
+    _image_training(ctx, model, lambda step: ctx.size(32, 2), lambda step: 224, steps=8,
+                    dtype=ctx.torch.float16)
+
+
+@workload("inference", "varying", "ViT-B/16 (timm, else torchvision) image classification "
+          "serving, fp16: each request a random batch (1 to 64) at 224 x 224")
+def vit_infer_varbatch(ctx):
+    torch = ctx.torch
+    try:
+        import timm
+
+        model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=1000)
+    except ImportError:
+        import torchvision
+
+        model = torchvision.models.vit_b_16(weights=None)
+    model = model.to(ctx.device).to(torch.float16 if ctx.cuda else torch.float32).eval()
+    with torch.inference_mode():
+        for _ in ctx.steps(40):
+            batch = ctx.randint(1, 64) if not ctx.smoke else 2
+            images = torch.randn(batch, 3, 224, 224, device=ctx.device,
+                                 dtype=torch.float16 if ctx.cuda else torch.float32)
+            model(images).float().softmax(-1).cpu()
+            del images
 
 
 # ---- recurrent ----
