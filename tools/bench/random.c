@@ -414,18 +414,23 @@ static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int
   }
 }
 
-/* A thread's own timed passes, medians over the repetitions: the fastest thread's and the
- * slowest's, in ms (the run's figure spans from the first start to the last end, so a gap
- * between them says that threads waited for each other or started apart). */
+/* Thread i's own timed pass, the median over the repetitions, in ms. */
+static double thread_pass_ms(const thread_run *runs, int i, int repeat) {
+  uint64_t own[BENCH_MAX_REPEAT];
+  for (int r = 0; r < repeat; r++)
+    own[r] = runs[i].end_ns[r] - runs[i].start_ns[r];
+  return bench_pass_times_of(own, repeat).median_ns / 1e6;
+}
+
+/* The fastest thread's own pass and the slowest's, in ms (the run's figure spans from the
+ * first start to the last end, so a gap between them says that threads waited for each
+ * other, started apart or ran on unequal processors). */
 static void thread_pass_spread(const thread_run *runs, int count, int repeat, double *fastest_ms,
                                double *slowest_ms) {
   *fastest_ms = 1e300;
   *slowest_ms = 0;
   for (int i = 0; i < count; i++) {
-    uint64_t own[BENCH_MAX_REPEAT];
-    for (int r = 0; r < repeat; r++)
-      own[r] = runs[i].end_ns[r] - runs[i].start_ns[r];
-    double ms = bench_pass_times_of(own, repeat).median_ns / 1e6;
+    double ms = thread_pass_ms(runs, i, repeat);
     *fastest_ms = ms < *fastest_ms ? ms : *fastest_ms;
     *slowest_ms = ms > *slowest_ms ? ms : *slowest_ms;
   }
@@ -459,7 +464,12 @@ static void print_thread_stats(bench_allocator *alloc, const char *mode, const t
            (unsigned long long)s.returns_sent, (unsigned long long)s.returns_taken,
            (unsigned long long)s.held_bytes, (double)s.lock_wait_ns / 1e6,
            (double)s.lock_hold_ns / 1e6);
-  printf("}\n");
+  /* Every thread's, in thread order: on the GPU host, threads on some processors run the
+   * same work a third faster with no allocator at all (docs/gpu-runs.md). */
+  printf(",\"each_thread_ms\":[");
+  for (int i = 0; i < count; i++)
+    printf("%s%.2f", i ? "," : "", thread_pass_ms(runs, i, repeat));
+  printf("]}\n");
   fflush(stdout);
 }
 
