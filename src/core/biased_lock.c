@@ -4,8 +4,6 @@
 #include "core/biased_lock.h"
 #include "core/internal.h"
 
-#include <time.h>
-
 #if defined(__linux__)
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -66,12 +64,6 @@ static void take_shared(gpumem__biased_lock *lock) {
     sleep_on(lock);
 }
 
-static uint64_t now_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-}
-
 /* Biases the lock to the calling thread, which holds the shared lock while no bias holds,
  * if it has or can claim a slot. */
 static void bias_to(gpumem__biased_lock *lock, uintptr_t self) {
@@ -96,10 +88,10 @@ static bool revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
   atomic_store_explicit(&lock->revoked[slot], 1, memory_order_relaxed);
   /* If no barrier can be had at all there is no safe way on: the process stops rather than
    * corrupt a pool. */
-  uint64_t start = now_ns();
+  uint64_t start = gpumem__now_ns();
   if (!gpumem__thread_barrier())
     __builtin_trap();
-  uint64_t barrier_ns = now_ns() - start;
+  uint64_t barrier_ns = gpumem__now_ns() - start;
   bool waited = atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
   for (unsigned spins = 0; atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
        spins++) {

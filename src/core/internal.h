@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define GPUMEM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define GPUMEM_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -22,6 +23,13 @@
 #define GPUMEM_COLD __attribute__((cold, noinline))
 /* For the less common paths of hot functions that must stay fast: out of line, not cold. */
 #define GPUMEM_NOINLINE __attribute__((noinline))
+
+/* The monotonic clock, in ns: for the slow paths that time themselves. */
+static inline uint64_t gpumem__now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
 
 /* Most devices a process can address; the per-device tables are this long. */
 #define GPUMEM_MAX_DEVICES 64

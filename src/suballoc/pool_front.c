@@ -92,7 +92,6 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A class's first refill carves this many bytes' worth of blocks (at least one); each
  * later refill of the class twice as many as the one before, up to BATCH_BYTES' worth and
@@ -155,27 +154,21 @@ static inline void bump(_Atomic uint64_t *counter) {
   gpumem__slot_count(counter, 1);
 }
 
-static inline uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* The pool's lock, taken for front `f`'s thread and timed (only the fronts' slow paths take
  * it): how long its threads waited for it and held it (gpumem-bench threads --stats), which
  * is what bounds the pool's throughput when many threads share it. Returns when it was
  * taken, for release_pool. */
 static inline uint64_t take_pool(pool_resource *pool, pool_front *f) {
   bump(&f->pool_locks);
-  uint64_t before = now_ns();
+  uint64_t before = gpumem__now_ns();
   gpumem__biased_lock_take(&pool->lock);
-  uint64_t taken = now_ns();
+  uint64_t taken = gpumem__now_ns();
   gpumem__slot_count(&f->lock_wait_ns, taken - before);
   return taken;
 }
 
 static inline void release_pool(pool_resource *pool, pool_front *f, uint64_t taken) {
-  gpumem__slot_count(&f->lock_hold_ns, now_ns() - taken);
+  gpumem__slot_count(&f->lock_hold_ns, gpumem__now_ns() - taken);
   gpumem__biased_lock_release(&pool->lock);
 }
 
