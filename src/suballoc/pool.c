@@ -26,9 +26,9 @@
  * cache limit (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
  * by size class, before it coalesces them: programs free and ask again for the same sizes
  * all the time, and a block that goes straight back to the next request of its class costs
- * no splitting, merging or indexing. Under 8 KiB a class is one size; above,
- * a block handed out from the cache may be up to 1/16 larger than the rounded request
- * (cutting it down costs as much as the free index does). The cache is coalesced into the
+ * no splitting, merging or indexing. Under 8 KiB a class is one size; above, a block handed
+ * out from the cache may be up to 1/16 larger than the rounded request (cutting it down
+ * costs as much as the free index does). The cache is coalesced into the
  * free index when full, before the pool grows, waits for the device or is trimmed, before a
  * free-memory query, and once a second stream comes.
  *

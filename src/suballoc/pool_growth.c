@@ -138,7 +138,6 @@ void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstre
                               size_t growth_rounding, size_t fixed_block) {
   pool->grows_in_place = gpumem__places_at_address(upstream);
   pool->growth_rounding = growth_rounding ? growth_rounding : GROWTH_ROUNDING;
-  pool->cache_limit = GPUMEM__POOL_CACHE_LIMIT;
   if (!pool->grows_in_place)
     return;
   /* Growth steps are whole granules (by default one), or the upstream would map more than
@@ -155,6 +154,4 @@ void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstre
   pool->piece_size = upstream->caps.piece_size;
   pool->regions[GPUMEM__POOL_REGION_SMALL].base = base + size / 2 / granularity * granularity;
   pool->split_regions = !fixed_block;
-  if (pool->split_regions)
-    pool->cache_limit = GPUMEM__POOL_SMALL_LIMIT;
 }

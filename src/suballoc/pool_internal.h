@@ -31,10 +31,9 @@
 
 /* The cache holds blocks under its limit in one list per class of the free index (a power of
  * two cut in 16: exact sizes under 8 KiB, within 1/16 above), up to GPUMEM__POOL_CACHE_MAX of
- * them. Where the pool grows in place the limit is the small region's (the pool's
- * cache_limit): keeping larger blocks whole as well moved large placements enough to cost 2
- * to 4 % more memory on real traces, and a cached block of the large region never makes
- * room there. */
+ * them. Where the pool grows in place the limit is the small region's (cache_limit()): keeping
+ * larger blocks whole as well moved large placements enough to cost 2 to 4 % more memory on real
+ * traces, and a cached block of the large region never makes room there. */
 #define GPUMEM__POOL_CACHE_LIMIT ((size_t)1 << 20)
 #define GPUMEM__POOL_CACHE_CLASSES 144 /* the classes of sizes under the limit */
 #define GPUMEM__POOL_CACHE_MAX 1024
@@ -219,7 +218,6 @@ typedef struct pool_resource {
   gpumem_pool_options options;
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
-  size_t cache_limit;  /* the cache keeps blocks under this (GPUMEM__POOL_CACHE_LIMIT says) */
   size_t growth_rounding;
   free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
   free_set **sets; /* every set, the fresh one first */
@@ -437,9 +435,15 @@ static inline size_t cache_class(size_t size) {
   return gpumem__class_index(size >> GPUMEM__BLOCK_UNIT_SHIFT);
 }
 
+/* The cache keeps blocks under this: the small region's limit where the pool keeps one
+ * (GPUMEM__POOL_CACHE_LIMIT says why). */
+static inline size_t cache_limit(const pool_resource *pool) {
+  return pool->split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT;
+}
+
 /* Whether a freed block of `set` may go to its cache rather than the free index. */
 static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return !pool->multi_stream && block->size < pool->cache_limit;
+  return !pool->multi_stream && block->size < cache_limit(pool);
 }
 
 /* Whether the cache of `set` has room for one more block. */
