@@ -41,7 +41,7 @@ static void *lock_once(void *arg) {
 }
 
 static bool biased_to_me(gpumem__biased_lock *lock) {
-  return gpumem__biased_lock_my_gate(lock) != NULL;
+  return atomic_load(&lock->owner) >> 3 == gpumem__thread_token();
 }
 
 static void test_bias_and_revocation(void) {
@@ -49,15 +49,15 @@ static void test_bias_and_revocation(void) {
   gpumem__biased_lock_release(&shared_lock);
   if (gpumem__biased_lock_can_bias()) {
     CHECK(atomic_load(&shared_lock.owner) == gpumem__bias_word(gpumem__thread_token(), 0));
-    CHECK_EQ(atomic_load(&shared_lock.gates[0].closed), 0);
+    CHECK_EQ(atomic_load(&shared_lock.revoked[0]), 0);
     /* Taken through the bias: the shared lock stays free. */
     gpumem__biased_lock_take(&shared_lock);
     CHECK(gpumem__biased_lock_inside_as_owner(&shared_lock));
-    CHECK_EQ(atomic_load(&shared_lock.gates[0].inside), 1);
+    CHECK_EQ(atomic_load(&shared_lock.inside[0]), 1);
     CHECK_EQ(atomic_load(&shared_lock.locked), 0);
     CHECK(gpumem__biased_lock_held(&shared_lock));
     gpumem__biased_lock_release(&shared_lock);
-    CHECK_EQ(atomic_load(&shared_lock.gates[0].inside), 0);
+    CHECK_EQ(atomic_load(&shared_lock.inside[0]), 0);
     CHECK(!gpumem__biased_lock_held(&shared_lock));
     /* Enough takes through the bias to pay for its revocation's barrier. */
     for (int i = 0; i < 100000; i++) {
@@ -69,7 +69,7 @@ static void test_bias_and_revocation(void) {
   CHECK_EQ(pthread_create(&other, NULL, lock_once, NULL), 0);
   CHECK_EQ(pthread_join(other, NULL), 0);
   CHECK(atomic_load(&shared_lock.owner) == 0); /* so the former owner never writes its flag */
-  CHECK_EQ(atomic_load(&shared_lock.gates[0].closed), gpumem__biased_lock_can_bias());
+  CHECK_EQ(atomic_load(&shared_lock.revoked[0]), gpumem__biased_lock_can_bias());
   /* The former owner now takes the shared lock like everyone. */
   gpumem__biased_lock_take(&shared_lock);
   CHECK_EQ(atomic_load(&shared_lock.locked), 1);
@@ -155,15 +155,9 @@ static void test_exclusion_across_revocation(void) {
     CHECK(atomic_load(&r.lock.owner) == 0);
     CHECK_EQ(atomic_load(&r.lock.locked), 0);
     for (int slot = 0; slot < GPUMEM__BIAS_SLOTS; slot++)
-      CHECK_EQ(atomic_load(&r.lock.gates[slot].inside), 0);
+      CHECK_EQ(atomic_load(&r.lock.inside[slot]), 0);
   }
   printf("%d rounds of %d threads through a revocation: no update lost\n", rounds, contenders + 1);
-}
-
-/* Waits, asleep, until `word` reads `value`: the threads of these tests take turns by it. */
-static void wait_for(atomic_int *word, int value) {
-  while (atomic_load(word) != value)
-    usleep(20);
 }
 
 /* ---- new biases for threads that take turns ---- */
@@ -192,7 +186,8 @@ static void *take_turns(void *arg) {
     int mine = k * turn_threads + m->index;
     /* Asleep between turns, as a program's threads are: a yielding thread would keep a
      * processor busy, and the revocations' barrier would interrupt it there. */
-    wait_for(&t->turn, mine);
+    while (atomic_load(&t->turn) != mine)
+      usleep(20);
     for (int i = 0; i < t->run; i++)
       increment(&t->r, t->spin);
     if (biased_to_me(&t->r.lock))
@@ -232,7 +227,7 @@ static void run_turns(turns *t, bool intruder) {
                                  (uint64_t)atomic_load(&t->intruder_takes));
   CHECK_EQ(atomic_load(&t->r.lock.locked), 0);
   for (int slot = 0; slot < GPUMEM__BIAS_SLOTS; slot++)
-    CHECK_EQ(atomic_load(&t->r.lock.gates[slot].inside), 0);
+    CHECK_EQ(atomic_load(&t->r.lock.inside[slot]), 0);
 }
 
 static void test_turns_earn_biases(void) {
@@ -296,7 +291,8 @@ static void *earn_and_hold(void *arg) {
     s->word = atomic_load(&s->lock.owner);
   }
   atomic_store(&s->step, 1);
-  wait_for(&s->step, 2);
+  while (atomic_load(&s->step) != 2)
+    usleep(100);
   if (s->word)
     gpumem__biased_lock_release(&s->lock);
   return NULL;
@@ -312,23 +308,24 @@ static void test_stale_owner_backs_off(void) {
   gpumem__biased_lock_take(&s.lock);
   gpumem__biased_lock_release(&s.lock);
   uintptr_t stale = atomic_load(&s.lock.owner);
-  CHECK(gpumem__bias_token(stale) == gpumem__thread_token());
+  CHECK(stale >> 3 == gpumem__thread_token());
   pthread_t other;
   CHECK_EQ(pthread_create(&other, NULL, earn_and_hold, &s), 0);
-  wait_for(&s.step, 1);
-  CHECK(s.word != 0 && gpumem__bias_gate(&s.lock, s.word) != gpumem__bias_gate(&s.lock, stale));
+  while (atomic_load(&s.step) != 1)
+    usleep(100);
+  CHECK(s.word != 0 && (s.word & 7) != (stale & 7));
   /* The new owner inside: the stale word gets nothing and leaves its flags alone. */
   CHECK(!gpumem__biased_lock_enter_as(&s.lock, stale));
-  CHECK_EQ(atomic_load(&gpumem__bias_gate(&s.lock, stale)->inside), 0);
-  CHECK_EQ(atomic_load(&gpumem__bias_gate(&s.lock, s.word)->inside), 1);
-  CHECK_EQ(atomic_load(&gpumem__bias_gate(&s.lock, s.word)->closed), 0);
+  CHECK_EQ(atomic_load(&s.lock.inside[stale & 7]), 0);
+  CHECK_EQ(atomic_load(&s.lock.inside[s.word & 7]), 1);
+  CHECK_EQ(atomic_load(&s.lock.revoked[s.word & 7]), 0);
   CHECK(atomic_load(&s.lock.owner) == s.word);
   atomic_store(&s.step, 2);
   CHECK_EQ(pthread_join(other, NULL), 0);
   /* And with the new owner out. */
   CHECK(!gpumem__biased_lock_enter_as(&s.lock, stale));
   CHECK(atomic_load(&s.lock.owner) == s.word);
-  CHECK_EQ(atomic_load(&gpumem__bias_gate(&s.lock, s.word)->inside), 0);
+  CHECK_EQ(atomic_load(&s.lock.inside[s.word & 7]), 0);
   printf("a stale owner word backs off, the new owner inside or not\n");
 }
 
@@ -419,7 +416,8 @@ typedef struct slot_member {
 static void *run_for_a_slot(void *arg) {
   slot_member *m = arg;
   slot_run *s = m->s;
-  wait_for(&s->turn, m->index);
+  while (atomic_load(&s->turn) != m->index)
+    usleep(20);
   /* Until biased, or far longer than any run a bias could need here. */
   for (int i = 0; i < 100000 && !biased_to_me(&s->lock); i++) {
     gpumem__biased_lock_take(&s->lock);
@@ -433,7 +431,8 @@ static void *run_for_a_slot(void *arg) {
     gpumem__biased_lock_release(&s->lock);
   }
   atomic_store(&s->turn, m->index + 1);
-  wait_for(&s->turn, slot_threads); /* alive, so that no token is reused */
+  while (atomic_load(&s->turn) != slot_threads) /* alive, so that no token is reused */
+    usleep(100);
   return NULL;
 }
 

@@ -77,26 +77,29 @@ static void bias_to(gpumem__biased_lock *lock, uintptr_t self) {
   if (slot == GPUMEM__BIAS_SLOTS)
     return; /* every slot is another thread's: this one stays on the shared lock */
   lock->biased_takes = 0;
-  lock->gates[slot].membarrier = true; /* biases are only where the barrier is */
-  atomic_store_explicit(&lock->gates[slot].closed, 0, memory_order_relaxed);
+  atomic_store_explicit(&lock->revoked[slot], 0, memory_order_relaxed);
   atomic_store_explicit(&lock->owner, gpumem__bias_word(self, slot), memory_order_release);
-}
-
-/* The run of shared takes the next bias needs. */
-static uint32_t run_needed(const gpumem__biased_lock *lock) {
-  return lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
 }
 
 /* Takes the bias away from `word`'s thread, with the shared lock held: see biased_lock.h.
  * True when the owner was inside, and this thread waited for it. */
 static bool revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
-  gpumem__slot_gate *gate = gpumem__bias_gate(lock, word);
-  atomic_store_explicit(&gate->closed, 1, memory_order_relaxed);
+  unsigned slot = word & 7;
+  atomic_store_explicit(&lock->revoked[slot], 1, memory_order_relaxed);
+  /* If no barrier can be had at all there is no safe way on: the process stops rather than
+   * corrupt a pool. */
   uint64_t start = gpumem__now_ns();
-  gpumem__gate_fence(true); /* no barrier at all: the process stops rather than corrupt */
+  if (!gpumem__thread_barrier())
+    __builtin_trap();
   uint64_t barrier_ns = gpumem__now_ns() - start;
-  bool waited = atomic_load_explicit(&gate->inside, memory_order_acquire);
-  gpumem__gate_wait_out(gate);
+  bool waited = atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
+  for (unsigned spins = 0; atomic_load_explicit(&lock->inside[slot], memory_order_acquire);
+       spins++) {
+    if (spins < 128)
+      gpumem__cpu_relax();
+    else
+      sched_yield();
+  }
   /* The former owner, no longer recognised, now leaves its flag alone as every other thread
    * does. Had it kept storing its flag on each call before seeing the revocation, it would
    * write a line that all of them read on each call: on the GPU host, 8 threads on their own
@@ -108,7 +111,7 @@ static bool revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
    * long; one that paid halves the run, down to GPUMEM__BIAS_RUN, so that threads whose
    * turns are now long, now short settle where most biases pay. The owner is out: its count
    * is final. */
-  uint32_t needed = run_needed(lock);
+  uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
   if (lock->biased_takes * GPUMEM__BIAS_SAVES_NS >= barrier_ns)
     lock->run_needed = needed / 2 > GPUMEM__BIAS_RUN ? needed / 2 : GPUMEM__BIAS_RUN;
   else if (needed < UINT32_MAX / 2)
@@ -121,9 +124,10 @@ void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock) {
   lock->no_new_bias = true;
   /* A bias this very take earned, which the caller holds the shared lock under: only the
    * caller could enter through it, so it ends without a barrier. */
-  gpumem__slot_gate *gate = gpumem__biased_lock_my_gate(lock);
-  if (gate && !atomic_load_explicit(&gate->inside, memory_order_relaxed)) {
-    atomic_store_explicit(&gate->closed, 1, memory_order_relaxed);
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  if (word >> 3 == gpumem__thread_token() &&
+      !atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed)) {
+    atomic_store_explicit(&lock->revoked[word & 7], 1, memory_order_relaxed);
     atomic_store_explicit(&lock->owner, 0, memory_order_relaxed);
   }
 }
@@ -133,7 +137,7 @@ bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
   uintptr_t self = gpumem__thread_token();
   uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
   if (word != 0) /* the owner takes the shared lock only once revoked, or holding no bias */
-    return gpumem__bias_token(word) != self && revoke_bias(lock, word);
+    return word >> 3 != self && revoke_bias(lock, word);
   if (!lock->biased_before) {
     /* The first taker: nobody else is inside (they would hold the shared lock), and from
      * now on this thread enters without it. */
@@ -147,7 +151,8 @@ bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
     lock->run_token = self;
     lock->run_length = 0;
   }
-  if (++lock->run_length >= run_needed(lock) && !lock->no_new_bias &&
+  uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
+  if (++lock->run_length >= needed && !lock->no_new_bias &&
       atomic_load_explicit(&lock->locked, memory_order_relaxed) == GPUMEM__LOCKED &&
       gpumem__biased_lock_biases_again())
     bias_to(lock, self);

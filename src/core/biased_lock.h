@@ -26,14 +26,16 @@
  * stop being biased (docs/gpu-runs.md, fifteenth session, has what it saves).
  * GPUMEM_BIAS_AGAIN=0 turns that off: the first revocation is then for good.
  *
- * Why the barrier makes it safe: the owner enters through a slot gate (core/thread_slots.h):
- * it stores `inside` and then loads `closed`; the revoker closes the gate and then loads
- * `inside`, with a membarrier between its two, so either the owner saw the gate closed (and
- * backs off to the shared lock, which the revoker holds) or the revoker sees the owner inside
- * (and waits). Each thread the lock was ever biased to has a gate of its own (a slot,
- * claimed for good under the shared lock), closed from its revocation to its next bias: a
- * thread that read an owner word of its own before a revocation and a new bias to another
- * thread enters only its own gate, finds it closed and backs off.
+ * Why the barrier makes it safe: the owner enters by storing its flag in `inside` and then
+ * loading its flag in `revoked`; the revoker stores that `revoked` flag and then loads the
+ * owner's `inside` flag. Without fences both could miss the other's store. The revoker's
+ * membarrier runs a full barrier on the owner's processor between the two, so either the
+ * owner saw itself revoked (and backs off to the shared lock, which the revoker holds) or
+ * the revoker sees the owner inside (and waits). Each thread the lock was ever biased to has
+ * both flags to itself (a slot, claimed for good under the shared lock), and its `revoked`
+ * flag stays set from its revocation to its next bias: a thread that read an owner word of
+ * its own before a revocation and a new bias to another thread writes only its own flag,
+ * finds itself revoked and backs off.
  *
  * Locks are never biased without membarrier (other systems, old kernels, seccomp) or under
  * ThreadSanitizer, which cannot see that barrier. A zeroed lock is unlocked and unbiased. */
@@ -47,14 +49,12 @@
 #include <stdint.h>
 
 #include "core/thread_barrier.h"
-#include "core/thread_slots.h"
 
 /* States of the shared lock. */
 enum { GPUMEM__UNLOCKED = 0, GPUMEM__LOCKED = 1, GPUMEM__LOCKED_WAITERS = 2 };
 
 /* Threads the lock can be biased to over its life (a slot each); others never are. */
-#define GPUMEM__BIAS_SLOT_BITS 3
-#define GPUMEM__BIAS_SLOTS (1 << GPUMEM__BIAS_SLOT_BITS)
+#define GPUMEM__BIAS_SLOTS 8
 /* Shared takes in a row by one thread, nobody waiting, before it is biased again. */
 #define GPUMEM__BIAS_RUN 64
 /* What a take through the bias saves over the shared lock, at least (its two atomic
@@ -67,9 +67,8 @@ typedef struct gpumem__biased_lock {
   /* The owner: its thread token shifted up past its slot's number (low bits); 0 while no
    * bias holds. */
   atomic_uintptr_t owner;
-  /* Per slot: its thread is in through the bias (inside); closed from its revocation to its
-   * bias. */
-  gpumem__slot_gate gates[GPUMEM__BIAS_SLOTS];
+  atomic_uchar inside[GPUMEM__BIAS_SLOTS];  /* per slot: its thread is in through the bias */
+  atomic_uchar revoked[GPUMEM__BIAS_SLOTS]; /* per slot: set from its revocation to its bias */
   uint64_t biased_takes; /* by the owner, through the bias that holds; read once it is out */
   /* Under the shared lock: */
   uintptr_t slot_tokens[GPUMEM__BIAS_SLOTS]; /* the thread of each slot; 0: free */
@@ -83,22 +82,7 @@ typedef struct gpumem__biased_lock {
 /* The owner word of a thread and its slot. Thread tokens are user addresses, far below
  * 2^61. */
 static inline uintptr_t gpumem__bias_word(uintptr_t token, unsigned slot) {
-  return token << GPUMEM__BIAS_SLOT_BITS | slot;
-}
-
-/* The thread token and the slot of an owner word. */
-static inline uintptr_t gpumem__bias_token(uintptr_t word) {
-  return word >> GPUMEM__BIAS_SLOT_BITS;
-}
-
-static inline gpumem__slot_gate *gpumem__bias_gate(gpumem__biased_lock *lock, uintptr_t word) {
-  return &lock->gates[word & (GPUMEM__BIAS_SLOTS - 1)];
-}
-
-/* The calling thread's gate when the lock is biased to it; NULL otherwise. */
-static inline gpumem__slot_gate *gpumem__biased_lock_my_gate(gpumem__biased_lock *lock) {
-  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  return gpumem__bias_token(word) == gpumem__thread_token() ? gpumem__bias_gate(lock, word) : NULL;
+  return token << 3 | slot;
 }
 
 /* Whether locks may be biased in this process (membarrier registered, no ThreadSanitizer). */
@@ -129,10 +113,16 @@ static inline void gpumem__cpu_relax(void) {
  * was revoked since. Split from gpumem__biased_lock_try_as_owner for a test of a word read
  * before a revocation and a new bias. */
 static inline bool gpumem__biased_lock_enter_as(gpumem__biased_lock *lock, uintptr_t word) {
-  if (__builtin_expect(!gpumem__gate_enter(gpumem__bias_gate(lock, word)), 0))
-    return false;
-  lock->biased_takes++;
-  return true;
+  unsigned slot = word & 7;
+  atomic_store_explicit(&lock->inside[slot], 1, memory_order_relaxed);
+  /* No processor fence here: the revoker's membarrier is the fence (see above). */
+  atomic_signal_fence(memory_order_seq_cst);
+  if (__builtin_expect(!atomic_load_explicit(&lock->revoked[slot], memory_order_acquire), 1)) {
+    lock->biased_takes++;
+    return true;
+  }
+  atomic_store_explicit(&lock->inside[slot], 0, memory_order_release);
+  return false;
 }
 
 /* Takes the lock through its bias when it is biased to this thread; false otherwise
@@ -140,8 +130,7 @@ static inline bool gpumem__biased_lock_enter_as(gpumem__biased_lock *lock, uintp
  * use it to keep the call of the shared path out of line. */
 static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
   uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  return gpumem__bias_token(word) == gpumem__thread_token() &&
-         gpumem__biased_lock_enter_as(lock, word);
+  return word >> 3 == gpumem__thread_token() && gpumem__biased_lock_enter_as(lock, word);
 }
 
 static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
@@ -151,8 +140,9 @@ static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
 
 /* Whether the calling thread is in through its bias. */
 static inline bool gpumem__biased_lock_inside_as_owner(gpumem__biased_lock *lock) {
-  gpumem__slot_gate *gate = gpumem__biased_lock_my_gate(lock);
-  return gate && atomic_load_explicit(&gate->inside, memory_order_relaxed);
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  return word >> 3 == gpumem__thread_token() &&
+         atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed);
 }
 
 /* Whether some thread holds the lock (for assertions: a lock that should be held and is
@@ -163,11 +153,12 @@ static inline bool gpumem__biased_lock_held(gpumem__biased_lock *lock) {
 }
 
 static inline void gpumem__biased_lock_release(gpumem__biased_lock *lock) {
-  /* A thread enters only its own slot's gate, and the owner word stays until the owner is
-   * out (the revoker waits for it): inside, the gate is this thread's. */
-  gpumem__slot_gate *gate = gpumem__biased_lock_my_gate(lock);
-  if (gate && atomic_load_explicit(&gate->inside, memory_order_relaxed)) {
-    gpumem__gate_leave(gate);
+  /* A thread writes only its own slot's flag, and the owner word stays until the owner is
+   * out (the revoker waits for it): set here, the flag is this thread's. */
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  if (word >> 3 == gpumem__thread_token() &&
+      atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed)) {
+    atomic_store_explicit(&lock->inside[word & 7], 0, memory_order_release);
     return;
   }
   if (atomic_exchange_explicit(&lock->locked, GPUMEM__UNLOCKED, memory_order_release) ==
