@@ -41,7 +41,7 @@ static void *lock_once(void *arg) {
 }
 
 static bool biased_to_me(gpumem__biased_lock *lock) {
-  return atomic_load(&lock->owner) >> 3 == gpumem__thread_token();
+  return gpumem__biased_lock_my_slot(lock) >= 0;
 }
 
 static void test_bias_and_revocation(void) {
@@ -160,6 +160,12 @@ static void test_exclusion_across_revocation(void) {
   printf("%d rounds of %d threads through a revocation: no update lost\n", rounds, contenders + 1);
 }
 
+/* Waits, asleep, until `word` reads `value`: the threads of these tests take turns by it. */
+static void wait_for(atomic_int *word, int value) {
+  while (atomic_load(word) != value)
+    usleep(20);
+}
+
 /* ---- new biases for threads that take turns ---- */
 
 /* Long turns: the takes through each bias save more than its revocation's barrier costs. */
@@ -186,8 +192,7 @@ static void *take_turns(void *arg) {
     int mine = k * turn_threads + m->index;
     /* Asleep between turns, as a program's threads are: a yielding thread would keep a
      * processor busy, and the revocations' barrier would interrupt it there. */
-    while (atomic_load(&t->turn) != mine)
-      usleep(20);
+    wait_for(&t->turn, mine);
     for (int i = 0; i < t->run; i++)
       increment(&t->r, t->spin);
     if (biased_to_me(&t->r.lock))
@@ -291,8 +296,7 @@ static void *earn_and_hold(void *arg) {
     s->word = atomic_load(&s->lock.owner);
   }
   atomic_store(&s->step, 1);
-  while (atomic_load(&s->step) != 2)
-    usleep(100);
+  wait_for(&s->step, 2);
   if (s->word)
     gpumem__biased_lock_release(&s->lock);
   return NULL;
@@ -308,24 +312,23 @@ static void test_stale_owner_backs_off(void) {
   gpumem__biased_lock_take(&s.lock);
   gpumem__biased_lock_release(&s.lock);
   uintptr_t stale = atomic_load(&s.lock.owner);
-  CHECK(stale >> 3 == gpumem__thread_token());
+  CHECK(gpumem__bias_token(stale) == gpumem__thread_token());
   pthread_t other;
   CHECK_EQ(pthread_create(&other, NULL, earn_and_hold, &s), 0);
-  while (atomic_load(&s.step) != 1)
-    usleep(100);
-  CHECK(s.word != 0 && (s.word & 7) != (stale & 7));
+  wait_for(&s.step, 1);
+  CHECK(s.word != 0 && gpumem__bias_slot(s.word) != gpumem__bias_slot(stale));
   /* The new owner inside: the stale word gets nothing and leaves its flags alone. */
   CHECK(!gpumem__biased_lock_enter_as(&s.lock, stale));
-  CHECK_EQ(atomic_load(&s.lock.inside[stale & 7]), 0);
-  CHECK_EQ(atomic_load(&s.lock.inside[s.word & 7]), 1);
-  CHECK_EQ(atomic_load(&s.lock.revoked[s.word & 7]), 0);
+  CHECK_EQ(atomic_load(&s.lock.inside[gpumem__bias_slot(stale)]), 0);
+  CHECK_EQ(atomic_load(&s.lock.inside[gpumem__bias_slot(s.word)]), 1);
+  CHECK_EQ(atomic_load(&s.lock.revoked[gpumem__bias_slot(s.word)]), 0);
   CHECK(atomic_load(&s.lock.owner) == s.word);
   atomic_store(&s.step, 2);
   CHECK_EQ(pthread_join(other, NULL), 0);
   /* And with the new owner out. */
   CHECK(!gpumem__biased_lock_enter_as(&s.lock, stale));
   CHECK(atomic_load(&s.lock.owner) == s.word);
-  CHECK_EQ(atomic_load(&s.lock.inside[s.word & 7]), 0);
+  CHECK_EQ(atomic_load(&s.lock.inside[gpumem__bias_slot(s.word)]), 0);
   printf("a stale owner word backs off, the new owner inside or not\n");
 }
 
@@ -416,8 +419,7 @@ typedef struct slot_member {
 static void *run_for_a_slot(void *arg) {
   slot_member *m = arg;
   slot_run *s = m->s;
-  while (atomic_load(&s->turn) != m->index)
-    usleep(20);
+  wait_for(&s->turn, m->index);
   /* Until biased, or far longer than any run a bias could need here. */
   for (int i = 0; i < 100000 && !biased_to_me(&s->lock); i++) {
     gpumem__biased_lock_take(&s->lock);
@@ -431,8 +433,7 @@ static void *run_for_a_slot(void *arg) {
     gpumem__biased_lock_release(&s->lock);
   }
   atomic_store(&s->turn, m->index + 1);
-  while (atomic_load(&s->turn) != slot_threads) /* alive, so that no token is reused */
-    usleep(100);
+  wait_for(&s->turn, slot_threads); /* alive, so that no token is reused */
   return NULL;
 }
 

@@ -1124,7 +1124,7 @@ enum { long_turns = 10, long_turn_rounds = 1000 };
 static atomic_int biased_turns;
 
 static bool pool_biased_to_me(gpumem_resource *mr) {
-  return atomic_load(&((pool_resource *)mr)->lock.owner) >> 3 == gpumem__thread_token();
+  return gpumem__biased_lock_my_slot(&((pool_resource *)mr)->lock) >= 0;
 }
 
 static void *take_long_turns(void *arg) {

@@ -81,10 +81,15 @@ static void bias_to(gpumem__biased_lock *lock, uintptr_t self) {
   atomic_store_explicit(&lock->owner, gpumem__bias_word(self, slot), memory_order_release);
 }
 
+/* The run of shared takes the next bias needs. */
+static uint32_t run_needed(const gpumem__biased_lock *lock) {
+  return lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
+}
+
 /* Takes the bias away from `word`'s thread, with the shared lock held: see biased_lock.h.
  * True when the owner was inside, and this thread waited for it. */
 static bool revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
-  unsigned slot = word & 7;
+  unsigned slot = gpumem__bias_slot(word);
   atomic_store_explicit(&lock->revoked[slot], 1, memory_order_relaxed);
   /* If no barrier can be had at all there is no safe way on: the process stops rather than
    * corrupt a pool. */
@@ -111,7 +116,7 @@ static bool revoke_bias(gpumem__biased_lock *lock, uintptr_t word) {
    * long; one that paid halves the run, down to GPUMEM__BIAS_RUN, so that threads whose
    * turns are now long, now short settle where most biases pay. The owner is out: its count
    * is final. */
-  uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
+  uint32_t needed = run_needed(lock);
   if (lock->biased_takes * GPUMEM__BIAS_SAVES_NS >= barrier_ns)
     lock->run_needed = needed / 2 > GPUMEM__BIAS_RUN ? needed / 2 : GPUMEM__BIAS_RUN;
   else if (needed < UINT32_MAX / 2)
@@ -124,10 +129,9 @@ void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock) {
   lock->no_new_bias = true;
   /* A bias this very take earned, which the caller holds the shared lock under: only the
    * caller could enter through it, so it ends without a barrier. */
-  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  if (word >> 3 == gpumem__thread_token() &&
-      !atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed)) {
-    atomic_store_explicit(&lock->revoked[word & 7], 1, memory_order_relaxed);
+  int slot = gpumem__biased_lock_my_slot(lock);
+  if (slot >= 0 && !atomic_load_explicit(&lock->inside[slot], memory_order_relaxed)) {
+    atomic_store_explicit(&lock->revoked[slot], 1, memory_order_relaxed);
     atomic_store_explicit(&lock->owner, 0, memory_order_relaxed);
   }
 }
@@ -137,7 +141,7 @@ bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
   uintptr_t self = gpumem__thread_token();
   uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
   if (word != 0) /* the owner takes the shared lock only once revoked, or holding no bias */
-    return word >> 3 != self && revoke_bias(lock, word);
+    return gpumem__bias_token(word) != self && revoke_bias(lock, word);
   if (!lock->biased_before) {
     /* The first taker: nobody else is inside (they would hold the shared lock), and from
      * now on this thread enters without it. */
@@ -151,8 +155,7 @@ bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock) {
     lock->run_token = self;
     lock->run_length = 0;
   }
-  uint32_t needed = lock->run_needed ? lock->run_needed : GPUMEM__BIAS_RUN;
-  if (++lock->run_length >= needed && !lock->no_new_bias &&
+  if (++lock->run_length >= run_needed(lock) && !lock->no_new_bias &&
       atomic_load_explicit(&lock->locked, memory_order_relaxed) == GPUMEM__LOCKED &&
       gpumem__biased_lock_biases_again())
     bias_to(lock, self);

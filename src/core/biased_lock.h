@@ -54,7 +54,8 @@
 enum { GPUMEM__UNLOCKED = 0, GPUMEM__LOCKED = 1, GPUMEM__LOCKED_WAITERS = 2 };
 
 /* Threads the lock can be biased to over its life (a slot each); others never are. */
-#define GPUMEM__BIAS_SLOTS 8
+#define GPUMEM__BIAS_SLOT_BITS 3
+#define GPUMEM__BIAS_SLOTS (1 << GPUMEM__BIAS_SLOT_BITS)
 /* Shared takes in a row by one thread, nobody waiting, before it is biased again. */
 #define GPUMEM__BIAS_RUN 64
 /* What a take through the bias saves over the shared lock, at least (its two atomic
@@ -82,7 +83,22 @@ typedef struct gpumem__biased_lock {
 /* The owner word of a thread and its slot. Thread tokens are user addresses, far below
  * 2^61. */
 static inline uintptr_t gpumem__bias_word(uintptr_t token, unsigned slot) {
-  return token << 3 | slot;
+  return token << GPUMEM__BIAS_SLOT_BITS | slot;
+}
+
+/* The thread token and the slot of an owner word. */
+static inline uintptr_t gpumem__bias_token(uintptr_t word) {
+  return word >> GPUMEM__BIAS_SLOT_BITS;
+}
+
+static inline unsigned gpumem__bias_slot(uintptr_t word) {
+  return (unsigned)(word & (GPUMEM__BIAS_SLOTS - 1));
+}
+
+/* The calling thread's slot when the lock is biased to it; -1 otherwise. */
+static inline int gpumem__biased_lock_my_slot(gpumem__biased_lock *lock) {
+  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
+  return gpumem__bias_token(word) == gpumem__thread_token() ? (int)gpumem__bias_slot(word) : -1;
 }
 
 /* Whether locks may be biased in this process (membarrier registered, no ThreadSanitizer). */
@@ -113,7 +129,7 @@ static inline void gpumem__cpu_relax(void) {
  * was revoked since. Split from gpumem__biased_lock_try_as_owner for a test of a word read
  * before a revocation and a new bias. */
 static inline bool gpumem__biased_lock_enter_as(gpumem__biased_lock *lock, uintptr_t word) {
-  unsigned slot = word & 7;
+  unsigned slot = gpumem__bias_slot(word);
   atomic_store_explicit(&lock->inside[slot], 1, memory_order_relaxed);
   /* No processor fence here: the revoker's membarrier is the fence (see above). */
   atomic_signal_fence(memory_order_seq_cst);
@@ -130,7 +146,8 @@ static inline bool gpumem__biased_lock_enter_as(gpumem__biased_lock *lock, uintp
  * use it to keep the call of the shared path out of line. */
 static inline bool gpumem__biased_lock_try_as_owner(gpumem__biased_lock *lock) {
   uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  return word >> 3 == gpumem__thread_token() && gpumem__biased_lock_enter_as(lock, word);
+  return gpumem__bias_token(word) == gpumem__thread_token() &&
+         gpumem__biased_lock_enter_as(lock, word);
 }
 
 static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
@@ -140,9 +157,8 @@ static inline void gpumem__biased_lock_take(gpumem__biased_lock *lock) {
 
 /* Whether the calling thread is in through its bias. */
 static inline bool gpumem__biased_lock_inside_as_owner(gpumem__biased_lock *lock) {
-  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  return word >> 3 == gpumem__thread_token() &&
-         atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed);
+  int slot = gpumem__biased_lock_my_slot(lock);
+  return slot >= 0 && atomic_load_explicit(&lock->inside[slot], memory_order_relaxed);
 }
 
 /* Whether some thread holds the lock (for assertions: a lock that should be held and is
@@ -155,10 +171,9 @@ static inline bool gpumem__biased_lock_held(gpumem__biased_lock *lock) {
 static inline void gpumem__biased_lock_release(gpumem__biased_lock *lock) {
   /* A thread writes only its own slot's flag, and the owner word stays until the owner is
    * out (the revoker waits for it): set here, the flag is this thread's. */
-  uintptr_t word = atomic_load_explicit(&lock->owner, memory_order_relaxed);
-  if (word >> 3 == gpumem__thread_token() &&
-      atomic_load_explicit(&lock->inside[word & 7], memory_order_relaxed)) {
-    atomic_store_explicit(&lock->inside[word & 7], 0, memory_order_release);
+  int slot = gpumem__biased_lock_my_slot(lock);
+  if (slot >= 0 && atomic_load_explicit(&lock->inside[slot], memory_order_relaxed)) {
+    atomic_store_explicit(&lock->inside[slot], 0, memory_order_release);
     return;
   }
   if (atomic_exchange_explicit(&lock->locked, GPUMEM__UNLOCKED, memory_order_release) ==
