@@ -764,6 +764,16 @@ typedef struct gpumem_pool_options {
    * nothing over vmm (which grows in place) and over host-memory upstreams */
   size_t initial_size;
   size_t maximum_size; /* most bytes held from the upstream; 0: no limit */
+  /* Over an upstream that makes memory in pieces (vmm) only; 0 (the default): never. N, at
+   * least 100: before growing to hold more than N% of the most bytes ever live in it, the
+   * pool waits for its device and gives back whole free pieces lying in its holes (free
+   * blocks other than a region's last), lowest first, as many bytes as the growth takes:
+   * physical memory moves to where the pool grows rather than adding to it, and the
+   * address ranges given back stay unused. A workload whose blocks outgrow the holes they
+   * leave (generation with a growing cache) then holds far less; one that frees and fills
+   * the same holes every step (a training loop) pays the synchronization and the driver's
+   * unmap and map calls every step (docs/traces.md has the figures of both). */
+  unsigned release_holes_over;
 } gpumem_pool_options;
 
 GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,

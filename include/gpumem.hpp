@@ -269,8 +269,8 @@ public:
     return adopt(mr);
   }
   static resource pool(const resource &upstream, std::size_t initial_size = 0,
-                       std::size_t maximum_size = 0) {
-    gpumem_pool_options opts{initial_size, maximum_size};
+                       std::size_t maximum_size = 0, unsigned release_holes_over = 0) {
+    gpumem_pool_options opts{initial_size, maximum_size, release_holes_over};
     gpumem_resource *mr = nullptr;
     check(gpumem_pool_create(upstream.get(), &opts, &mr));
     return adopt(mr);

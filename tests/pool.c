@@ -15,6 +15,9 @@
  *   a pool growing in place asks only for what its free last block lacks.
  * - Trim gives whole free chunks back, and over vmm whole free pieces of a chunk whose ends
  *   are in use; a trim whose unmap fails changes nothing.
+ * - Over vmm with release_holes_over, holes' pieces go back before the pool grows past the
+ *   threshold, as many as the growth takes, after a wait for the device; under it, or when
+ *   the unmap fails, the pool grows as it would have.
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
  * - Many threads on one pool, freeing each other's blocks.
@@ -787,6 +790,148 @@ static void test_last_block_kept_for_growth(void) {
   printf("the large region's last block is kept for what fits nowhere else\n");
 }
 
+/* ---- holes given back before growth (release_holes_over) ---- */
+
+/* A pool over vmm with 2 MiB pieces that gives back holes past `percent` of its live peak;
+ * blocks of `sizes` (MiB) allocated in turn on `stream`, so that they lie in that order. */
+static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int count,
+                                   gpumem_stream stream, char **blocks) {
+  char spec[96];
+  snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", percent);
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  for (int i = 0; i < count; i++) {
+    CHECK_OK(gpumem_allocate(mr, sizes[i] << 20, stream, (void **)&blocks[i]));
+    CHECK_PTR_EQ(blocks[i], blocks[0] + ((i ? (size_t)(blocks[i - 1] - blocks[0]) : 0) +
+                                         (i ? sizes[i - 1] << 20 : 0)));
+  }
+  return mr;
+}
+
+static void check_mapped(uint64_t bytes) {
+  uint64_t mapped;
+  if (!check_on_sim())
+    return;
+  CHECK_OK(gpumem_sim_device_used(0, &mapped));
+  CHECK_U64_EQ(mapped, bytes);
+}
+
+/* An 8 MiB hole before a 2 MiB block, and a 12 MiB request: past 110% of the live peak
+ * (10 MiB) the hole's pieces go back before the pool grows, so it holds 14 MiB rather than
+ * 22; at 300% it grows as before. Two holes of 4 MiB and a 6 MiB request: the lowest hole
+ * whole, then only the piece of the next one that the growth still lacks. */
+static void test_release_holes(void) {
+  enum { MiB = 1 << 20 };
+  static const size_t hole_then_pin[] = {8, 2};
+  char *x[4], *grown;
+  gpumem_resource *mr = holes_pool(110, hole_then_pin, 2, NULL, x);
+  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
+  CHECK_PTR_EQ(grown, x[1] + 2 * MiB); /* grown in place after the pinning block */
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 14 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 0);
+  check_mapped(14 * MiB);
+  if (check_on_sim()) { /* what stays mapped is usable */
+    CHECK_OK(gpumem_sim_launch(NULL, x[1], 2 * MiB, 1));
+    CHECK_OK(gpumem_sim_launch(NULL, grown, 12 * MiB, 2));
+    CHECK_OK(gpumem_sim_complete(NULL));
+    CHECK_EQ(grown[12 * MiB - 1], 2);
+  }
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  check_mapped(0);
+
+  mr = holes_pool(300, hole_then_pin, 2, NULL, x); /* under the threshold: nothing moves */
+  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 8 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+
+  static const size_t two_holes[] = {4, 2, 4, 2};
+  mr = holes_pool(110, two_holes, 4, NULL, x);
+  CHECK_OK(gpumem_deallocate(mr, x[0], 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[2], 4 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(mr, 6 * MiB, NULL, (void **)&grown));
+  CHECK_PTR_EQ(grown, x[3] + 2 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 12 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1); /* the second hole's top */
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 2 * MiB);
+  char *top;
+  CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, (void **)&top));
+  CHECK_PTR_EQ(top, x[2] + 2 * MiB);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, top, 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, grown, 6 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[3], 2 * MiB, NULL));
+  size_t released = 0;
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_OK(gpumem_resource_release(mr));
+  check_mapped(0);
+
+  /* A percentage under 100 is refused, in a spec and in the options. */
+  CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(vmm, release_holes_over=99)", &mr),
+                   GPUMEM_ERR_INVALID_ARGUMENT, "release_holes_over is 99");
+  gpumem_resource *vmm;
+  CHECK_OK(gpumem_resource_from_spec("vmm", &vmm));
+  gpumem_pool_options options = {.release_holes_over = 10001};
+  CHECK_FAILS_WITH(gpumem_pool_create(vmm, &options, &mr), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "from 100 to 10000");
+  CHECK_OK(gpumem_resource_release(vmm));
+  printf("holes given back before growth past release_holes_over\n");
+}
+
+/* The hole's last user is a kernel still pending on another stream than the request's: the
+ * pool waits for the device before it unmaps (no hazard, nothing pending after). An unmap
+ * that fails leaves the hole mapped, and the pool grows as it would have. */
+static void test_release_holes_waits_and_fails_safe(void) {
+  enum { MiB = 1 << 20 };
+  static const size_t hole_then_pin[] = {8, 2};
+  char *x[2], *grown;
+  if (check_on_sim()) {
+    gpumem_stream user, other;
+    CHECK_OK(gpumem_stream_create(GPUMEM_CURRENT_DEVICE, &user));
+    CHECK_OK(gpumem_stream_create(GPUMEM_CURRENT_DEVICE, &other));
+    gpumem_sim_reset_hazards();
+    gpumem_resource *mr = holes_pool(110, hole_then_pin, 2, user, x);
+    CHECK_OK(gpumem_sim_launch(user, x[0], 8 * MiB, 3));
+    CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, user));
+    CHECK_OK(gpumem_allocate(mr, 12 * MiB, other, (void **)&grown));
+    uint64_t pending = 1;
+    CHECK_OK(gpumem_sim_pending(user, &pending));
+    CHECK_U64_EQ(pending, 0);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 14 * MiB);
+    CHECK_NO_HAZARD("");
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, other));
+    CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, user));
+    CHECK_OK(gpumem_resource_release(mr));
+    CHECK_OK(gpumem_stream_destroy(user));
+    CHECK_OK(gpumem_stream_destroy(other));
+
+    mr = holes_pool(110, hole_then_pin, 2, NULL, x);
+    CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_UNMAP, 1));
+    CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 8 * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+    check_mapped(0);
+  } else {
+    printf("  the wait and the failed unmap are simulated-device checks: not run on a GPU\n");
+  }
+  printf("holes given back wait for the device, and a failed unmap loses nothing\n");
+}
+
 static void test_threads(const char *spec) {
   CHECK_OK(gpumem_resource_from_spec(spec, &shared_pool));
   pthread_t threads[thread_count];
@@ -1485,6 +1630,8 @@ int main(void) {
   test_large_unseal_seals_at_once();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
+  test_release_holes();
+  test_release_holes_waits_and_fails_safe();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");

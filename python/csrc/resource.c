@@ -345,7 +345,9 @@ static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsig
                                     gpumem_resource **mr) {
   *known = 1;
   if (!strcmp(kind, "pool")) {
-    gpumem_pool_options options = {.initial_size = (size_t)a, .maximum_size = (size_t)b};
+    gpumem_pool_options options = {.initial_size = (size_t)a,
+                                   .maximum_size = (size_t)b,
+                                   .release_holes_over = c > UINT_MAX ? UINT_MAX : (unsigned)c};
     return gpumem_pool_create(up, &options, mr);
   }
   if (!strcmp(kind, "arena")) {

@@ -259,6 +259,24 @@ def test_pool_respects_its_maximum_size():
     assert pool.reserved_bytes <= 4 * MiB
 
 
+def test_pool_gives_holes_back_before_growing():
+    # An 8 MiB hole under a 2 MiB block, and a 12 MiB request: past 110% of the live peak
+    # the hole's pieces go back first, so the pool holds 14 MiB, not 22.
+    vmm = mr.VmmMemoryResource(reserve_size="1GiB", piece_size="2MiB")
+    pool = mr.PoolMemoryResource(vmm, release_holes_over=110)
+    assert pool.spec == ("pool(vmm(reserve=1073741824, piece=2097152), initial=0, max=0, "
+                         "release_holes_over=110)")
+    hole, pin = pool.allocate(8 * MiB), pool.allocate(2 * MiB)
+    pool.deallocate(hole, 8 * MiB)
+    grown = pool.allocate(12 * MiB)
+    assert pool.reserved_bytes == 14 * MiB
+    assert pool.free_bytes == 0
+    for ptr, size in ((grown, 12 * MiB), (pin, 2 * MiB)):
+        pool.deallocate(ptr, size)
+    with pytest.raises(gpumem.InvalidArgumentError, match="release_holes_over is 99"):
+        mr.PoolMemoryResource(vmm, release_holes_over=99)
+
+
 def test_pool_trim_gives_free_chunks_back():
     pool = mr.PoolMemoryResource(cuda(), initial_pool_size="2MiB")
     ptr = pool.allocate(8 * MiB)

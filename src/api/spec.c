@@ -208,13 +208,14 @@ static gpumem_status build_retry(int device, gpumem_resource *upstream, const sp
 
 /* ---- pool ---- */
 
-enum { POOL_INITIAL, POOL_MAX };
+enum { POOL_INITIAL, POOL_MAX, POOL_RELEASE_HOLES_OVER };
 
 static gpumem_status build_pool(int device, gpumem_resource *upstream, const spec_values *values,
                                 gpumem_resource **out) {
   gpumem_pool_options opts = {0};
   opts.initial_size = (size_t)value_or(values, POOL_INITIAL, 0);
   opts.maximum_size = (size_t)value_or(values, POOL_MAX, 0);
+  opts.release_holes_over = (unsigned)value_or(values, POOL_RELEASE_HOLES_OVER, 0);
   return gpumem_pool_create(upstream, &opts, out);
 }
 
@@ -390,6 +391,7 @@ static const spec_kind spec_kinds[] = {
      {
          [POOL_INITIAL] = {"initial", SPEC_SIZE},
          [POOL_MAX] = {"max", SPEC_SIZE},
+         [POOL_RELEASE_HOLES_OVER] = {"release_holes_over", SPEC_COUNT, NULL, 0, 10000},
      },
      "coalescing pool with per-stream free lists over the resource it wraps",
      build_pool},

@@ -175,6 +175,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   }
   if (drained && !block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
+  if (status == GPUMEM_OK && !block && pool->options.release_holes_over)
+    gpumem__pool_release_holes(pool, set, ri, search);
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
@@ -542,8 +544,13 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
 
 static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const pool_resource *pool = (const pool_resource *)mr;
-  gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu", pool->options.initial_size,
-                        pool->options.maximum_size);
+  if (pool->options.release_holes_over)
+    gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu, release_holes_over=%u",
+                          pool->options.initial_size, pool->options.maximum_size,
+                          pool->options.release_holes_over);
+  else
+    gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu", pool->options.initial_size,
+                          pool->options.maximum_size);
 }
 
 static void free_structures(pool_resource *pool) {
@@ -639,6 +646,12 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                                           const gpumem_pool_options *opts, size_t growth_rounding,
                                           size_t fixed_block, gpumem_resource **out) {
   gpumem_pool_options options = *opts;
+  if (options.release_holes_over &&
+      (options.release_holes_over < 100 || options.release_holes_over > GPUMEM__POOL_HOLES_MOST))
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_pool_create: release_holes_over is %u; it is a percentage of "
+                        "the live peak from 100 to %u, or 0 (never)",
+                        options.release_holes_over, GPUMEM__POOL_HOLES_MOST);
   if (options.maximum_size && options.initial_size > options.maximum_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_pool_create: initial size %zu exceeds the maximum size %zu",

@@ -57,6 +57,8 @@ enum {
  * the random mixed workload that costs 12 to 18 cycles an operation on the GPU host, and
  * nothing measurable on the traces (docs/gpu-runs.md, fifteenth session). */
 #define GPUMEM__POOL_SMALL_LIMIT ((size_t)128 << 10)
+/* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
+#define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
 
 typedef struct free_set {
@@ -560,6 +562,11 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
  * makes memory in pieces; *released grows by the bytes given back. Waits for the device
  * first. Called with the lock held (or, at destruction, with no other user). */
 gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
+/* Where the pool's option release_holes_over asks it, before region `ri` of `set` grows
+ * for `size` bytes: gives back whole free pieces in holes, as many bytes as the growth
+ * takes, after waiting for the device (gpumem_pool_options says when and why). A failure
+ * only leaves the holes mapped: the pool grows as it would have. */
+void gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size);
 /* The pool's trim operation (gpumem_resource_trim): trim_all under the lock. */
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);
 

@@ -149,10 +149,25 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
   return GPUMEM_OK;
 }
 
+/* Cuts [a, *b) down to whole pieces covering at least `wanted` bytes from `a`, where it is
+ * longer: `a` starts a piece (a chunk's start or a multiple of the piece size from the
+ * origin), so the cut at the next multiple past a + wanted ends one. */
+static void cut_to_wanted(const pool_resource *pool, uintptr_t a, uintptr_t *b, size_t wanted) {
+  size_t p = pool->piece_size;
+  if (!p || *b - a <= wanted)
+    return;
+  uintptr_t cut = pool->piece_origin + (a + wanted - pool->piece_origin + p - 1) / p * p;
+  if (cut < *b)
+    *b = cut;
+}
+
 /* Gives back to the upstream every whole chunk, and where the upstream makes memory in
- * pieces every run of whole pieces, lying inside free block `block` of the fresh set. The
- * rest of the block stays free. */
-static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t *released) {
+ * pieces every run of whole pieces, lying inside free block `block` of the fresh set, until
+ * *released has grown by `limit` bytes (or a little more: whole pieces). The rest of the
+ * block stays free. */
+static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t limit,
+                                size_t *released) {
+  size_t done = 0;
   free_set *set = &pool->fresh;
   GPUMEM__ASSERT(&pool->header, block->owner == set && block->state == GPUMEM__BLOCK_SEALED,
                  "a trim gives back only free blocks of the fresh set");
@@ -160,7 +175,8 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
   gpumem__free_index_remove(index, block);
   size_t at;
   uintptr_t a, b;
-  while (block && next_releasable(pool, block, &at, &a, &b)) {
+  while (block && done < limit && next_releasable(pool, block, &at, &a, &b)) {
+    cut_to_wanted(pool, a, &b, limit - done);
     /* Only a cut in the middle makes a chunk record more: whole chunks and ends go back
      * without host memory, as before pieces. */
     const chunk *c = chunk_at(pool, at);
@@ -191,6 +207,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
     unlink_block(pool, piece);
     gpumem__block_delete(&pool->slab, piece);
     *released += b - a;
+    done += b - a;
     block = after;
   }
   if (block)
@@ -209,9 +226,57 @@ gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released) {
   if (list.failed)
     status = gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "pool trim: out of host memory");
   for (size_t j = 0; j < list.count && status == GPUMEM_OK; j++)
-    status = trim_block(pool, list.items[j], released);
+    status = trim_block(pool, list.items[j], SIZE_MAX, released);
   free(list.items);
   return status;
+}
+
+static int by_address(const void *a, const void *b) {
+  uintptr_t x = (*(gpumem__block *const *)a)->addr, y = (*(gpumem__block *const *)b)->addr;
+  return (x > y) - (x < y);
+}
+
+static bool is_a_tail(const pool_resource *pool, const gpumem__block *block) {
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    if (pool->regions[r].tail == block)
+      return true;
+  return false;
+}
+
+/* Holes are taken lowest first, as the placement model (tools/placement_model.py, policy
+ * "gap") does. A region's last block is no hole: growth in place extends it. */
+void gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size) {
+  if (!pool->grows_in_place || !pool->piece_size || is_fresh(pool, set))
+    return;
+  region *r = &pool->regions[ri];
+  const gpumem__block *tail = r->tail;
+  size_t need =
+      tail && free_in_any_state(tail, set) && tail->size < size ? size - tail->size : size;
+  need = gpumem__align_up(need, pool->header.upstream->caps.granularity);
+  uint64_t reserved = gpumem__counters_reserved(&pool->stats);
+  uint64_t peak_live = atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed);
+  if ((reserved + need) * 100 <= peak_live * pool->options.release_holes_over)
+    return;
+  gpumem_status status = gpumem__pool_fold_into_fresh(pool, set);
+  block_list list = {0};
+  for (size_t k = 0; k < GPUMEM__POOL_REGION_COUNT && status == GPUMEM_OK; k++)
+    gpumem__free_index_each(&pool->fresh.sealed[k], collect_block, &list);
+  if (status == GPUMEM_OK && !list.failed)
+    qsort(list.items, list.count, sizeof *list.items, by_address);
+  size_t released = 0;
+  for (size_t j = 0; j < list.count && !list.failed && status == GPUMEM_OK && released < need; j++)
+    if (!is_a_tail(pool, list.items[j]))
+      status = trim_block(pool, list.items[j], need - released, &released);
+  free(list.items);
+  if (status != GPUMEM_OK)
+    gpumem__clear_error(); /* the holes stay mapped: nothing is lost */
+  /* The fold took the region's free last block to the fresh set: back to `set`, so that
+   * growth extends it as before. */
+  gpumem__block *last = r->tail;
+  if (last && last->owner == &pool->fresh && last->state == GPUMEM__BLOCK_SEALED) {
+    gpumem__free_index_remove(&pool->fresh.sealed[ri], last);
+    release_block(pool, set, last, GPUMEM__BLOCK_OPEN);
+  }
 }
 
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released) {
