@@ -764,15 +764,19 @@ typedef struct gpumem_pool_options {
    * nothing over vmm (which grows in place) and over host-memory upstreams */
   size_t initial_size;
   size_t maximum_size; /* most bytes held from the upstream; 0: no limit */
-  /* Over an upstream that makes memory in pieces (vmm) only; 0 (the default): never. N, at
-   * least 100: before growing to hold more than N% of the most bytes ever live in it, the
-   * pool waits for its device and gives back whole free pieces lying in its holes (free
-   * blocks other than a region's last), lowest first, as many bytes as the growth takes:
-   * physical memory moves to where the pool grows rather than adding to it, and the
-   * address ranges given back stay unused. A workload whose blocks outgrow the holes they
-   * leave (generation with a growing cache) then holds far less; one that frees and fills
-   * the same holes every step (a training loop) pays the synchronization and the driver's
-   * unmap and map calls every step (docs/traces.md has the figures of both). */
+  /* Over an upstream that makes memory in pieces (vmm) only; 0 (the default): never. N, from
+   * 100 to 10000: before growing to hold more than N% of its live peak (the request being
+   * served counted in), the pool waits for its device and gives back the whole free pieces
+   * (gpumem_vmm_options.piece_size) lying in its holes, free blocks other than a region's
+   * last, lowest first, as many bytes as the growth takes: physical memory moves to where
+   * the pool grows rather than adding to it, and the address ranges given back stay unused.
+   * A workload whose blocks outgrow the holes they leave (generation with a growing cache)
+   * then holds far less for little time; one that frees and fills the same holes every step
+   * (a training loop) would spend most of its allocation time waiting and in the driver's
+   * unmap and map calls, so a release waits until three times as long as the last one took
+   * (with the growth after it) has passed, and is skipped before: its memory gains shrink
+   * with it (docs/traces.md has the figures). A request that fails after holes were given
+   * back leaves them given back, as a trim would. */
   unsigned release_holes_over;
 } gpumem_pool_options;
 

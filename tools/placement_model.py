@@ -20,6 +20,13 @@ Policies:
         new physical memory. It reports the moves, each an unmap and a map on a GPU.
         With --cap X, granules move only when new memory would take what is mapped past X
         times the live peak so far.
+  gap   the pool with release_holes_over (gpumem_pool_options): placement as "now"; when a
+        region must grow and the mapped memory would pass --cap X times the live peak (the
+        request counted in), whole free granules inside holes (free blocks other than a
+        region's last), lowest first, are unmapped and left unused, as many as the growth
+        takes. It reports the granules given back and the runs they came in. The pool gives
+        back whole pieces of vmm's, not granules: with vmm's default pieces it gives back
+        less.
   harvest, harvest-at-growth
         placement as "now", but a granule is mapped only when a block first covers it; a
         granule needed with no spare physical memory in hand is taken from a whole free
@@ -165,6 +172,8 @@ class Model:
         self.physical = self.peak_physical = 0
         self.moves = self.new_granules = 0
         self.spare = self.maps = self.unmaps = 0  # for "harvest"
+        self.gaps = self.gap_runs = 0  # for "gap"
+        self.live_now = 0
 
     def add_physical(self, granules):
         self.physical += granules
@@ -179,6 +188,28 @@ class Model:
                     if (r, granule) in self.mapped and (r, granule) not in needed:
                         return (r, granule)
         return None
+
+    def make_gaps(self, wanted):
+        """Gives back up to `wanted` whole free granules inside free blocks other than each
+        region's last, lowest first: they become gaps no block will use."""
+        taken = 0
+        for region in self.regions:
+            i = 0
+            while i < len(region.blocks) - 1 and taken < wanted:
+                addr, size, free = region.blocks[i]
+                lo, hi = round_up(addr, GRANULE), (addr + size) // GRANULE * GRANULE
+                if not free or hi <= lo:
+                    i += 1
+                    continue
+                count = min((hi - lo) // GRANULE, wanted - taken)
+                region.carve(i, lo, count * GRANULE)
+                i = bisect.bisect_left(region.starts, lo)
+                region.blocks[i][2] = None  # a gap: neither free nor ever freed
+                self.gaps += count
+                self.gap_runs += 1
+                taken += count
+                i += 1
+        return taken
 
     def over_cap(self):
         """Whether one more new granule would take mapped memory past the cap."""
@@ -217,6 +248,17 @@ class Model:
             addr = region.carve(i, region.blocks[i][0], size)
             self.ensure_mapped(r, addr, size, growing)
             return r, addr
+        if self.policy == "gap":
+            i = region.best_fit(size)
+            if i is None:
+                last = region.blocks[-1] if region.blocks and region.blocks[-1][2] else None
+                step = round_up(size - (last[1] if last else 0), GRANULE) // GRANULE
+                live_peak = max(self.peak_live_so_far, self.live_now + size)
+                if (self.physical + step) * GRANULE > self.cap * live_peak:
+                    self.physical -= self.make_gaps(step)
+                i, step = region.grow(size)
+                self.add_physical(step // GRANULE)
+            return r, region.carve(i, region.blocks[i][0], size)
         if self.policy == "now":
             i = region.best_fit(size)
             if i is None:
@@ -302,12 +344,14 @@ def replay(path, policy, cap=None, limits=(SMALL_LIMIT,), passes=2, growths=Fals
     for number in range(passes):
         live, live_bytes = {}, 0
         moves_before, maps_before, unmaps_before = model.moves, model.maps, model.unmaps
+        gaps_before, gap_runs_before = model.gaps, model.gap_runs
         for event, (is_allocation, pointer, size) in enumerate(events):
             if number == 0 and event in layouts:
                 print_layout(model.regions[0], event, born, freed_by)
             if is_allocation:
                 physical_before = model.physical
                 free_before = growths and [largest_free(region) for region in model.regions]
+                model.live_now = live_bytes
                 live[pointer] = model.allocate(round_up(max(size, 1), UNIT)) + (size,)
                 if growths and model.physical > physical_before:
                     r = live[pointer][0]
@@ -327,6 +371,9 @@ def replay(path, policy, cap=None, limits=(SMALL_LIMIT,), passes=2, growths=Fals
             model.regions[r].free(addr)
         ratio = model.peak_physical * GRANULE / peak_live
         moves = f", {model.moves - moves_before} moves" if policy == "move" else ""
+        if policy == "gap":
+            moves = (f", {model.gaps - gaps_before} granules given back in"
+                     f" {model.gap_runs - gap_runs_before} runs")
         if policy.startswith("harvest"):
             moves = (f", {model.maps - maps_before} maps,"
                      f" {model.unmaps - unmaps_before} unmaps")
@@ -385,9 +432,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+")
     parser.add_argument("--policy", default="now",
-                        choices=["now", "move", "harvest", "harvest-at-growth", "offline"])
+                        choices=["now", "gap", "move", "harvest", "harvest-at-growth",
+                                 "offline"])
     parser.add_argument("--cap", type=float,
-                        help="for move and harvest: take granules from holes only past this ratio")
+                        help="for gap, move and harvest: take granules from holes only past "
+                        "this ratio (gap: required)")
     parser.add_argument("--growths", action="store_true",
                         help="print each step that takes new physical memory")
     parser.add_argument("--layout", default="",
@@ -404,6 +453,8 @@ def main():
     if args.policy == "offline" and (args.cap or args.growths or args.layout
                                      or args.regions != "0.125"):
         parser.error("--cap, --growths, --layout and --regions do not apply to --policy offline")
+    if args.policy == "gap" and not args.cap:
+        parser.error("--policy gap needs --cap (the pool's release_holes_over / 100)")
     layouts = {int(event) for event in args.layout.split(",") if event}
     limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))
     for path in args.traces:

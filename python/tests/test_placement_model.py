@@ -82,3 +82,18 @@ def test_layout_names_the_block_that_pins_the_hole(tmp_path, capsys):
         "        0.0 MiB      4.0 MiB  free",
         "        4.0 MiB      4.0 MiB  allocated at event 1, freed at event 5",
     ]
+
+
+def test_gap_gives_the_hole_back_before_growing(tmp_path):
+    trace = tmp_path / "hole.csv"
+    write_trace(trace)
+    # C does not fit A's hole: past 1.1 times the live peak (12 MiB with C) the hole's two
+    # granules are given back before the pool grows, so 12 MiB is mapped, not 16. The second
+    # pass does the same above the gap: A's new hole goes back before C's growth.
+    assert load_model().replay(str(trace), "gap", cap=1.1) == [
+        "after pass 1: 1.000, 2 granules given back in 1 runs",
+        "after pass 2: 1.000, 2 granules given back in 1 runs"]
+    # Under a cap of 1.5 the pool grows as "now" does.
+    assert load_model().replay(str(trace), "gap", cap=1.5) == [
+        "after pass 1: 1.333, 0 granules given back in 0 runs",
+        "after pass 2: 1.333, 0 granules given back in 0 runs"]

@@ -87,6 +87,17 @@ void gpumem__clear_error(void) {
   long_in_use = false;
 }
 
+static _Atomic uint64_t absorbed_errors;
+
+void gpumem__absorb_error(void) {
+  gpumem__clear_error();
+  atomic_fetch_add_explicit(&absorbed_errors, 1, memory_order_relaxed);
+}
+
+uint64_t gpumem__absorbed_errors(void) {
+  return atomic_load_explicit(&absorbed_errors, memory_order_relaxed);
+}
+
 /* The long buffer goes with its thread: a key's destructor, which runs on the ending
  * thread, frees it (and forgets it, should a later destructor fail a gpumem call). */
 static pthread_key_t long_key;

@@ -193,6 +193,11 @@ gpumem_status gpumem__fail(gpumem_status status, const char *format, ...)
  * on to succeed leaves no stale message behind. */
 void gpumem__clear_error(void);
 
+/* gpumem__clear_error for a failure absorbed by design, counted: the fault sweep checks that
+ * each failure it plants is reported or absorbed (tests/fault_sweep.c). */
+void gpumem__absorb_error(void);
+uint64_t gpumem__absorbed_errors(void);
+
 /* A number that changes whenever the thread's message is set: equal before and after a call
  * when the call set no message. */
 uint64_t gpumem__error_serial(void);

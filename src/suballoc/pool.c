@@ -175,10 +175,13 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   }
   if (drained && !block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
+  uint64_t releasing = 0;
   if (status == GPUMEM_OK && !block && pool->options.release_holes_over)
-    gpumem__pool_release_holes(pool, set, ri, search);
+    releasing = gpumem__pool_release_holes(pool, set, ri, search);
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
+  if (releasing)
+    gpumem__pool_holes_paced(pool, releasing);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     status = find_anywhere(pool, set, search, &block);
     if (status == GPUMEM_OK && !block && pool->set_count > 1) {

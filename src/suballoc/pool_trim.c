@@ -162,15 +162,16 @@ static void cut_to_wanted(const pool_resource *pool, uintptr_t a, uintptr_t *b, 
 }
 
 /* Gives back to the upstream every whole chunk, and where the upstream makes memory in
- * pieces every run of whole pieces, lying inside free block `block` of the fresh set, until
+ * pieces every run of whole pieces, lying inside free block `block` of a free index, until
  * *released has grown by `limit` bytes (or a little more: whole pieces). The rest of the
- * block stays free. */
+ * block stays free, in its set and state. The device was synchronized: no work uses it. */
 static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t limit,
                                 size_t *released) {
   size_t done = 0;
-  free_set *set = &pool->fresh;
-  GPUMEM__ASSERT(&pool->header, block->owner == set && block->state == GPUMEM__BLOCK_SEALED,
-                 "a trim gives back only free blocks of the fresh set");
+  free_set *set = block->owner;
+  gpumem__block_state state = block->state;
+  GPUMEM__ASSERT(&pool->header, state == GPUMEM__BLOCK_OPEN || state == GPUMEM__BLOCK_SEALED,
+                 "a trim gives back only blocks of a free index");
   gpumem__free_index *index = index_of(set, block); /* every piece stays in its region */
   gpumem__free_index_remove(index, block);
   size_t at;
@@ -191,7 +192,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
       gpumem__free_index_insert(index, block);
     }
     if (piece->size > b - a && !(after = split(pool, piece, b - a))) {
-      release_block(pool, set, piece, GPUMEM__BLOCK_SEALED);
+      release_block(pool, set, piece, state);
       block = NULL;
       break;
     }
@@ -201,7 +202,7 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
        * whole is filed back (merging with the front piece, which is). */
       if (after)
         merge_next(pool, piece, after);
-      release_block(pool, set, piece, GPUMEM__BLOCK_SEALED);
+      release_block(pool, set, piece, state);
       return status;
     }
     unlink_block(pool, piece);
@@ -244,39 +245,54 @@ static bool is_a_tail(const pool_resource *pool, const gpumem__block *block) {
 }
 
 /* Holes are taken lowest first, as the placement model (tools/placement_model.py, policy
- * "gap") does. A region's last block is no hole: growth in place extends it. */
-void gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size) {
-  if (!pool->grows_in_place || !pool->piece_size || is_fresh(pool, set))
-    return;
-  region *r = &pool->regions[ri];
-  const gpumem__block *tail = r->tail;
+ * "gap") does. A region's last block is no hole: growth in place extends it. Only blocks
+ * of the sets' free indexes are holes: those the caches and thread fronts keep whole are
+ * small, and moving them would change the sets the program's streams reuse at once. */
+uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size) {
+  if (!pool->grows_in_place || !pool->piece_size)
+    return 0;
+  const gpumem__block *tail = pool->regions[ri].tail;
   size_t need =
       tail && free_in_any_state(tail, set) && tail->size < size ? size - tail->size : size;
   need = gpumem__align_up(need, pool->header.upstream->caps.granularity);
   uint64_t reserved = gpumem__counters_reserved(&pool->stats);
+  /* The live peak counts the request being served: a program whose live bytes climb to a new
+   * peak grows by about what it asks, which is no hole's fault. */
   uint64_t peak_live = atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed);
+  uint64_t live_after = atomic_load_explicit(&pool->stats.live_bytes, memory_order_relaxed) + size;
+  if (live_after > peak_live)
+    peak_live = live_after;
   if ((reserved + need) * 100 <= peak_live * pool->options.release_holes_over)
-    return;
-  gpumem_status status = gpumem__pool_fold_into_fresh(pool, set);
+    return 0;
+  uint64_t started = gpumem__now_ns();
+  if (started < pool->holes_next_ns)
+    return 0;
   block_list list = {0};
-  for (size_t k = 0; k < GPUMEM__POOL_REGION_COUNT && status == GPUMEM_OK; k++)
-    gpumem__free_index_each(&pool->fresh.sealed[k], collect_block, &list);
-  if (status == GPUMEM_OK && !list.failed)
+  for (size_t i = 0; i < pool->set_count; i++)
+    for (size_t k = 0; k < GPUMEM__POOL_REGION_COUNT; k++) {
+      gpumem__free_index_each(&pool->sets[i]->open[k], collect_block, &list);
+      gpumem__free_index_each(&pool->sets[i]->sealed[k], collect_block, &list);
+    }
+  /* Blocks freed on any stream may still be in use by its work: the driver does not order
+   * an unmap after it. */
+  gpumem_status status = list.failed ? GPUMEM_ERR_OUT_OF_MEMORY : GPUMEM_OK;
+  if (status == GPUMEM_OK && list.count > 0)
+    status = pool->header.dev->device_synchronize(pool->header.device);
+  if (status == GPUMEM_OK)
     qsort(list.items, list.count, sizeof *list.items, by_address);
   size_t released = 0;
-  for (size_t j = 0; j < list.count && !list.failed && status == GPUMEM_OK && released < need; j++)
+  for (size_t j = 0; j < list.count && status == GPUMEM_OK && released < need; j++)
     if (!is_a_tail(pool, list.items[j]))
       status = trim_block(pool, list.items[j], need - released, &released);
   free(list.items);
   if (status != GPUMEM_OK)
-    gpumem__clear_error(); /* the holes stay mapped: nothing is lost */
-  /* The fold took the region's free last block to the fresh set: back to `set`, so that
-   * growth extends it as before. */
-  gpumem__block *last = r->tail;
-  if (last && last->owner == &pool->fresh && last->state == GPUMEM__BLOCK_SEALED) {
-    gpumem__free_index_remove(&pool->fresh.sealed[ri], last);
-    release_block(pool, set, last, GPUMEM__BLOCK_OPEN);
-  }
+    gpumem__absorb_error(); /* the holes stay mapped: nothing is lost */
+  return released ? started : 0;
+}
+
+void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns) {
+  uint64_t now = gpumem__now_ns();
+  pool->holes_next_ns = now + GPUMEM__POOL_HOLES_PACE * (now - started_ns);
 }
 
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released) {
