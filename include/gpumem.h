@@ -775,7 +775,7 @@ typedef struct gpumem_pool_options {
    * (a training loop) would spend most of its allocation time waiting and in the driver's
    * unmap and map calls, so a release waits until three times as long as the last one took
    * (with the growth after it) has passed, and is skipped before: its memory gains shrink
-   * with it (docs/traces.md has the figures). A request that fails after holes were given
+   * with it (docs/internals.md has the figures). A request that fails after holes were given
    * back leaves them given back, as a trim would. */
   unsigned release_holes_over;
 } gpumem_pool_options;
