@@ -278,7 +278,7 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   gpumem_status status = list.failed ? GPUMEM_ERR_OUT_OF_MEMORY : GPUMEM_OK;
   if (status == GPUMEM_OK && list.count > 0)
     status = pool->header.dev->device_synchronize(pool->header.device);
-  if (status == GPUMEM_OK)
+  if (status == GPUMEM_OK && list.count > 1)
     qsort(list.items, list.count, sizeof *list.items, by_address);
   size_t released = 0;
   for (size_t j = 0; j < list.count && status == GPUMEM_OK && released < need; j++)
