@@ -31,6 +31,7 @@ static const char *const default_specs[] = {
     "faulty(async)",
     "vmm",
     "pool(vmm)",
+    "pool(vmm(piece=2MiB), release_holes_over=100)",
     "pool(cuda, initial=64MiB)",
     "pool(cuda, initial=1)",
     "pool(async)",

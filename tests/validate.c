@@ -52,6 +52,7 @@ static gpumem__block *some_free_block(pool_resource *pool, gpumem__free_index **
 static void test_sound(void) {
   const char *specs[] = {"pool(cuda, initial=8MiB)",
                          "pool(vmm)",
+                         "pool(vmm(piece=2MiB), release_holes_over=100)",
                          "arena(vmm)",
                          "binning(pool(vmm))",
                          "fixed_size(cuda, block=4096, prealloc=16)",
