@@ -8,7 +8,8 @@
  * - The index turns to classes past GPUMEM__FLAT_MAX blocks and flat again only at an
  *   insertion once it holds fewer than GPUMEM__FLAT_LOW; counts, bytes and the largest
  *   block stay right through every change of form and size.
- * - Walking the index may remove each block as it goes, in both forms.
+ * - Walking the index may remove each block as it goes, in both forms; a walk from a size
+ *   on gives exactly the blocks of that size or more.
  * - All of it holds for both widths of the flat search (AVX2 and SSE2). */
 #include "check.h"
 #include "suballoc/block.h"
@@ -191,8 +192,19 @@ static void count_visited(gpumem__block *block, void *user) {
   (*(size_t *)user)++;
 }
 
+typedef struct least_count {
+  size_t least, *visited;
+} least_count;
+
+/* Counts a block given to a walk from a size on, which must be of that size or more. */
+static void count_large_visited(gpumem__block *block, void *user) {
+  least_count *count = user;
+  CHECK(block->size >= count->least);
+  (*count->visited)++;
+}
+
 /* A walk that removes every block it is given empties the index, in both forms; a walk
- * that removes every other one leaves exactly the rest. */
+ * from a size on gives every block of that size or more, and no other. */
 static void test_walk(void) {
   static const size_t counts[] = {5, GPUMEM__FLAT_MAX, 200};
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
@@ -204,6 +216,18 @@ static void test_walk(void) {
     size_t visited = 0;
     gpumem__free_index_each(&m.index, count_visited, &visited);
     CHECK_U64_EQ(visited, counts[c]);
+    /* From a size on: exactly the blocks of that size or more, for sizes at a class's
+     * start and inside one. */
+    static const size_t leasts[] = {2 << 20, (3 << 20) + 5 * UNIT, 32 << 20};
+    for (size_t l = 0; l < sizeof leasts / sizeof leasts[0]; l++) {
+      size_t large = 0;
+      for (size_t i = 0; i < counts[c]; i++)
+        large += m.blocks[i].size >= leasts[l];
+      visited = 0;
+      gpumem__free_index_each_from(&m.index, leasts[l], count_large_visited,
+                                   &(least_count){leasts[l], &visited});
+      CHECK_U64_EQ(visited, large);
+    }
     gpumem__free_index_each(&m.index, remove_visited, &m);
     CHECK_U64_EQ(m.count, 0);
     check_facts(&m);

@@ -369,21 +369,32 @@ size_t gpumem__free_index_largest(const gpumem__free_index *index) {
 
 void gpumem__free_index_each(const gpumem__free_index *index,
                              void (*fn)(gpumem__block *block, void *user), void *user) {
+  gpumem__free_index_each_from(index, 0, fn, user);
+}
+
+void gpumem__free_index_each_from(const gpumem__free_index *index, size_t least,
+                                  void (*fn)(gpumem__block *block, void *user), void *user) {
   if (index->flat) {
     /* Backwards: a removal moves the last block, already seen, into the removed one's
      * place. */
     for (size_t i = index->block_count; i-- > 0;)
-      fn(index->flat_blocks[i], user);
+      if (index->flat_blocks[i]->size >= least)
+        fn(index->flat_blocks[i], user);
     return;
   }
-  for (int fl = 0; fl < GPUMEM__FL_COUNT; fl++) {
+  /* From the class holding `least`: the blocks of that class under it are skipped. */
+  int first_fl = 0, first_sl = 0;
+  if (least > 0)
+    class_of(least, &first_fl, &first_sl);
+  for (int fl = first_fl; fl < GPUMEM__FL_COUNT; fl++) {
     if (!(index->fl_bitmap & ((uint64_t)1 << fl)))
       continue;
-    for (int sl = 0; sl < GPUMEM__SL_COUNT; sl++) {
+    for (int sl = fl == first_fl ? first_sl : 0; sl < GPUMEM__SL_COUNT; sl++) {
       gpumem__block *b = index->heads[fl][sl];
       while (b) {
         gpumem__block *next = b->next_free;
-        fn(b, user);
+        if (b->size >= least)
+          fn(b, user);
         b = next;
       }
     }

@@ -177,6 +177,10 @@ size_t gpumem__free_index_largest(const gpumem__free_index *index);
  * else. */
 void gpumem__free_index_each(const gpumem__free_index *index,
                              void (*fn)(gpumem__block *block, void *user), void *user);
+/* The same for the blocks of at least `least` bytes only, without walking the classes of
+ * smaller ones. */
+void gpumem__free_index_each_from(const gpumem__free_index *index, size_t least,
+                                  void (*fn)(gpumem__block *block, void *user), void *user);
 
 /* Checks the index's own structure (level 2, src/core/debug.c): the flat arrays or the
  * classes, bitmaps and links, each block filed under its size, the count and the bytes.

@@ -267,11 +267,13 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   uint64_t started = gpumem__now_ns();
   if (started < pool->holes_next_ns)
     return 0;
+  /* A block smaller than a granule holds no whole piece: pieces are whole granules. */
+  size_t least = pool->header.upstream->caps.granularity;
   block_list list = {0};
   for (size_t i = 0; i < pool->set_count; i++)
     for (size_t k = 0; k < GPUMEM__POOL_REGION_COUNT; k++) {
-      gpumem__free_index_each(&pool->sets[i]->open[k], collect_block, &list);
-      gpumem__free_index_each(&pool->sets[i]->sealed[k], collect_block, &list);
+      gpumem__free_index_each_from(&pool->sets[i]->open[k], least, collect_block, &list);
+      gpumem__free_index_each_from(&pool->sets[i]->sealed[k], least, collect_block, &list);
     }
   /* Blocks freed on any stream may still be in use by its work: the driver does not order
    * an unmap after it. */
