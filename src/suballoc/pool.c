@@ -199,7 +199,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
 
 gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t size,
                                       bool may_grow, gpumem__block **out, const char **why) {
-  gpumem__block *block = cache_pop(set, size);
+  gpumem__block *block = cache_pop(pool, set, size);
   gpumem_status status = GPUMEM_OK;
   if (block) {
     block->state = GPUMEM__BLOCK_ALLOCATED;
@@ -253,7 +253,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_slow_then_unlock(pool_resource *po
   gpumem__block_state was = GPUMEM__BLOCK_CACHED;
   gpumem_status status = set_for(pool, stream, &set);
   if (status == GPUMEM_OK && alignment == GPUMEM_DEFAULT_ALIGNMENT &&
-      (block = cache_pop(set, size))) {
+      (block = cache_pop(pool, set, size))) {
     block->state = GPUMEM__BLOCK_ALLOCATED;
   } else if (status == GPUMEM_OK) {
     status = find_block(pool, set, search, &block, &why);
@@ -310,7 +310,7 @@ static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t byt
   free_set *set = pool->last_set;
   if (GPUMEM_UNLIKELY(!set || set->stream != stream || alignment != GPUMEM_DEFAULT_ALIGNMENT))
     return allocate_slow_then_unlock(pool, bytes, size, alignment, stream, ptr);
-  gpumem__block *block = cache_pop(set, size);
+  gpumem__block *block = cache_pop(pool, set, size);
   if (!block)
     return allocate_from_index_then_unlock(pool, set, bytes, size, stream, ptr);
   if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(&pool->live))) /* the map must grow */
