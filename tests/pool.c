@@ -16,8 +16,9 @@
  * - Trim gives whole free chunks back, and over vmm whole free pieces of a chunk whose ends
  *   are in use; a trim whose unmap fails changes nothing.
  * - Over vmm with release_holes_over, holes' pieces go back before the pool grows past the
- *   threshold, as many as the growth takes, after a wait for the device; under it, or when
- *   the unmap fails, the pool grows as it would have.
+ *   threshold, as many as the growth takes, after a wait for the device; under it, before
+ *   the pace allows the next release, or when the unmap fails, the pool grows as it would
+ *   have.
  * - Cross-stream reuse waits properly (the simulated device's hazard check) and costs one
  *   event record for a whole batch of frees, not one per free.
  * - Many threads on one pool, freeing each other's blocks.
@@ -874,6 +875,26 @@ static void test_release_holes(void) {
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
   CHECK_OK(gpumem_resource_release(mr));
   check_mapped(0);
+
+  /* The pace: a release sets when the next may come; before then the pool grows as it
+   * would without the option. */
+  mr = holes_pool(110, hole_then_pin, 2, NULL, x);
+  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+  ((pool_resource *)mr)->holes_next_ns = UINT64_MAX;
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  mr = holes_pool(110, hole_then_pin, 2, NULL, x);
+  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+  CHECK_U64_EQ(((pool_resource *)mr)->holes_next_ns, 0);
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 14 * MiB);
+  CHECK(((pool_resource *)mr)->holes_next_ns > 0);
+  CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
 
   /* A percentage under 100 is refused, in a spec and in the options. */
   CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(vmm, release_holes_over=99)", &mr),
