@@ -299,6 +299,7 @@ int main(int argc, char **argv) {
                                       "threads:pool(vmm)",
                                       "threads:pool(cuda, initial=1)",
                                       "threads:pool(limit(vmm(piece=2MiB), max=1GiB))",
+                                      "threads:pool(vmm(piece=2MiB), release_holes_over=100)",
                                       "async(managed=true, initial=1MiB)",
                                       "pool(async(managed=true), initial=1)"};
   if (argc > 1) { /* the specs given, for looking at one resource */

@@ -54,7 +54,7 @@ bool gpumem__pool_return_send(pool_resource *pool, pool_return *batch, pool_fron
   if (status == GPUMEM_OK)
     status = dev->event_record(pool->header.device, batch->event, batch->set->stream);
   if (status != GPUMEM_OK) {
-    gpumem__clear_error(); /* the frees succeeded: the sender keeps the blocks */
+    gpumem__absorb_error(); /* the frees succeeded: the sender keeps the blocks */
     return false;
   }
   gpumem__pool_spin(&to->inbox_lock, true);
@@ -94,7 +94,7 @@ bool gpumem__pool_return_wait(pool_resource *pool, const pool_return *batch, gpu
   gpumem_status status =
       pool->header.dev->stream_wait_event(pool->header.device, stream, batch->event);
   if (status != GPUMEM_OK) {
-    gpumem__clear_error();
+    gpumem__absorb_error(); /* its blocks go back to their own stream's set, or wait again */
     return false;
   }
   return true;

@@ -127,7 +127,7 @@ void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set) {
       (set->open_frees >= GPUMEM__POOL_SEAL_EVERY ||
        set->unsealed_bytes >= GPUMEM__POOL_UNSEALED_MAX) &&
       gpumem__pool_seal(pool, set) != GPUMEM_OK)
-    gpumem__clear_error();
+    gpumem__absorb_error(); /* the blocks stay open, for the set's next seal */
 }
 
 /* Forgets an emptied stream set, so that sets of streams the program has finished with do

@@ -257,11 +257,13 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   need = gpumem__align_up(need, pool->header.upstream->caps.granularity);
   uint64_t reserved = gpumem__counters_reserved(&pool->stats);
   /* The live peak counts the request being served: a program whose live bytes climb to a new
-   * peak grows by about what it asks, which is no hole's fault. */
-  uint64_t peak_live = atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed);
-  uint64_t live_after = atomic_load_explicit(&pool->stats.live_bytes, memory_order_relaxed) + size;
-  if (live_after > peak_live)
-    peak_live = live_after;
+   * peak grows by about what it asks, which is no hole's fault. With thread fronts, the
+   * pool's own counters miss what the fronts handed out: the fronts' totals count it. */
+  uint64_t live = 0, peak_live = 0;
+  gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
+  gpumem__pool_front_counters(pool, GPUMEM_QUERY_PEAK_LIVE_BYTES, &peak_live);
+  if (live + size > peak_live)
+    peak_live = live + size;
   if ((reserved + need) * 100 <= peak_live * pool->options.release_holes_over)
     return 0;
   uint64_t started = gpumem__now_ns();
