@@ -547,13 +547,11 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
 
 static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const pool_resource *pool = (const pool_resource *)mr;
+  char holes[48] = ""; /* named only when set, so that other pools' specs read as before */
   if (pool->options.release_holes_over)
-    gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu, release_holes_over=%u",
-                          pool->options.initial_size, pool->options.maximum_size,
-                          pool->options.release_holes_over);
-  else
-    gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu", pool->options.initial_size,
-                          pool->options.maximum_size);
+    snprintf(holes, sizeof holes, ", release_holes_over=%u", pool->options.release_holes_over);
+  gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu%s", pool->options.initial_size,
+                        pool->options.maximum_size, holes);
 }
 
 static void free_structures(pool_resource *pool) {

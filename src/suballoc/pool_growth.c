@@ -39,6 +39,23 @@ static const char *growth_step(const pool_resource *pool, size_t size, size_t *s
   return NULL;
 }
 
+/* Whether growth in place for `size` bytes extends region `r`'s last block, free in `set`
+ * and too small, by *shortfall alone (within the maximum). */
+static bool tail_grows(const pool_resource *pool, const region *r, const free_set *set, size_t size,
+                       size_t *shortfall) {
+  const gpumem__block *tail = r->tail;
+  return tail && free_in_any_state(tail, set) && tail->size < size &&
+         !growth_step(pool, size - tail->size, shortfall);
+}
+
+size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const free_set *set,
+                                 size_t size) {
+  size_t bytes = size;
+  if (!pool->grows_in_place || !tail_grows(pool, &pool->regions[ri], set, size, &bytes))
+    growth_step(pool, size, &bytes); /* refused: `size` stands for what it would be */
+  return bytes;
+}
+
 /* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the
  * region's last block; if that block is free in `set` (open or sealed: new memory joins a
  * stream's set open, which unseals it), the two merge and only the shortfall is asked for.
@@ -55,10 +72,9 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
   if (pool->grows_in_place && next) {
     size_t shortfall = 0;
-    bool tail_grows = tail && free_in_any_state(tail, set) && tail->size < size &&
-                      !growth_step(pool, size - tail->size, &shortfall);
-    size_t wanted = tail_grows ? shortfall : full;
-    if ((tail_grows || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
+    bool extends = tail_grows(pool, r, set, size, &shortfall);
+    size_t wanted = extends ? shortfall : full;
+    if ((extends || !full_why) && up->ops->allocate_at(up, next, wanted, memory) == GPUMEM_OK) {
       *taken = wanted;
       return GPUMEM_OK;
     }

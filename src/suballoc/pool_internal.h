@@ -565,6 +565,10 @@ gpumem_status gpumem__pool_default_initial_size(const gpumem_resource *upstream,
  * out-of-memory message, and the thread's message starts with it (then the upstream's). */
 gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
                                 const char **why, gpumem__block **grown_block);
+/* The bytes gpumem__pool_grow would take from the upstream for the same request: the
+ * shortfall past a free last block it extends in place, else a whole growth step. */
+size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const free_set *set,
+                                 size_t size);
 
 /* ---------------------------------------------------------------------------------------
  * Trim (pool_trim.c)

@@ -251,10 +251,7 @@ static bool is_a_tail(const pool_resource *pool, const gpumem__block *block) {
 uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size) {
   if (!pool->grows_in_place || !pool->piece_size)
     return 0;
-  const gpumem__block *tail = pool->regions[ri].tail;
-  size_t need =
-      tail && free_in_any_state(tail, set) && tail->size < size ? size - tail->size : size;
-  need = gpumem__align_up(need, pool->header.upstream->caps.granularity);
+  size_t need = gpumem__pool_growth_bytes(pool, ri, set, size);
   uint64_t reserved = gpumem__counters_reserved(&pool->stats);
   /* The live peak counts the request being served: a program whose live bytes climb to a new
    * peak grows by about what it asks, which is no hole's fault. With thread fronts, the
