@@ -249,7 +249,36 @@ typedef struct thread_run {
   double clock_ghz[BENCH_MAX_REPEAT];
   gpumem_status status;
   bench_failure failure;
+  /* For --stats: a pool's front statistics over the timed passes alone (warm-ups grow the
+   * pool); the one thread that a barrier names reads them before and after each. Shared by
+   * every thread of the run. */
+  struct timed_front_stats *timed;
 } thread_run;
+
+typedef struct timed_front_stats {
+  gpumem__pool_front_stats before, sum;
+} timed_front_stats;
+
+/* Adds to t->timed what the fronts did since the last call (`end`), or notes where they
+ * stand (!end); by one thread while the others wait at a barrier. */
+static void note_timed_front_stats(const thread_run *t, bool end) {
+  gpumem__pool_front_stats now;
+  if (!t->alloc->resource || !gpumem__pool_front_stats_of(t->alloc->resource, &now))
+    return;
+  if (!end) {
+    t->timed->before = now;
+    return;
+  }
+  gpumem__pool_front_stats *sum = &t->timed->sum;
+  const gpumem__pool_front_stats *before = &t->timed->before;
+  sum->pool_locks += now.pool_locks - before->pool_locks;
+  sum->refills += now.refills - before->refills;
+  sum->grows += now.grows - before->grows;
+  sum->give_backs += now.give_backs - before->give_backs;
+  sum->trims += now.trims - before->trims;
+  sum->lock_wait_ns += now.lock_wait_ns - before->lock_wait_ns;
+  sum->lock_hold_ns += now.lock_hold_ns - before->lock_hold_ns;
+}
 
 /* The thread's part of a pass: its sequence, or its side of the handoff. Timed passes leave
  * the sequence's leftovers to run_untimed_end. */
@@ -309,6 +338,8 @@ static void *thread_main(void *arg) {
     if (plays)
       note_status(t, run_part(t, false), "warm-up pass");
     double clock_before = bench_host_clock_ghz();
+    if (pthread_barrier_wait(t->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+      note_timed_front_stats(t, false);
     pthread_barrier_wait(t->barrier);
     if (plays) {
       t->start_ns[r] = bench_now_ns();
@@ -317,7 +348,8 @@ static void *thread_main(void *arg) {
       note_status(t, passed, "timed pass");
     }
     /* The clock again once every thread's timed pass is over, so as not to slow another. */
-    pthread_barrier_wait(t->barrier);
+    if (pthread_barrier_wait(t->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+      note_timed_front_stats(t, true);
     t->clock_ghz[r] = (clock_before + bench_host_clock_ghz()) / 2;
     if (t->status == GPUMEM_OK)
       note_status(t, run_untimed_end(t), "freeing what the pass left live");
@@ -382,10 +414,12 @@ static void release_threads(thread_run *runs, int count) {
  * time from the first thread's start after the barrier to the last thread's end, and the
  * host's clock of that last thread (all of them wait for it). Exits on any failure. */
 static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int repeat,
-                        uint64_t *elapsed, double *slowest_clock_ghz) {
+                        timed_front_stats *timed, uint64_t *elapsed, double *slowest_clock_ghz) {
+  *timed = (timed_front_stats){0};
   for (int i = 0; i < count; i++) {
     runs[i].alloc = alloc;
     runs[i].repeat = repeat;
+    runs[i].timed = timed;
     if (pthread_create(&runs[i].thread, NULL, thread_main, &runs[i]) != 0) {
       fprintf(stderr, "gpumem-bench: cannot start thread %d of %d\n", i + 1, count);
       exit(EXIT_FAILURE);
@@ -464,6 +498,14 @@ static void print_thread_stats(bench_allocator *alloc, const char *mode, const t
            (unsigned long long)s.returns_sent, (unsigned long long)s.returns_taken,
            (unsigned long long)s.held_bytes, (double)s.lock_wait_ns / 1e6,
            (double)s.lock_hold_ns / 1e6);
+  const gpumem__pool_front_stats *timed = &runs[0].timed->sum;
+  if (timed->refills || timed->give_backs)
+    printf(",\"timed\":{\"pool_locks\":%llu,\"refills\":%llu,\"grows\":%llu,\"give_backs\":%llu,"
+           "\"trims\":%llu,\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f}",
+           (unsigned long long)timed->pool_locks, (unsigned long long)timed->refills,
+           (unsigned long long)timed->grows, (unsigned long long)timed->give_backs,
+           (unsigned long long)timed->trims, (double)timed->lock_wait_ns / 1e6,
+           (double)timed->lock_hold_ns / 1e6);
   /* Every thread's, in thread order: on the GPU host, threads on some processors run the
    * same work a third faster with no allocator at all (docs/gpu-runs.md). */
   printf(",\"each_thread_ms\":[");
@@ -485,7 +527,8 @@ static void run_thread_count(const bench_context *ctx, int count, thread_mode mo
      * threads that the host schedules late can skew any one of them. */
     uint64_t elapsed[BENCH_MAX_REPEAT];
     double slowest_clock_ghz[BENCH_MAX_REPEAT];
-    run_threads(runs, count, alloc, ctx->repeat, elapsed, slowest_clock_ghz);
+    timed_front_stats timed;
+    run_threads(runs, count, alloc, ctx->repeat, &timed, elapsed, slowest_clock_ghz);
     if (ctx->stats)
       print_thread_stats(alloc, thread_mode_names[mode], runs, count, ctx->repeat);
     bench_close_or_die(alloc);
