@@ -11,6 +11,16 @@
 
 #define SLAB_PAGE_BLOCKS 256
 
+/* A block struct on a line of its own, and the line beside it left empty: processors fetch
+ * lines in 128-byte pairs (the adjacent-line prefetcher), and a struct sharing its pair with
+ * another thread's block, which that thread's front writes at every allocation and free,
+ * made sixteen threads on their own streams 12 to 15% slower on the GPU host
+ * (docs/gpu-runs.md, seventeenth session). A struct still costs one line to touch. */
+typedef struct slab_slot {
+  _Alignas(128) gpumem__block block;
+} slab_slot;
+_Static_assert(sizeof(slab_slot) == 128, "a slab slot is a pair of lines");
+
 void gpumem__block_slab_init(gpumem__block_slab *slab) {
   memset(slab, 0, sizeof *slab);
 }
@@ -31,15 +41,13 @@ bool gpumem__block_slab_grow(gpumem__block_slab *slab) {
     slab->pages = pages;
     slab->page_capacity = capacity;
   }
-  /* On a line of its own: a block that straddled two would share them with its neighbours,
-   * which other threads' fronts may be using. */
-  gpumem__block *page = aligned_alloc(64, SLAB_PAGE_BLOCKS * sizeof *page);
+  slab_slot *page = aligned_alloc(_Alignof(slab_slot), SLAB_PAGE_BLOCKS * sizeof *page);
   if (!page)
     return false;
   slab->pages[slab->page_count++] = page;
   for (size_t i = 0; i < SLAB_PAGE_BLOCKS; i++) {
-    page[i].next_free = slab->spare;
-    slab->spare = &page[i];
+    page[i].block.next_free = slab->spare;
+    slab->spare = &page[i].block;
   }
   return true;
 }
