@@ -1048,6 +1048,109 @@ static void test_front_gives_back(const char *spec, bool same_stream) {
          same_stream ? "same" : "another");
 }
 
+/* A front's refill cuts its batch as one run from one free block when one holds it all, so
+ * that the pool's lock is held for one search (pool_front.c, take_batch): a thread's first
+ * 64 blocks of 1 KiB (one refill's) are neighbours, where blocks taken one by one would fill
+ * the exact holes first. Where no free block holds the run, the refill takes what fits block
+ * by block; and a cached block of the class goes first. */
+enum { run_blocks = 64, run_block_bytes = 1 << 10, run_holes = 8 };
+static void *run_ptrs[run_blocks];
+static int run_wanted, run_served;
+
+static void *allocate_run(void *arg) {
+  (void)arg;
+  for (run_served = 0; run_served < run_wanted; run_served++)
+    if (gpumem_allocate(front_pool, run_block_bytes, front_stream, &run_ptrs[run_served]) !=
+        GPUMEM_OK)
+      break;
+  return NULL;
+}
+
+static void *free_run(void *arg) {
+  (void)arg;
+  for (int i = 0; i < run_served; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, run_ptrs[i], run_block_bytes, front_stream));
+  return NULL;
+}
+
+static int by_address(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+  return (x > y) - (x < y);
+}
+
+/* Holes of 1 KiB between live blocks of front_stream's set, in its free index (a second
+ * stream keeps freed blocks out of the cache); then the run. */
+static void check_run_beside_holes(void) {
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
+  gpumem_stream other;
+  void *ptr, *holes[run_holes], *between[run_holes];
+  CHECK_OK(gpumem_stream_create(0, &other));
+  CHECK_OK(gpumem_allocate(front_pool, 256, other, &ptr));
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, other));
+  for (int i = 0; i < run_holes; i++) {
+    CHECK_OK(gpumem_allocate(front_pool, run_block_bytes, front_stream, &holes[i]));
+    CHECK_OK(gpumem_allocate(front_pool, run_block_bytes, front_stream, &between[i]));
+  }
+  for (int i = 0; i < run_holes; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, holes[i], run_block_bytes, front_stream));
+  CHECK(gpumem__pool_make_fronts(front_pool));
+  run_wanted = run_blocks;
+  on_another_thread(allocate_run, NULL);
+  CHECK_EQ(run_served, run_blocks);
+  void *sorted[run_blocks];
+  memcpy(sorted, run_ptrs, sizeof sorted);
+  qsort(sorted, run_blocks, sizeof sorted[0], by_address);
+  for (int i = 1; i < run_blocks; i++)
+    CHECK((uintptr_t)sorted[i] == (uintptr_t)sorted[i - 1] + run_block_bytes);
+  for (int i = 0; i < run_holes; i++)
+    CHECK((uintptr_t)holes[i] + run_block_bytes <= (uintptr_t)sorted[0] ||
+          (uintptr_t)holes[i] > (uintptr_t)sorted[run_blocks - 1]);
+  on_another_thread(free_run, NULL);
+  for (int i = 0; i < run_holes; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, between[i], run_block_bytes, front_stream));
+  CHECK_OK(gpumem_stream_synchronize(other));
+  CHECK_OK(gpumem_stream_destroy(other));
+  CHECK_OK(gpumem_resource_release(front_pool));
+}
+
+static void test_front_refill_takes_a_run(void) {
+  const char *spec = "pool(cuda, initial=4MiB, max=4MiB)";
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  check_run_beside_holes();
+
+  /* 2 KiB free in a pool at its maximum: two blocks, then the locked path's failure. */
+  open_front_pool(spec, front_stream);
+  uint64_t reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
+  void *most;
+  CHECK_OK(gpumem_allocate(front_pool, reserved - 2 * run_block_bytes, front_stream, &most));
+  run_wanted = 3;
+  on_another_thread(allocate_run, NULL);
+  CHECK_EQ(run_served, 2);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 3);
+  on_another_thread(free_run, NULL);
+  CHECK_OK(gpumem_deallocate(front_pool, most, reserved - 2 * run_block_bytes, front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+
+  /* A block of the class freed into the cache (allocated before the fronts came, so the
+   * pool's own path frees it) is the refill's first. */
+  CHECK_OK(gpumem_resource_from_spec(spec, &front_pool));
+  void *cached;
+  CHECK_OK(gpumem_allocate(front_pool, run_block_bytes, front_stream, &cached));
+  CHECK(gpumem__pool_make_fronts(front_pool));
+  CHECK_OK(gpumem_deallocate(front_pool, cached, run_block_bytes, front_stream));
+  run_wanted = 1;
+  on_another_thread(allocate_run, NULL);
+  CHECK_EQ(run_served, 1);
+  CHECK(run_ptrs[0] == cached);
+  on_another_thread(free_run, NULL);
+  CHECK_OK(gpumem_resource_release(front_pool));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  printf("pool(vmm), %s with fronts: a refill's batch is one run where one fits, else what "
+         "fits, the cached block first\n",
+         spec);
+}
+
 /* A thread's refill that finds nothing leaves the thread's own front's other blocks alone
  * (taking them back would make it refill each of those classes at once, under the pool's
  * lock): the pool grows instead, as it may for what the front holds (bounded). But it never
@@ -1665,6 +1768,7 @@ int main(void) {
   test_fronts_when_threads_meet();
   test_long_turns_bias_again();
   test_front_refill_spares_its_own();
+  test_front_refill_takes_a_run();
   test_front_keeps_reserve();
   if (check_on_sim()) /* it counts the device's calls */
     test_front_working_reserve();

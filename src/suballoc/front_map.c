@@ -56,6 +56,13 @@ bool gpumem__front_map_grow(front_map *map) {
   return true;
 }
 
+bool gpumem__front_map_reserve(front_map *map, size_t extra) {
+  while ((map->count + extra) * 4 > gpumem__front_map_table(map)->mask + 1)
+    if (!gpumem__front_map_grow(map))
+      return false;
+  return true;
+}
+
 bool gpumem__front_map_check(const front_map *map, bool (*fn)(gpumem__block *block, void *user),
                              void *user, char *why, size_t why_size) {
   const front_table *t = gpumem__front_map_table(map);

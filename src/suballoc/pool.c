@@ -215,6 +215,24 @@ gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t
   return status;
 }
 
+size_t gpumem__pool_take_run(pool_resource *pool, free_set *set, size_t size, size_t count,
+                             gpumem__block **out) {
+  if (count < 2 || (set->cached_count > 0 && set->cached[cache_class(size)]))
+    return 0;
+  gpumem__block *run = find_fit(pool, set, region_for(pool, size), size * count);
+  if (!run || !(run = carve(pool, set, run, size * count, GPUMEM_DEFAULT_ALIGNMENT)))
+    return 0;
+  size_t n = 0;
+  while (n + 1 < count && (out[n] = split_front(pool, run, size)) != NULL)
+    n++;
+  if (GPUMEM_UNLIKELY(run->size != size)) { /* no host memory to cut the rest: it goes back */
+    release_block(pool, set, run, GPUMEM__BLOCK_OPEN);
+    return n;
+  }
+  out[n++] = run;
+  return n;
+}
+
 /* A block that could not be handed out, back where it came from, as it was (`was`: its state
  * before it was taken): the cache, or the free index, where it merges again with what it
  * was cut from (filed open, a block cut from sealed memory would unseal the rest). Out of

@@ -13,7 +13,9 @@
  * stream, the front's: the stream they were freed on, so it may reuse them at once, as the
  * pool's own free sets do. It refills in batches under the pool's lock, carving blocks at
  * the top of their class, so that every block of a class fits every request of it (at most
- * 1/4 above it); a class's batches double with each refill or give-back of it, so that the
+ * 1/4 above it), as one run cut from one free block where one holds the batch (a search
+ * and a carve, not one of each a block), and files them in its maps and lists after
+ * releasing that lock; a class's batches double with each refill or give-back of it, so that the
  * pool's lock is taken once in hundreds of operations of a thread that turns memory over
  * (gpumem-bench threads --stats counts them). It gives a batch back when a list is over two
  * batches, half of every list when it holds over HOLD_BYTES, and all its blocks, open in
@@ -46,9 +48,10 @@
  * blocks it holds and hands out (16 bytes a block, at most a quarter full).
  *
  * Every block a front holds or hands out is filed by address in that front's maps
- * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it until it goes back to
- * the pool; `block->owner` names the front. Allocation and free only set the block's
- * requested size (0: free), so neither writes a map: a thread that frees what it allocated
+ * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it (under the front's lock,
+ * which the refill holds from before it releases the pool's until the batch is filed) until
+ * it goes back to the pool; `block->owner` names the front. Allocation and free only set the
+ * block's requested size (0: free), so neither writes a map: a thread that frees what it allocated
  * touches no line another thread writes, and a producer's blocks come back from its
  * consumers still filed. Maps change under a lock of their own (refills, give-backs), and
  * any thread looks them up without a lock or a write (front_map.h: a seqlock). A free looks
@@ -259,18 +262,6 @@ static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpume
                            "with %zu bytes",
                            ptr, bytes, requested);
   return NULL;
-}
-
-/* Files a free block of front `f` in f's maps (a refill's); false when host memory for the
- * map is exhausted. */
-static bool map_block(pool_front *f, gpumem__block *block) {
-  pool_live_shard *shard = shard_of(f, block->addr);
-  __atomic_store_n(&block->requested, 0, __ATOMIC_RELAXED);
-  block->owner = f;
-  spin_lock(&shard->lock);
-  bool mapped = gpumem__front_map_insert(&shard->map, block);
-  spin_unlock(&shard->lock);
-  return mapped;
 }
 
 /* Takes a block that leaves the fronts out of the maps holding it (under the map's lock, a
@@ -654,14 +645,72 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
 
 static void give_back_batch(pool_resource *pool, pool_front *f, size_t size);
 
+/* Makes room in every map of front `f` for `extra` more blocks, so that a refill files its
+ * batch after the pool's lock is released, where a failure could no longer give the blocks
+ * back; false when host memory is exhausted. By the front's thread (the only one that adds
+ * to its maps). */
+static bool reserve_maps(pool_front *f, size_t extra) {
+  bool reserved = true;
+  for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS && reserved; k++) {
+    pool_live_shard *shard = &f->shards[k];
+    spin_lock(&shard->lock);
+    reserved = gpumem__front_map_reserve(&shard->map, extra);
+    spin_unlock(&shard->lock);
+  }
+  return reserved;
+}
+
+/* Files a block of a refill in f's maps, which have room (reserve_maps). */
+static void map_reserved(pool_front *f, gpumem__block *block) {
+  pool_live_shard *shard = shard_of(f, block->addr);
+  spin_lock(&shard->lock);
+  bool mapped = gpumem__front_map_insert(&shard->map, block);
+  spin_unlock(&shard->lock);
+  GPUMEM__ASSERT(NULL, mapped, "a map with room reserved takes a block without growing");
+  (void)mapped;
+}
+
+/* Up to `want` blocks of `size` bytes for a refill of front `f` bound (or about to be) to
+ * `set`, marked as f's; under the pool's lock. One run cut from a single free block when one
+ * holds them all (gpumem__pool_take_run); else block by block, as an allocation finds them,
+ * the first with growth and the fold. Returns how many. */
+static size_t take_batch(pool_resource *pool, pool_front *f, free_set *set, size_t size,
+                         size_t want, gpumem__block **batch) {
+  size_t n = gpumem__pool_take_run(pool, set, size, want, batch);
+  const char *why;
+  while (n < want) {
+    gpumem__block *block;
+    gpumem_status status = gpumem__pool_take_block(pool, set, size, n == 0, &block, &why);
+    if (status != GPUMEM_OK)
+      gpumem__clear_error();
+    if (status != GPUMEM_OK || !block)
+      break;
+    if (GPUMEM_UNLIKELY(block->size != size)) {
+      /* Taken whole, as host memory ran out for a split: a front keeps class tops only. */
+      release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
+      break;
+    }
+    batch[n++] = block;
+  }
+  for (size_t k = 0; k < n; k++) {
+    batch[k]->state = GPUMEM__BLOCK_FRONT;
+    batch[k]->owner = f;
+    __atomic_store_n(&batch[k]->requested, 0, __ATOMIC_RELAXED);
+  }
+  return n;
+}
+
 /* The front had no block of the class for this stream: a batch from the pool, under its
- * lock (its first block as the locked path would find it, growth and fold included). False
- * when the pool has none, or host memory ran out: the caller's locked path then fails with
- * its message. */
+ * lock (its first block as the locked path would find it, growth and fold included). The
+ * batch goes into the front's maps and lists after the pool's lock is released, under the
+ * front's own: sixteen threads refilling at once wait for each other's hold of the pool's
+ * lock, and filing a batch there doubled it. False when the pool has none, or host memory
+ * ran out: the caller's locked path then fails with its message. */
 GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts *fronts,
                                                 pool_front *f, size_t bytes, size_t size,
                                                 gpumem_stream stream, void **ptr) {
-  if (!f->maps_ready && !ready_maps(f))
+  size_t c = gpumem__pool_front_class(size), want = batch_of(f, c, size);
+  if ((!f->maps_ready && !ready_maps(f)) || !reserve_maps(f, want))
     return false;
   bump(&f->refills);
   uint64_t taken = take_pool(pool, f);
@@ -678,29 +727,9 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   spin_unlock(&f->lock);
   /* The front's lock is free while the pool carves: growth drains every front. Only this
    * thread writes the front's batches. */
-  size_t c = gpumem__pool_front_class(size), want = batch_of(f, c, size), n = 0;
   f->batches[c] = (uint8_t)clamp_batch(2 * want, size);
   gpumem__block *batch[BATCH_MAX];
-  const char *why;
-  while (n < want) {
-    gpumem__block *block;
-    gpumem_status status = gpumem__pool_take_block(pool, set, size, n == 0, &block, &why);
-    if (status != GPUMEM_OK)
-      gpumem__clear_error();
-    if (status != GPUMEM_OK || !block)
-      break;
-    if (GPUMEM_UNLIKELY(block->size != size)) {
-      /* Taken whole, as host memory ran out for a split: a front keeps class tops only. */
-      release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
-      break;
-    }
-    block->state = GPUMEM__BLOCK_FRONT;
-    if (GPUMEM_UNLIKELY(!map_block(f, block))) {
-      release_block(pool, set, block, GPUMEM__BLOCK_OPEN); /* no host memory for the map */
-      break;
-    }
-    batch[n++] = block;
-  }
+  size_t n = take_batch(pool, f, set, size, want, batch);
   if (n == 0) {
     release_pool(pool, f, taken);
     return false;
@@ -708,20 +737,24 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   spin_lock(&f->lock);
   if (!f->set) /* only this thread binds its front: it is unbound, or bound to `set` */
     bind(f, set);
-  for (size_t k = 1; k < n; k++)
-    front_push(f, batch[k]);
   gpumem__block *block = batch[0];
   __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED);
-  *ptr = (void *)block->addr;
   front_count(f, (int64_t)bytes, 1);
-  spin_unlock(&f->lock);
   /* The peak of live bytes only from the pool's growth (and queries): a sum over every
    * front at each refill would read lines that all threads write. */
   if (gpumem__counters_reserved(&pool->stats) != reserved) {
     bump(&f->grows);
     raise_peak(pool, fronts);
   }
+  /* A drain that takes the pool's lock now waits for the front's, which is held until the
+   * batch is filed: the blocks are the front's, unmapped, meanwhile. */
   release_pool(pool, f, taken);
+  for (size_t k = 0; k < n; k++)
+    map_reserved(f, batch[k]);
+  for (size_t k = 1; k < n; k++)
+    front_push(f, batch[k]);
+  *ptr = (void *)block->addr;
+  spin_unlock(&f->lock);
   return true;
 }
 

@@ -663,5 +663,13 @@ void gpumem__pool_returns_free(pool_resource *pool, pool_fronts *fronts);
  * (without growth when !may_grow); *block NULL when none. Used by the fronts' refills. */
 gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t size,
                                       bool may_grow, gpumem__block **block, const char **why);
+/* For a front's refill: `count` blocks of `size` bytes (under the cache's limit), allocated,
+ * in address order, cut from one free block of `set` that holds them all: one search and
+ * one carve, then cuts that touch no index, so that the pool's lock is held for little
+ * while other threads wait for it. Returns how many (0 when no free block holds them all
+ * or the cache holds one of the class, which goes first); fewer only when host memory ran
+ * out for the cuts. */
+size_t gpumem__pool_take_run(pool_resource *pool, free_set *set, size_t size, size_t count,
+                             gpumem__block **out);
 
 #endif /* GPUMEM_SUBALLOC_POOL_INTERNAL_H */
