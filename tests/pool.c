@@ -1151,6 +1151,41 @@ static void test_front_refill_takes_a_run(void) {
          spec);
 }
 
+/* A front keeps at most 16 MiB free, a batch (512 KiB) and a block (under 320 KiB): a thread
+ * that frees 40 blocks of each of 24 classes from 16 KiB to 246 KiB (126 MiB) keeps no more,
+ * and the rest is the pool's again. */
+enum { hold_classes = 24, hold_each = 40 };
+static void *hold_ptrs[hold_classes * hold_each];
+
+static size_t hold_size(int i) {
+  return (size_t)(16 + 10 * (i / hold_each)) << 10;
+}
+
+static void *allocate_then_free_many(void *arg) {
+  (void)arg;
+  for (int i = 0; i < hold_classes * hold_each; i++)
+    CHECK_OK(gpumem_allocate(front_pool, hold_size(i), front_stream, &hold_ptrs[i]));
+  for (int i = 0; i < hold_classes * hold_each; i++)
+    CHECK_OK(gpumem_deallocate(front_pool, hold_ptrs[i], hold_size(i), front_stream));
+  return NULL;
+}
+
+static void test_front_holds_at_most(void) {
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  open_front_pool("pool(vmm)", front_stream);
+  on_another_thread(allocate_then_free_many, NULL);
+  gpumem__pool_front_stats stats;
+  CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
+  CHECK(stats.held_bytes > 0);
+  CHECK(stats.held_bytes <= (16u << 20) + (512u << 10) + (320u << 10));
+  CHECK(stats.give_backs > 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(front_pool));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  printf("pool(vmm) with fronts: a thread that frees 126 MiB keeps %.1f MiB in its front\n",
+         (double)stats.held_bytes / (1 << 20));
+}
+
 /* A thread's refill that finds nothing leaves the thread's own front's other blocks alone
  * (taking them back would make it refill each of those classes at once, under the pool's
  * lock): the pool grows instead, as it may for what the front holds (bounded). But it never
@@ -1769,6 +1804,7 @@ int main(void) {
   test_long_turns_bias_again();
   test_front_refill_spares_its_own();
   test_front_refill_takes_a_run();
+  test_front_holds_at_most();
   test_front_keeps_reserve();
   if (check_on_sim()) /* it counts the device's calls */
     test_front_working_reserve();

@@ -37,13 +37,14 @@
  * Memory: a front holds at most HOLD_BYTES, plus a batch (BATCH_BYTES) and a block, free,
  * and a return batch on its way (GPUMEM__POOL_RETURN_BYTES, twice that while the device
  * refuses its event); taking returned batches may put it one batch over HOLD_BYTES until
- * its next allocation gives half back. So sixteen threads' fronts hold about 16 * 11 MiB
+ * its next allocation gives half back. So sixteen threads' fronts hold about 16 * 19 MiB
  * at most, and their inboxes what their threads allocated and others freed since their
  * lists last ran empty (a thread that stops allocating keeps its inbox
  * until the pool drains it: before it grows for the stream that freed them, or fails).
- * Measured on the threads workload, 16 threads on the GPU host, peak reserved: 150 MiB on
- * their own streams, 112 MiB on one stream (60 MiB where fronts kept nothing, ten times
- * slower), 22 to 25 MiB with a producer; arena(vmm) in the same run 108, 112 and 172 MiB.
+ * Measured on the threads workload, 16 threads on the GPU host, peak reserved: 138 to 140
+ * MiB on their own streams, 110 to 114 MiB on one stream (60 MiB where fronts kept nothing,
+ * ten times slower), 26 MiB with a producer; arena(vmm) in an earlier run 108, 112 and 172
+ * MiB.
  * Host memory: a front that allocates keeps 8 maps of 16 KiB at first, which grow with the
  * blocks it holds and hands out (16 bytes a block, at most a quarter full).
  *
@@ -106,7 +107,11 @@
 #define REFILL_BYTES ((size_t)64 << 10)
 #define BATCH_BYTES ((size_t)512 << 10)
 #define BATCH_MAX 64
-#define HOLD_BYTES ((size_t)8 << 20)
+/* 16 MiB, not 8: a thread whose live bytes swing by a few MiB (the threads workload's, for
+ * half its threads) gave half of every list back and refilled it 25 to 30 times a pass at 8;
+ * at 16, 2 to 8, and sixteen threads on their own streams held less at their peak (138 to
+ * 140 MiB against 148 to 156 on the GPU host; docs/gpu-runs.md, seventeenth session). */
+#define HOLD_BYTES ((size_t)16 << 20)
 
 _Static_assert(GPUMEM__POOL_LIVE_SHARDS == 8, "shard_of keeps 3 bits");
 _Static_assert(GPUMEM__POOL_FRONT_LIMIT < GPUMEM__POOL_CACHE_LIMIT / 2,
