@@ -497,6 +497,114 @@ def vit_infer_varbatch(ctx):
             del images
 
 
+@workload("inference", "varying", "ResNet-50 (torchvision) serving in fp16, channels-last: "
+          "each request a random batch (1 to 32) and resolution (128 to 384)")
+def resnet_infer_varres(ctx):
+    import torchvision
+
+    torch = ctx.torch
+    dtype = torch.float16 if ctx.cuda else torch.float32
+    model = torchvision.models.resnet50(weights=None).to(ctx.device).to(dtype)
+    model = model.to(memory_format=torch.channels_last).eval()
+    with torch.inference_mode():
+        for _ in ctx.steps(60):
+            batch = ctx.randint(1, 32) if not ctx.smoke else 2
+            side = ctx.rng.choice([128, 160, 192, 224, 256, 320, 384]) if not ctx.smoke else 64
+            images = torch.randn(batch, 3, side, side, device=ctx.device, dtype=dtype).contiguous(
+                memory_format=torch.channels_last)
+            model(images).float().softmax(-1).cpu()
+            del images
+
+
+@workload("inference", "varying", "diffusion sampling with the UNet above under fp16 autocast: "
+          "each request a random batch (1 to 8) and latent side (32 to 96), 20 denoising steps")
+def unet_sample_varres(ctx):
+    torch = ctx.torch
+    model = _unet(ctx).to(ctx.device).eval()
+    alphas = torch.cumprod(1 - torch.linspace(1e-4, 0.02, 1000, device=ctx.device), dim=0)
+    times = torch.linspace(999, 0, ctx.size(20, 2), device=ctx.device).long()
+    with torch.inference_mode(), ctx.autocast(torch.float16):
+        for _ in ctx.steps(12):
+            batch = ctx.randint(1, 8) if not ctx.smoke else 1
+            side = ctx.rng.choice([32, 48, 64, 80, 96]) if not ctx.smoke else 16
+            x = torch.randn(batch, 4, side, side, device=ctx.device)
+            for i in range(len(times)):
+                a = alphas[times[i]]
+                eps = model(x, times[i].expand(batch)).float()
+                clean = (x - (1 - a).sqrt() * eps) / a.sqrt()
+                a_next = alphas[times[i + 1]] if i + 1 < len(times) else alphas.new_ones(())
+                x = a_next.sqrt() * clean + (1 - a_next).sqrt() * eps
+            x.cpu()
+
+
+# ---- mixture of experts ----
+
+
+@workload("training", "varying", "mixture-of-experts decoder (4 layers, 512 wide, 8 experts "
+          "with top-2 routing): each expert's matrices are as tall as the tokens routed to it, "
+          "so their sizes change every step; random length (128 to 1,024) at about 8,192 "
+          "tokens, bf16 autocast, AdamW")
+def moe_train_varlen(ctx):
+    torch = ctx.torch
+    nn = torch.nn
+    vocab, width, experts = 8192, ctx.size(512, 32), 8
+
+    class Experts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.router = nn.Linear(width, experts, bias=False)
+            self.up = nn.ModuleList(nn.Linear(width, 4 * width) for _ in range(experts))
+            self.down = nn.ModuleList(nn.Linear(4 * width, width) for _ in range(experts))
+
+        def forward(self, x):
+            flat = x.reshape(-1, width)
+            weights, chosen = self.router(flat).float().softmax(-1).topk(2, dim=-1)
+            out = torch.zeros(flat.shape, device=flat.device, dtype=torch.float32)
+            for e in range(experts):
+                rows, slot = (chosen == e).nonzero(as_tuple=True)
+                if rows.numel() == 0:
+                    continue
+                h = self.down[e](nn.functional.gelu(self.up[e](flat[rows])))
+                out = out.index_add(0, rows, h.float() * weights[rows, slot, None])
+            return out.reshape(x.shape)
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.attn = nn.MultiheadAttention(width, 8, batch_first=True)
+            self.experts = Experts()
+
+        def forward(self, x, mask):
+            h = self.norm1(x)
+            x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0].float()
+            return x + self.experts(self.norm2(x))
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.layers = nn.ModuleList(Layer() for _ in range(ctx.size(4, 1)))
+            self.head = nn.Linear(width, vocab)
+
+        def forward(self, tokens):
+            length = tokens.shape[1]
+            mask = torch.full((length, length), float("-inf"), device=tokens.device).triu(1)
+            x = self.embed(tokens)
+            for layer in self.layers:
+                x = layer(x, mask)
+            return self.head(x)
+
+    model = Decoder().to(ctx.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    training = Training(ctx, model, optimizer)
+    for _ in ctx.steps(12):
+        length = ctx.randint(128, 1024) if not ctx.smoke else 8
+        tokens = ctx.tokens(max(1, ctx.size(8192, 16) // length), length + 1, vocab)
+        training.step(lambda model, tokens: nn.functional.cross_entropy(
+            model(tokens[:, :-1]).reshape(-1, vocab).float(), tokens[:, 1:].reshape(-1)), tokens)
+
+
 # ---- recurrent ----
 
 
