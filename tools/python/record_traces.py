@@ -648,6 +648,130 @@ def gru_seq2seq_train(ctx):
             logits.reshape(-1, vocab), target[:, 1:].reshape(-1)), logits, target)
 
 
+@workload("training", "fixed", "LSTM language model (2 layers, 1,024 hidden, tied "
+          "embeddings) with truncated backpropagation through time: batch 32 x 256 tokens, "
+          "fp32, the hidden state carried between steps")
+def lstm_lm_train(ctx):
+    torch = ctx.torch
+    nn = torch.nn
+    vocab, hidden = 16384, ctx.size(1024, 32)
+
+    class LanguageModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
+            self.out = nn.Linear(hidden, vocab)
+            self.out.weight = self.embed.weight
+
+        def forward(self, tokens, state):
+            output, state = self.lstm(self.embed(tokens), state)
+            return self.out(output), state
+
+    model = LanguageModel().to(ctx.device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    training = Training(ctx, model, optimizer, amp=False, clip_norm=0.25)
+    batch, length, state = ctx.size(32, 2), ctx.size(256, 8), None
+    for _ in ctx.steps(24):
+        tokens = ctx.tokens(batch, length + 1, vocab)
+        # The state carried on, cut from the last step's graph, as truncated BPTT does.
+        state = None if state is None else tuple(s.detach() for s in state)
+        logits, state = model(tokens[:, :-1], state)
+        training.step(lambda _model, logits, tokens: nn.functional.cross_entropy(
+            logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1)), logits, tokens)
+
+
+@workload("training", "varying", "graph network (3 message-passing layers, 256 wide) "
+          "training on random graphs: each step a random node count (5,000 to 50,000) with "
+          "eight edges a node, messages summed by index_add, bf16 autocast, Adam")
+def gnn_train_vargraph(ctx):
+    torch = ctx.torch
+    nn = torch.nn
+    width, features, classes = ctx.size(256, 16), 128, 32
+
+    class MessagePassing(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.message, self.update = nn.Linear(width, width), nn.Linear(2 * width, width)
+
+        def forward(self, x, source, target):
+            messages = self.message(x)[source].float()
+            summed = torch.zeros(x.shape[0], width, device=x.device).index_add(0, target, messages)
+            return x + nn.functional.relu(self.update(torch.cat([x, summed.to(x.dtype)], -1)))
+
+    class Network(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(features, width)
+            self.layers = nn.ModuleList(MessagePassing() for _ in range(3))
+            self.out = nn.Linear(width, classes)
+
+        def forward(self, x, source, target):
+            x = self.inp(x)
+            for layer in self.layers:
+                x = layer(x, source, target)
+            return self.out(x)
+
+    model = Network().to(ctx.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    training = Training(ctx, model, optimizer)
+    for _ in ctx.steps(16):
+        nodes = ctx.randint(5000, 50000) if not ctx.smoke else 64
+        x = torch.randn(nodes, features, device=ctx.device)
+        source = torch.randint(0, nodes, (8 * nodes,), device=ctx.device)
+        target = torch.randint(0, nodes, (8 * nodes,), device=ctx.device)
+        labels = torch.randint(0, classes, (nodes,), device=ctx.device)
+        training.step(lambda model, x, source, target, labels: nn.functional.cross_entropy(
+            model(x, source, target).float(), labels), x, source, target, labels)
+
+
+@workload("training", "fixed", "CLIP-style contrastive training: ViT-S/16 (timm, else a "
+          "torchvision ViT-B/16) image encoder and a 6-layer text transformer, batch 64 images "
+          "at 224 x 224 with 64 tokens of text, bf16 autocast, AdamW")
+def clip_train(ctx):
+    torch = ctx.torch
+    nn = torch.nn
+    vocab, width, length = 8192, ctx.size(512, 32), ctx.size(64, 8)
+    try:
+        import timm
+
+        vision = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=width)
+    except ImportError:
+        import torchvision
+
+        vision = torchvision.models.vit_b_16(weights=None, num_classes=width)
+
+    class Clip(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vision = vision
+            self.embed = nn.Embedding(vocab, width)
+            self.position = nn.Parameter(torch.zeros(length, width))
+            layer = nn.TransformerEncoderLayer(width, 8, 4 * width, batch_first=True,
+                                               norm_first=True)
+            self.text = nn.TransformerEncoder(layer, ctx.size(6, 1))
+            self.scale = nn.Parameter(torch.tensor(2.659))
+
+        def forward(self, images, tokens):
+            image = nn.functional.normalize(self.vision(images).float(), dim=-1)
+            text = self.text(self.embed(tokens) + self.position).mean(1)
+            text = nn.functional.normalize(text.float(), dim=-1)
+            logits = self.scale.exp() * image @ text.t()
+            labels = torch.arange(logits.shape[0], device=logits.device)
+            return (nn.functional.cross_entropy(logits, labels)
+                    + nn.functional.cross_entropy(logits.t(), labels)) / 2
+
+    model = Clip().to(ctx.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    training = Training(ctx, model, optimizer)
+    side = ctx.size(224, 224)
+    for _ in ctx.steps(10):
+        batch = ctx.size(64, 2)
+        images = torch.randn(batch, 3, side, side, device=ctx.device)
+        tokens = ctx.tokens(batch, length, vocab)
+        training.step(lambda model, images, tokens: model(images, tokens), images, tokens)
+
+
 # ---- one workload, in its own process ----
 
 
