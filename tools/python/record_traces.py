@@ -131,6 +131,13 @@ class Training:
         self.loss.item()
 
 
+def next_token_loss(torch, logits, tokens, vocab):
+    """Cross-entropy, in fp32, of each position's logits against the token after it: the
+    loss of the language models below that compute their logits themselves."""
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab).float(),
+                                             tokens[:, 1:].reshape(-1))
+
+
 # ---- transformers, by configuration ----
 
 
@@ -601,8 +608,8 @@ def moe_train_varlen(ctx):
     for _ in ctx.steps(12):
         length = ctx.randint(128, 1024) if not ctx.smoke else 8
         tokens = ctx.tokens(max(1, ctx.size(8192, 16) // length), length + 1, vocab)
-        training.step(lambda model, tokens: nn.functional.cross_entropy(
-            model(tokens[:, :-1]).reshape(-1, vocab).float(), tokens[:, 1:].reshape(-1)), tokens)
+        training.step(lambda model, tokens: next_token_loss(
+            torch, model(tokens[:, :-1]), tokens, vocab), tokens)
 
 
 # ---- recurrent ----
@@ -644,8 +651,8 @@ def gru_seq2seq_train(ctx):
         # The forward pass stays out of the step: these logits free the last step's as they
         # replace them, before the loss is computed.
         logits = model(source, target)
-        training.step(lambda _model, logits, target: nn.functional.cross_entropy(
-            logits.reshape(-1, vocab), target[:, 1:].reshape(-1)), logits, target)
+        training.step(lambda _model, logits, target: next_token_loss(torch, logits, target, vocab),
+                      logits, target)
 
 
 @workload("training", "fixed", "LSTM language model (2 layers, 1,024 hidden, tied "
@@ -677,8 +684,8 @@ def lstm_lm_train(ctx):
         # The state carried on, cut from the last step's graph, as truncated BPTT does.
         state = None if state is None else tuple(s.detach() for s in state)
         logits, state = model(tokens[:, :-1], state)
-        training.step(lambda _model, logits, tokens: nn.functional.cross_entropy(
-            logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1)), logits, tokens)
+        training.step(lambda _model, logits, tokens: next_token_loss(torch, logits, tokens, vocab),
+                      logits, tokens)
 
 
 @workload("training", "varying", "graph network (3 message-passing layers, 256 wide) "
