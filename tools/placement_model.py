@@ -248,20 +248,15 @@ class Model:
             addr = region.carve(i, region.blocks[i][0], size)
             self.ensure_mapped(r, addr, size, growing)
             return r, addr
-        if self.policy == "gap":
+        if self.policy in ("now", "gap"):
             i = region.best_fit(size)
             if i is None:
-                last = region.blocks[-1] if region.blocks and region.blocks[-1][2] else None
-                step = round_up(size - (last[1] if last else 0), GRANULE) // GRANULE
-                live_peak = max(self.peak_live_so_far, self.live_now + size)
-                if (self.physical + step) * GRANULE > self.cap * live_peak:
-                    self.physical -= self.make_gaps(step)
-                i, step = region.grow(size)
-                self.add_physical(step // GRANULE)
-            return r, region.carve(i, region.blocks[i][0], size)
-        if self.policy == "now":
-            i = region.best_fit(size)
-            if i is None:
+                if self.policy == "gap":
+                    last = region.blocks[-1] if region.blocks and region.blocks[-1][2] else None
+                    step = round_up(size - (last[1] if last else 0), GRANULE) // GRANULE
+                    live_peak = max(self.peak_live_so_far, self.live_now + size)
+                    if (self.physical + step) * GRANULE > self.cap * live_peak:
+                        self.physical -= self.make_gaps(step)
                 i, step = region.grow(size)
                 self.add_physical(step // GRANULE)
             return r, region.carve(i, region.blocks[i][0], size)
