@@ -13,9 +13,9 @@
  * stream, the front's: the stream they were freed on, so it may reuse them at once, as the
  * pool's own free sets do. It refills in batches under the pool's lock, carving blocks at
  * the top of their class, so that every block of a class fits every request of it (at most
- * 1/4 above it), as one run cut from one free block where one holds the batch (a search
- * and a carve, not one of each a block), and files them in its maps and lists after
- * releasing that lock; a class's batches double with each refill or give-back of it, so that the
+ * 1/4 above it), as one run cut from one free block where one holds the batch (a search and
+ * a carve, not one of each a block), and files them in its maps and lists after releasing
+ * that lock; a class's batches double with each refill or give-back of it, so that the
  * pool's lock is taken once in hundreds of operations of a thread that turns memory over
  * (gpumem-bench threads --stats counts them). It gives a batch back when a list is over two
  * batches, half of every list when it holds over HOLD_BYTES, and all its blocks, open in
@@ -24,8 +24,8 @@
  * the pool fail for another, and what it keeps while the pool grows is bounded: before
  * growing, the pool takes the smallest larger block from the fronts of the request's
  * stream, and when they have none, drains them one at a time, the fullest first, until the
- * request fits (blocks of another stream then need that stream's seal, or the fold before
- * a failure, as any free block of that stream does). For a front's refill, the drain leaves
+ * request fits (blocks of another stream then need that stream's seal, or the fold before a
+ * failure, as any free block of that stream does). For a front's refill, the drain leaves
  * the refilling thread's own front whole (up to HOLD_BYTES) and each other front
  * GPUMEM__POOL_FRONT_RESERVE: a drained front's thread takes its blocks back a class at a
  * time, under the pool's lock, so that fronts drained to nothing kept 16 threads on one
@@ -49,25 +49,25 @@
  * blocks it holds and hands out (16 bytes a block, at most a quarter full).
  *
  * Every block a front holds or hands out is filed by address in that front's maps
- * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it (under the front's lock,
- * which the refill holds from before it releases the pool's until the batch is filed) until
- * it goes back to the pool; `block->owner` names the front. Allocation and free only set the
- * block's requested size (0: free), so neither writes a map: a thread that frees what it allocated
- * touches no line another thread writes, and a producer's blocks come back from its
- * consumers still filed. Maps change under a lock of their own (refills, give-backs), and
- * any thread looks them up without a lock or a write (front_map.h: a seqlock). A free looks
- * in its own front's maps first, then in those of the front where its last miss was found,
- * then in every front's (a consumer finds its producer's at the second look); it claims the
- * block by setting its requested size from the freed size to 0 at once (of two frees of one
- * block, one wins; a wrong size changes nothing and fails), without the pool's lock. The
- * freeing thread's front takes the block into its lists when its own maps hold it, else
- * into a return batch for the front that does, sent back when full (pool_returns.c: a
- * consumer thread's frees go back to its producer, one event and one wait for a batch,
- * without the pool's lock). A front makes its maps before its first refill, so a thread
- * that only frees has none.
- * Blocks held or handed out by fronts are in state GPUMEM__BLOCK_FRONT, which the pool's
- * merging never touches; only the pool's lock holder changes a block's state, its neighbours
- * and its size, so front code reads those and writes only its lists and `requested`.
+ * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it (under the front's
+ * lock, which the refill holds from before it releases the pool's until the batch is filed)
+ * until it goes back to the pool; `block->owner` names the front. Allocation and free only
+ * set the block's requested size (0: free), so neither writes a map: a thread that frees
+ * what it allocated touches no line another thread writes, and a producer's blocks come
+ * back from its consumers still filed. Maps change under a lock of their own (refills,
+ * give-backs), and any thread looks them up without a lock or a write (front_map.h: a
+ * seqlock). A free looks in its own front's maps first, then in those of the front where
+ * its last miss was found, then in every front's (a consumer finds its producer's at the
+ * second look); it claims the block by setting its requested size from the freed size to 0
+ * at once (of two frees of one block, one wins; a wrong size changes nothing and fails),
+ * without the pool's lock. The freeing thread's front takes the block into its lists when
+ * its own maps hold it, else into a return batch for the front that does, sent back when
+ * full (pool_returns.c: a consumer thread's frees go back to its producer, one event and
+ * one wait for a batch, without the pool's lock). A front makes its maps before its first
+ * refill, so a thread that only frees has none. Blocks held or handed out by fronts are in
+ * state GPUMEM__BLOCK_FRONT, which the pool's merging never touches; only the pool's lock
+ * holder changes a block's state, its neighbours and its size, so front code reads those
+ * and writes only its lists and `requested`.
  *
  * Locks, in the order they are taken: the pool's lock, a front's lock, then a map's or an
  * inbox's. A front's thread never waits for the pool's lock while it holds its front's, so
