@@ -764,10 +764,9 @@ typedef struct gpumem_pool_options {
    * nothing over vmm (which grows in place) and over host-memory upstreams */
   size_t initial_size;
   size_t maximum_size; /* most bytes held from the upstream; 0: no limit */
-  /* Over an upstream that makes memory in pieces (vmm) only. 0: the default,
-   * GPUMEM_POOL_RELEASE_HOLES_DEFAULT (130); GPUMEM_POOL_KEEP_HOLES: never. N, from 100 to
-   * 10000: before growing to hold more than N% of its live peak (the request being served
-   * counted in), the pool waits for its device and gives back the whole free pieces
+  /* Over an upstream that makes memory in pieces (vmm) only; 0 (the default): never. N, from
+   * 100 to 10000: before growing to hold more than N% of its live peak (the request being
+   * served counted in), the pool waits for its device and gives back the whole free pieces
    * (gpumem_vmm_options.piece_size) lying in its holes, free blocks other than a region's
    * last, lowest first, as many bytes as the growth takes: physical memory moves to where
    * the pool grows rather than adding to it, and the address ranges given back stay unused.
@@ -777,16 +776,9 @@ typedef struct gpumem_pool_options {
    * unmap and map calls, so a release waits until three times as long as the last one took
    * (with the growth after it) has passed, and is skipped before: its memory gains shrink
    * with it (docs/internals.md has the figures). A request that fails after holes were given
-   * back leaves them given back, as a trim would. The default, 130, was chosen on 24 real
-   * traces: lower, placement on some of them suffers from the address ranges given back;
-   * higher, GPT-2 generation keeps its holes (docs/internals.md). */
+   * back leaves them given back, as a trim would. */
   unsigned release_holes_over;
 } gpumem_pool_options;
-
-/* gpumem_pool_options.release_holes_over's default, a percentage of the live peak, and its
- * value that keeps holes mapped. */
-#define GPUMEM_POOL_RELEASE_HOLES_DEFAULT 130u
-#define GPUMEM_POOL_KEEP_HOLES 0xFFFFFFFFu
 
 GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
                                             const gpumem_pool_options *opts, gpumem_resource **out);

@@ -793,18 +793,12 @@ static void test_last_block_kept_for_growth(void) {
 
 /* ---- holes given back before growth (release_holes_over) ---- */
 
-/* A pool over vmm with 2 MiB pieces that gives back holes past `percent` of its live peak
- * (0: the option left out, its default; GPUMEM_POOL_KEEP_HOLES: never); blocks of `sizes`
- * (MiB) allocated in turn on `stream`, so that they lie in that order. */
+/* A pool over vmm with 2 MiB pieces that gives back holes past `percent` of its live peak;
+ * blocks of `sizes` (MiB) allocated in turn on `stream`, so that they lie in that order. */
 static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int count,
                                    gpumem_stream stream, char **blocks) {
   char spec[96];
-  if (percent == 0)
-    snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB))");
-  else if (percent == GPUMEM_POOL_KEEP_HOLES)
-    snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=never)");
-  else
-    snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", percent);
+  snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", percent);
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec(spec, &mr));
   for (int i = 0; i < count; i++) {
@@ -901,24 +895,6 @@ static void test_release_holes(void) {
   CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
   CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
-
-  /* The default gives holes back past 130% (14 MiB of live peak, 22 to hold without the
-   * release: 157%); never keeps them, as does a percentage over the need (300, above). */
-  static const struct {
-    unsigned percent;
-    size_t reserved_mib;
-  } defaults[] = {{0, 14}, {GPUMEM_POOL_KEEP_HOLES, 22}};
-  for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
-    mr = holes_pool(defaults[i].percent, hole_then_pin, 2, NULL, x);
-    CHECK_U64_EQ(((pool_resource *)mr)->options.release_holes_over,
-                 defaults[i].percent ? 0 : GPUMEM_POOL_RELEASE_HOLES_DEFAULT);
-    CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-    CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
-    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), defaults[i].reserved_mib * MiB);
-    CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
-    CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
-    CHECK_OK(gpumem_resource_release(mr));
-  }
 
   /* A percentage under 100 is refused, in a spec and in the options. */
   CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(vmm, release_holes_over=99)", &mr),

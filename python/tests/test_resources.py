@@ -277,22 +277,6 @@ def test_pool_gives_holes_back_before_growing():
         mr.PoolMemoryResource(vmm, release_holes_over=99)
 
 
-def test_pool_gives_holes_back_past_130_percent_by_default():
-    # The same hole and request: 22 MiB would be 157% of the live peak, past the default's
-    # 130%; "never" keeps the hole mapped and grows.
-    vmm = mr.VmmMemoryResource(reserve_size="1GiB", piece_size="2MiB")
-    for option, reserved, named in ((None, 14 * MiB, ""), ("never", 22 * MiB,
-                                                            ", release_holes_over=never")):
-        pool = mr.PoolMemoryResource(vmm, release_holes_over=option)
-        assert pool.spec.endswith("initial=0, max=0%s)" % named)
-        hole, pin = pool.allocate(8 * MiB), pool.allocate(2 * MiB)
-        pool.deallocate(hole, 8 * MiB)
-        grown = pool.allocate(12 * MiB)
-        assert pool.reserved_bytes == reserved
-        for ptr, size in ((grown, 12 * MiB), (pin, 2 * MiB)):
-            pool.deallocate(ptr, size)
-
-
 def test_pool_trim_gives_free_chunks_back():
     pool = mr.PoolMemoryResource(cuda(), initial_pool_size="2MiB")
     ptr = pool.allocate(8 * MiB)
