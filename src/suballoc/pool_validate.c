@@ -123,6 +123,8 @@ static bool gather_index(walk *w, const gpumem__free_index *index, const char *w
 
 static bool gather_cache(walk *w, const free_set *set, size_t s) {
   size_t count = 0;
+  if (set->cached[GPUMEM__POOL_CACHE_CLASSES])
+    return complain(w, "set %zu cache: a block in the list past the last class", s);
   for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES; c++)
     for (gpumem__block *b = set->cached[c]; b; b = b->next_free) {
       if (++count > set->cached_count)
