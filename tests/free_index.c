@@ -10,7 +10,10 @@
  *   block stay right through every change of form and size.
  * - Walking the index may remove each block as it goes, in both forms; a walk from a size
  *   on gives exactly the blocks of that size or more.
- * - All of it holds for both widths of the flat search (AVX2 and SSE2). */
+ * - All of it holds for both widths of the flat search (AVX2 and SSE2).
+ * - The address map (gpumem__block_map) finds every block it holds; it is at most an eighth
+ *   full up to GPUMEM__MAP_SPARSE_SLOTS slots and a quarter beyond, and takes its blocks out
+ *   again to empty. */
 #include "check.h"
 #include "suballoc/block.h"
 
@@ -236,7 +239,35 @@ static void test_walk(void) {
   printf("walks passed\n");
 }
 
+/* Blocks 256 bytes apart, as a pool's smallest are, past the sparse limit and back. */
+static void test_address_map(void) {
+  enum { count = 40000 };
+  static gpumem__block blocks[count];
+  gpumem__block_map map;
+  CHECK(gpumem__block_map_init(&map));
+  for (size_t i = 0; i < count; i++) {
+    blocks[i].addr = 0x7f0000000000ull + i * UNIT;
+    CHECK(gpumem__block_map_insert(&map, &blocks[i]));
+    size_t sparseness = map.capacity <= GPUMEM__MAP_SPARSE_SLOTS ? 8 : 4;
+    CHECK(map.count * sparseness <= map.capacity);
+    /* It grew only when it had to (the initial 1,024 slots aside). */
+    CHECK(map.capacity <= 1024 || map.count * sparseness > map.capacity / 4);
+  }
+  CHECK_U64_EQ(map.capacity, (uint64_t)1 << 18); /* 40,000 blocks: a quarter of 2^18 */
+  for (size_t i = 0; i < count; i += 7)
+    CHECK(gpumem__block_map_take(&map, blocks[i].addr) == &blocks[i]);
+  for (size_t i = 0; i < count; i++)
+    if (i % 7 != 0)
+      CHECK(gpumem__block_map_take(&map, blocks[i].addr) == &blocks[i]);
+  CHECK_U64_EQ(map.count, 0);
+  CHECK(gpumem__block_map_take(&map, blocks[0].addr) == NULL);
+  gpumem__block_map_destroy(&map);
+  printf("address map: sparse, then a quarter full past %zu slots, passed\n",
+         (size_t)GPUMEM__MAP_SPARSE_SLOTS);
+}
+
 int main(void) {
+  test_address_map();
   /* Twice where the processor has AVX2: the flat search has a form for it and one for
    * SSE2. */
   for (int narrow = 0; narrow < 2; narrow++) {

@@ -419,6 +419,7 @@ bool gpumem__block_map_init(gpumem__block_map *map) {
   map->capacity = (size_t)1 << MAP_INITIAL_LOG2;
   map->shift = 64 - MAP_INITIAL_LOG2;
   map->count = 0;
+  map->room = gpumem__map_room(map->capacity);
   map->slots = calloc(map->capacity, sizeof *map->slots);
   return map->slots != NULL;
 }
@@ -426,12 +427,14 @@ bool gpumem__block_map_init(gpumem__block_map *map) {
 void gpumem__block_map_destroy(gpumem__block_map *map) {
   free(map->slots);
   map->slots = NULL;
-  map->capacity = map->count = 0;
+  map->capacity = map->count = map->room = 0;
 }
 
 bool gpumem__block_map_grow(gpumem__block_map *map) {
-  gpumem__block_map bigger = {
-      .capacity = map->capacity * 2, .shift = map->shift - 1, .count = map->count};
+  gpumem__block_map bigger = {.capacity = map->capacity * 2,
+                              .shift = map->shift - 1,
+                              .count = map->count,
+                              .room = gpumem__map_room(map->capacity * 2)};
   bigger.slots = calloc(bigger.capacity, sizeof *bigger.slots);
   if (!bigger.slots)
     return false;

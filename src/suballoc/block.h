@@ -204,6 +204,7 @@ typedef struct gpumem__block_map {
   size_t capacity; /* a power of two */
   unsigned shift;  /* 64 - log2(capacity): a hash keeps its top bits, the best mixed */
   size_t count;
+  size_t room; /* the most blocks it holds before it grows (gpumem__map_room) */
 } gpumem__block_map;
 
 bool gpumem__block_map_init(gpumem__block_map *map);
@@ -229,17 +230,24 @@ static inline size_t gpumem__block_map_slot_of(const gpumem__block_map *map, uin
   return i;
 }
 
-/* Address maps (this one and front_map.h's) are at most 1/2^GPUMEM__MAP_SPARSENESS full:
- * probe runs stay short, and so do the shifts of deletion. Every extra probe is a branch
- * that depends on the addresses, so often mispredicted: at an eighth rather than a quarter,
- * the random mixed workload costs 5 cycles an operation less, small 1 (sim; a sixteenth
- * gains nothing more), for 128 to 256 bytes of host memory a live block rather than 64 to
- * 128 (the table doubles when full). */
-#define GPUMEM__MAP_SPARSENESS 3
+/* Address maps (this one and front_map.h's) are at most an eighth full up to
+ * GPUMEM__MAP_SPARSE_SLOTS slots, a quarter above: probe runs stay short, and so do the
+ * shifts of deletion. Every extra probe is a branch that depends on the addresses, so often
+ * mispredicted: at an eighth rather than a quarter, the random mixed workload costs 5 cycles
+ * an operation less, small 1 (sim; a sixteenth gains nothing more), for 128 to 256 bytes of
+ * host memory a live block rather than 64 to 128 (the table doubles when full). Past a table
+ * of 1 MiB its lines miss the caches anyway, and a program with a million live blocks keeps
+ * its map at 64 to 128 MiB. */
+#define GPUMEM__MAP_SPARSE_SLOTS ((size_t)1 << 16)
+
+/* The most blocks a map of `capacity` slots holds before it grows. */
+static inline size_t gpumem__map_room(size_t capacity) {
+  return capacity <= GPUMEM__MAP_SPARSE_SLOTS ? capacity / 8 : capacity / 4;
+}
 
 /* Whether the map takes one more block without growing. */
 static inline bool gpumem__block_map_has_room(const gpumem__block_map *map) {
-  return ((map->count + 1) << GPUMEM__MAP_SPARSENESS) <= map->capacity;
+  return map->count < map->room;
 }
 
 /* Files `block`; the map has room. */

@@ -12,7 +12,7 @@
  * copy; an outgrown table is kept until the map's end, since a reader may still be in it.
  *
  * The same open addressing as gpumem__block_map (block.h): linear probing, backward-shift
- * deletion, at most 1/2^GPUMEM__MAP_SPARSENESS full. */
+ * deletion, as sparse (gpumem__map_room). */
 #ifndef GPUMEM_SUBALLOC_FRONT_MAP_H
 #define GPUMEM_SUBALLOC_FRONT_MAP_H
 
@@ -92,7 +92,7 @@ static inline void gpumem__front_map_write_end(front_map *map) {
  * exhausted (nothing changed then). Under the writers' lock. */
 static inline bool gpumem__front_map_insert(front_map *map, gpumem__block *block) {
   front_table *t = gpumem__front_map_table(map);
-  if (((map->count + 1) << GPUMEM__MAP_SPARSENESS) > t->mask + 1) {
+  if (map->count + 1 > gpumem__map_room(t->mask + 1)) {
     if (!gpumem__front_map_grow(map))
       return false;
     t = gpumem__front_map_table(map);
