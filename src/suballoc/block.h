@@ -230,14 +230,13 @@ static inline size_t gpumem__block_map_slot_of(const gpumem__block_map *map, uin
   return i;
 }
 
-/* Address maps (this one and front_map.h's) are at most an eighth full up to
- * GPUMEM__MAP_SPARSE_SLOTS slots, a quarter above: probe runs stay short, and so do the
- * shifts of deletion. Every extra probe is a branch that depends on the addresses, so often
- * mispredicted: at an eighth rather than a quarter, the random mixed workload costs 5 cycles
- * an operation less, small 1 (sim; a sixteenth gains nothing more), for 128 to 256 bytes of
- * host memory a live block rather than 64 to 128 (the table doubles when full). Past a table
- * of 1 MiB its lines miss the caches anyway, and a program with a million live blocks keeps
- * its map at 64 to 128 MiB. */
+/* The address map is at most an eighth full up to GPUMEM__MAP_SPARSE_SLOTS slots, a quarter
+ * above: probe runs stay short, and so do the shifts of deletion. Every extra probe is a branch
+ * that depends on the addresses, so often mispredicted: at an eighth rather than a quarter, the
+ * random mixed workload costs 5 cycles an operation less, small 1 (sim; a sixteenth gains nothing
+ * more), for 128 to 256 bytes of host memory a live block rather than 64 to 128 (the table doubles
+ * when full). Past a table of 1 MiB its lines miss the caches anyway, and a program with a million
+ * live blocks keeps its map at 64 to 128 MiB. */
 #define GPUMEM__MAP_SPARSE_SLOTS ((size_t)1 << 16)
 
 /* The most blocks a map of `capacity` slots holds before it grows. */

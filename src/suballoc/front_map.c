@@ -57,7 +57,7 @@ bool gpumem__front_map_grow(front_map *map) {
 }
 
 bool gpumem__front_map_reserve(front_map *map, size_t extra) {
-  while (map->count + extra > gpumem__map_room(gpumem__front_map_table(map)->mask + 1))
+  while (map->count + extra > gpumem__front_map_room(gpumem__front_map_table(map)))
     if (!gpumem__front_map_grow(map))
       return false;
   return true;

@@ -12,7 +12,10 @@
  * copy; an outgrown table is kept until the map's end, since a reader may still be in it.
  *
  * The same open addressing as gpumem__block_map (block.h): linear probing, backward-shift
- * deletion, as sparse (gpumem__map_room). */
+ * deletion; but at most a quarter full (gpumem__front_map_room): at an eighth, as the
+ * pool's own map, 16 threads on their own streams ran no faster (docs/gpu-runs.md,
+ * eighteenth session, runs 10, 13 and 14), and sixteen threads' maps would take twice the
+ * memory. */
 #ifndef GPUMEM_SUBALLOC_FRONT_MAP_H
 #define GPUMEM_SUBALLOC_FRONT_MAP_H
 
@@ -60,6 +63,11 @@ static inline front_table *gpumem__front_map_table(const front_map *map) {
   return atomic_load_explicit(&map->table, memory_order_acquire);
 }
 
+/* The most blocks table `t` holds before the map grows. */
+static inline size_t gpumem__front_map_room(const front_table *t) {
+  return (t->mask + 1) / 4;
+}
+
 static inline size_t gpumem__front_map_home(const front_table *t, uintptr_t addr) {
   return (size_t)(((uint64_t)addr * 0x9E3779B97F4A7C15ull) >> t->shift);
 }
@@ -92,7 +100,7 @@ static inline void gpumem__front_map_write_end(front_map *map) {
  * exhausted (nothing changed then). Under the writers' lock. */
 static inline bool gpumem__front_map_insert(front_map *map, gpumem__block *block) {
   front_table *t = gpumem__front_map_table(map);
-  if (map->count + 1 > gpumem__map_room(t->mask + 1)) {
+  if (map->count + 1 > gpumem__front_map_room(t)) {
     if (!gpumem__front_map_grow(map))
       return false;
     t = gpumem__front_map_table(map);

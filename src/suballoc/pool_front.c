@@ -46,7 +46,7 @@
  * ten times slower), 26 MiB with a producer; arena(vmm) in an earlier run 108, 112 and 172
  * MiB.
  * Host memory: a front that allocates keeps 8 maps of 16 KiB at first, which grow with the
- * blocks it holds and hands out (16 bytes a slot, gpumem__map_room).
+ * blocks it holds and hands out (16 bytes a block, at most a quarter full).
  *
  * Every block a front holds or hands out is filed by address in that front's maps
  * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it (under the front's
