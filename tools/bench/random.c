@@ -249,9 +249,9 @@ typedef struct thread_run {
   double clock_ghz[BENCH_MAX_REPEAT];
   gpumem_status status;
   bench_failure failure;
-  /* For --stats: a pool's front statistics over the timed passes alone (warm-ups grow the
-   * pool); the one thread that a barrier names reads them before and after each. Shared by
-   * every thread of the run. */
+  /* For --stats (NULL without): a pool's front statistics over the timed passes alone
+   * (warm-ups grow the pool); the one thread that a barrier names reads them before and
+   * after each. Shared by every thread of the run. */
   struct timed_front_stats *timed;
 } thread_run;
 
@@ -338,7 +338,8 @@ static void *thread_main(void *arg) {
     if (plays)
       note_status(t, run_part(t, false), "warm-up pass");
     double clock_before = bench_host_clock_ghz();
-    if (pthread_barrier_wait(t->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+    /* With --stats, one more barrier: the counts are read while no thread runs. */
+    if (t->timed && pthread_barrier_wait(t->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
       note_timed_front_stats(t, false);
     pthread_barrier_wait(t->barrier);
     if (plays) {
@@ -348,7 +349,7 @@ static void *thread_main(void *arg) {
       note_status(t, passed, "timed pass");
     }
     /* The clock again once every thread's timed pass is over, so as not to slow another. */
-    if (pthread_barrier_wait(t->barrier) == PTHREAD_BARRIER_SERIAL_THREAD)
+    if (pthread_barrier_wait(t->barrier) == PTHREAD_BARRIER_SERIAL_THREAD && t->timed)
       note_timed_front_stats(t, true);
     t->clock_ghz[r] = (clock_before + bench_host_clock_ghz()) / 2;
     if (t->status == GPUMEM_OK)
@@ -412,10 +413,12 @@ static void release_threads(thread_run *runs, int count) {
 
 /* Starts the threads on one allocator for `repeat` repetitions and stores, for each, the
  * time from the first thread's start after the barrier to the last thread's end, and the
- * host's clock of that last thread (all of them wait for it). Exits on any failure. */
+ * host's clock of that last thread (all of them wait for it); with `timed` (--stats), the
+ * fronts' counts over the timed passes. Exits on any failure. */
 static void run_threads(thread_run *runs, int count, bench_allocator *alloc, int repeat,
                         timed_front_stats *timed, uint64_t *elapsed, double *slowest_clock_ghz) {
-  *timed = (timed_front_stats){0};
+  if (timed)
+    *timed = (timed_front_stats){0};
   for (int i = 0; i < count; i++) {
     runs[i].alloc = alloc;
     runs[i].repeat = repeat;
@@ -506,8 +509,9 @@ static void print_thread_stats(bench_allocator *alloc, const char *mode, const t
            (unsigned long long)timed->grows, (unsigned long long)timed->give_backs,
            (unsigned long long)timed->trims, (double)timed->lock_wait_ns / 1e6,
            (double)timed->lock_hold_ns / 1e6);
-  /* Every thread's, in thread order: on the GPU host, threads on some processors run the
-   * same work a third faster with no allocator at all (docs/gpu-runs.md). */
+  /* Every thread's, in thread order: on the GPU host, a thread runs the same work a third
+   * faster or slower from one second to the next, whatever its processor (docs/gpu-runs.md,
+   * eighteenth session). */
   printf(",\"each_thread_ms\":[");
   for (int i = 0; i < count; i++)
     printf("%s%.2f", i ? "," : "", thread_pass_ms(runs, i, repeat));
@@ -528,7 +532,8 @@ static void run_thread_count(const bench_context *ctx, int count, thread_mode mo
     uint64_t elapsed[BENCH_MAX_REPEAT];
     double slowest_clock_ghz[BENCH_MAX_REPEAT];
     timed_front_stats timed;
-    run_threads(runs, count, alloc, ctx->repeat, &timed, elapsed, slowest_clock_ghz);
+    run_threads(runs, count, alloc, ctx->repeat, ctx->stats ? &timed : NULL, elapsed,
+                slowest_clock_ghz);
     if (ctx->stats)
       print_thread_stats(alloc, thread_mode_names[mode], runs, count, ctx->repeat);
     bench_close_or_die(alloc);
