@@ -1613,76 +1613,6 @@ static void test_front_returns(void) {
          (unsigned long long)stats.returns_sent);
 }
 
-/* ---- the fronts' gates: stoppers while threads run ----
- *
- * Threads turn blocks over through their fronts while this thread stops every front again
- * and again: validating the pool (every front's lists, maps and counters checked), reading
- * the fronts' statistics, and trimming (every front flushed into the pool). A stopper that
- * went in while a thread was inside its front would find a list or a count half changed,
- * which the validator reports, and the sanitizers' builds see as a race. */
-
-enum { gate_threads = 4, gate_steps = 30000, gate_live = 32 };
-static atomic_int gate_running;
-
-static void *gate_worker(void *arg) {
-  gpumem_stream stream;
-  CHECK_OK(gpumem_stream_create(0, &stream));
-  void *ptrs[gate_live] = {0};
-  size_t sizes[gate_live] = {0};
-  uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)((intptr_t)arg + 1);
-  for (int step = 0; step < gate_steps; step++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    int i = (int)(x % gate_live);
-    if (ptrs[i]) {
-      CHECK_OK(gpumem_deallocate(front_pool, ptrs[i], sizes[i], stream));
-      ptrs[i] = NULL;
-    } else {
-      sizes[i] = 1 + (x >> 40) % (64 << 10);
-      CHECK_OK(gpumem_allocate(front_pool, sizes[i], stream, &ptrs[i]));
-    }
-  }
-  for (int i = 0; i < gate_live; i++)
-    if (ptrs[i])
-      CHECK_OK(gpumem_deallocate(front_pool, ptrs[i], sizes[i], stream));
-  CHECK_OK(gpumem_stream_synchronize(stream));
-  CHECK_OK(gpumem_stream_destroy(stream));
-  atomic_fetch_sub(&gate_running, 1);
-  return NULL;
-}
-
-static void test_front_gates(void) {
-  CHECK_OK(gpumem_stream_create(0, &front_stream));
-  open_front_pool("pool(vmm)", front_stream);
-  atomic_store(&gate_running, gate_threads);
-  pthread_t threads[gate_threads];
-  for (int i = 0; i < gate_threads; i++)
-    CHECK_EQ(pthread_create(&threads[i], NULL, gate_worker, (void *)(intptr_t)i), 0);
-  gpumem__pool_front_stats stats;
-  int rounds = 0;
-  while (atomic_load(&gate_running) > 0) {
-    CHECK_OK(gpumem__validate(front_pool));
-    CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
-    if (++rounds % 8 == 0)
-      CHECK_OK(gpumem_resource_trim(front_pool, NULL));
-  }
-  for (int i = 0; i < gate_threads; i++)
-    CHECK_EQ(pthread_join(threads[i], NULL), 0);
-  CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
-  CHECK(stats.stops >= 2 * (uint64_t)rounds); /* a validation and a read a round, at least */
-  CHECK(stats.ops >= (uint64_t)gate_threads * gate_steps);
-  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
-  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES), 0);
-  CHECK_OK(gpumem__validate(front_pool));
-  CHECK_OK(gpumem_stream_destroy(front_stream));
-  CHECK_OK(gpumem_resource_release(front_pool));
-  printf("pool(vmm) with fronts: %d rounds of stops while %d threads ran (%llu stops, %llu "
-         "with a barrier)\n",
-         rounds, gate_threads, (unsigned long long)stats.stops,
-         (unsigned long long)stats.stop_barriers);
-}
-
 /* ---- arena: queries while growing, and a release that fails half way ---- */
 
 enum { arena_workers = 4, arena_rounds = 300 };
@@ -1910,7 +1840,6 @@ int main(void) {
            "calls: not run on a GPU\n");
   test_front_queries_and_trim();
   test_front_returns();
-  test_front_gates();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();

@@ -510,9 +510,11 @@ static gpumem_status validate_locked(pool_resource *pool) {
   return GPUMEM_OK;
 }
 
-/* Takes (or releases) every front live map's lock and inbox's, the fronts stopped (the
- * order of the fronts' own paths: a front before a map or an inbox). */
+/* Takes (or releases) every front's lock, then every front live map's and inbox's: the
+ * order of the fronts' own paths, a front's lock before a map's or an inbox's. */
 static void lock_fronts(pool_fronts *fronts, bool take) {
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    gpumem__pool_spin(&fronts->fronts[i].lock, take);
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
       gpumem__pool_spin(&fronts->fronts[i].shards[k].lock, take);
@@ -524,13 +526,11 @@ gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   gpumem__biased_lock_take(&pool->lock);
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
-  uint64_t stopped = gpumem__pool_stop_fronts(pool, true, 0);
   if (fronts)
     lock_fronts(fronts, true);
   gpumem_status status = validate_locked(pool);
   if (fronts)
     lock_fronts(fronts, false);
-  gpumem__pool_stop_fronts(pool, false, stopped);
   gpumem__biased_lock_release(&pool->lock);
   return status;
 }
