@@ -1613,6 +1613,73 @@ static void test_front_returns(void) {
          (unsigned long long)stats.returns_sent);
 }
 
+/* ---- fronts read and drained while their threads run ----
+ *
+ * Threads turn blocks over through their fronts while this thread reaches into every front
+ * again and again: validating the pool (every front's lists, maps and counters checked),
+ * reading the fronts' statistics, and trimming (every front flushed into the pool). One
+ * that went in while a thread was changing its front would find a list or a count half
+ * changed, which the validator reports, and the sanitizers' builds see as a race. */
+
+enum { reach_threads = 4, reach_steps = 30000, reach_live = 32 };
+static atomic_int reach_running;
+
+static void *reach_worker(void *arg) {
+  gpumem_stream stream;
+  CHECK_OK(gpumem_stream_create(0, &stream));
+  void *ptrs[reach_live] = {0};
+  size_t sizes[reach_live] = {0};
+  uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)((intptr_t)arg + 1);
+  for (int step = 0; step < reach_steps; step++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    int i = (int)(x % reach_live);
+    if (ptrs[i]) {
+      CHECK_OK(gpumem_deallocate(front_pool, ptrs[i], sizes[i], stream));
+      ptrs[i] = NULL;
+    } else {
+      sizes[i] = 1 + (x >> 40) % (64 << 10);
+      CHECK_OK(gpumem_allocate(front_pool, sizes[i], stream, &ptrs[i]));
+    }
+  }
+  for (int i = 0; i < reach_live; i++)
+    if (ptrs[i])
+      CHECK_OK(gpumem_deallocate(front_pool, ptrs[i], sizes[i], stream));
+  CHECK_OK(gpumem_stream_synchronize(stream));
+  CHECK_OK(gpumem_stream_destroy(stream));
+  atomic_fetch_sub(&reach_running, 1);
+  return NULL;
+}
+
+static void test_fronts_reached_into(void) {
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  open_front_pool("pool(vmm)", front_stream);
+  atomic_store(&reach_running, reach_threads);
+  pthread_t threads[reach_threads];
+  for (int i = 0; i < reach_threads; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, reach_worker, (void *)(intptr_t)i), 0);
+  gpumem__pool_front_stats stats;
+  int rounds = 0;
+  while (atomic_load(&reach_running) > 0) {
+    CHECK_OK(gpumem__validate(front_pool));
+    CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
+    if (++rounds % 8 == 0)
+      CHECK_OK(gpumem_resource_trim(front_pool, NULL));
+  }
+  for (int i = 0; i < reach_threads; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
+  CHECK(stats.ops >= (uint64_t)reach_threads * reach_steps);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES), 0);
+  CHECK_OK(gpumem__validate(front_pool));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  printf("pool(vmm) with fronts: validated, read and trimmed %d times while %d threads ran\n",
+         rounds, reach_threads);
+}
+
 /* ---- arena: queries while growing, and a release that fails half way ---- */
 
 enum { arena_workers = 4, arena_rounds = 300 };
@@ -1840,6 +1907,7 @@ int main(void) {
            "calls: not run on a GPU\n");
   test_front_queries_and_trim();
   test_front_returns();
+  test_fronts_reached_into();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();
