@@ -373,15 +373,12 @@ static void note_thread(pool_resource *pool, bool waited) {
 
 /* Takes the pool's shared lock; until the fronts are made, notes whether this thread found
  * it held (a relaxed look before taking it) for note_thread. */
-static inline void take_shared(pool_resource *pool, pool_fronts *fronts) {
-  bool waited =
-      !fronts && atomic_load_explicit(&pool->lock.locked, memory_order_relaxed) != GPUMEM__UNLOCKED;
-  /* Parked, a thread's front need not be waited out by a holder that stops it. */
-  pool_front *parked = fronts ? gpumem__pool_front_park(fronts) : NULL;
+static inline void take_shared(pool_resource *pool, bool fronts_made) {
+  bool waited = !fronts_made &&
+                atomic_load_explicit(&pool->lock.locked, memory_order_relaxed) != GPUMEM__UNLOCKED;
   /* A bias owner found inside counts too: its thread was in the pool at the same time. */
   waited |= gpumem__biased_lock_take_shared(&pool->lock);
-  gpumem__pool_front_unpark(parked);
-  if (GPUMEM_UNLIKELY(!fronts))
+  if (GPUMEM_UNLIKELY(!fronts_made))
     note_thread(pool, waited);
 }
 
@@ -396,7 +393,7 @@ GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t
   if (fronts && alignment == GPUMEM_DEFAULT_ALIGNMENT && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT &&
       gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr, &status))
     return status;
-  take_shared(pool, fronts);
+  take_shared(pool, fronts != NULL);
   return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
@@ -504,7 +501,7 @@ GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void
   gpumem_status status;
   if (fronts && gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned, &status))
     return status;
-  take_shared(pool, fronts);
+  take_shared(pool, fronts != NULL);
   return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
 }
 

@@ -49,8 +49,6 @@ typedef struct gpumem__pool_front_stats {
   uint64_t held_bytes;    /* free in the fronts now */
   uint64_t lock_wait_ns;  /* the fronts' threads waited for the pool's lock (refills, ...) */
   uint64_t lock_hold_ns;  /* and held it */
-  uint64_t stops;         /* times the pool stopped fronts (drains, reads, validation) */
-  uint64_t stop_barriers; /* of those, the ones that ran a barrier on every thread */
 } gpumem__pool_front_stats;
 /* Makes the pool's thread fronts now, as threads meeting at its lock would (for tests of
  * the fronts; no thread may use the pool meanwhile); false when `mr` is no pool or cannot

@@ -49,9 +49,8 @@
  * blocks it holds and hands out (16 bytes a block, at most a quarter full).
  *
  * Every block a front holds or hands out is filed by address in that front's maps
- * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it (inside the front,
- * where the refill's thread is from before it releases the pool's lock until the batch is
- * filed)
+ * (GPUMEM__POOL_LIVE_SHARDS of them) from the refill that carved it (under the front's
+ * lock, which the refill holds from before it releases the pool's until the batch is filed)
  * until it goes back to the pool; `block->owner` names the front. Allocation and free only
  * set the block's requested size (0: free), so neither writes a map: a thread that frees
  * what it allocated touches no line another thread writes, and a producer's blocks come
@@ -70,14 +69,14 @@
  * holder changes a block's state, its neighbours and its size, so front code reads those
  * and writes only its lists and `requested`.
  *
- * Locks, in the order they are taken: the pool's lock, a front (its thread inside it, or a
- * stopper holding it closed: "The fronts' gates" below), then a map's or an inbox's lock. A
- * front's thread never waits for the pool's lock while inside its front, so the pool's lock
- * holder may stop and drain every front. A thread stays inside for a few list and map
- * operations (and the device calls of a return batch's send or wait, one for many frees).
- * Map and inbox locks are short spin locks, nearly always taken by one thread, so each
- * costs an uncontended atomic exchange on a line that stays in that thread's cache; they
- * are leaves: a thread takes another front's while inside its own front.
+ * Locks, in the order they are taken: the pool's lock, a front's lock, then a map's or an
+ * inbox's. A front's thread never waits for the pool's lock while it holds its front's, so
+ * the pool's lock holder may drain every front. Front, map and inbox locks are short spin
+ * locks (a few list and map operations; a front's lock is held over the device calls of a
+ * return batch's send or wait, one for many frees); a front's and a map's are nearly always
+ * taken by one thread, so each costs an uncontended atomic exchange on a line that stays in
+ * that thread's cache. Map and inbox locks are leaves: a thread takes another front's while
+ * it holds its own front's.
  *
  * Why fronts of blocks rather than a sub-pool per thread over superblocks (as the arena
  * keeps per stream): a sub-pool keeps every superblock it has touched, so memory would stay
@@ -158,158 +157,6 @@ void gpumem__pool_spin(atomic_int *lock, bool take) {
     spin_unlock(lock);
 }
 
-/* ---------------------------------------------------------------------------------------
- * The fronts' gates
- *
- * A front's thread enters its front on every allocation and free; other threads need it
- * only to drain it or read it, under the pool's lock (stoppers). A spin lock's atomic
- * exchange on every entry was a seventh of a front's operation (sim, two threads: 2.36 ms
- * a thread's pass against 2.03 without). So its thread enters a gate with plain stores:
- * it stores `inside`, then loads `closed`; a stopper stores `closed` (the stop's number),
- * then needs the thread out. Either the thread sees the gate closed, steps out, says so in
- * `acked` (the stop's number) and waits for it to open, or the stopper knows the thread out:
- *   - it acked this stop: it saw it closed, so it stays out until the gate opens;
- *   - it is parked: waiting for the pool's lock (or holding it), which the stopper holds,
- *     after leaving its front (a thread never waits for that lock inside its front);
- *   - it is the stopper itself;
- *   - or, after a membarrier(2) run on every thread (a fence on the thread's processor
- *     between its store and its load), `inside` reads 0. A busy thread acks within an
- *     operation, so the barrier (15 to 20 µs on a virtual machine, and a pause for every
- *     running thread) is for threads busy elsewhere, after GATE_ACK_NS.
- * Without membarrier (or under ThreadSanitizer) both sides fence, and `inside` is enough.
- * Stoppers hold the pool's lock, so at most one stops fronts at a time, and a thread
- * that holds it finds its gate open.
- * ------------------------------------------------------------------------------------- */
-
-/* How long a stopper waits for acks before it runs the barrier. */
-#define GATE_ACK_NS 4000
-
-/* The processor fence a gate's side runs between its store and its load: none on the
- * thread's side where stoppers run the barrier. */
-static inline void gate_fence(const pool_fronts *fronts, bool thread_side) {
-  if (thread_side && GPUMEM_LIKELY(fronts->membarrier))
-    atomic_signal_fence(memory_order_seq_cst);
-  else
-    atomic_thread_fence(memory_order_seq_cst);
-}
-
-/* The gate was closed by stop `stop`: out, acked, until it opens, and in again. */
-GPUMEM_NOINLINE static void enter_closed(const pool_fronts *fronts, pool_front *f, uint64_t stop) {
-  do {
-    atomic_store_explicit(&f->inside, 0, memory_order_relaxed);
-    atomic_store_explicit(&f->acked, stop, memory_order_release); /* after the front's work */
-    for (unsigned spins = 0; atomic_load_explicit(&f->closed, memory_order_acquire) == stop;
-         spins++) {
-      if (spins < 64)
-        gpumem__cpu_relax();
-      else
-        sched_yield();
-    }
-    atomic_store_explicit(&f->inside, 1, memory_order_relaxed);
-    gate_fence(fronts, true);
-  } while ((stop = atomic_load_explicit(&f->closed, memory_order_acquire)) != 0);
-}
-
-/* Its thread enters front `f`. */
-static inline void front_enter(const pool_fronts *fronts, pool_front *f) {
-  atomic_store_explicit(&f->inside, 1, memory_order_relaxed);
-  gate_fence(fronts, true);
-  uint64_t stop = atomic_load_explicit(&f->closed, memory_order_acquire);
-  if (GPUMEM_UNLIKELY(stop != 0))
-    enter_closed(fronts, f, stop);
-}
-
-static inline void front_leave(pool_front *f) {
-  atomic_store_explicit(&f->inside, 0, memory_order_release);
-}
-
-/* Whether front `f`'s thread is known out of it for stop `stop`; `fenced`: the barrier ran
- * since the gate closed (or both sides fence). */
-static bool known_out(const pool_front *f, uint64_t stop, bool fenced) {
-  return atomic_load_explicit(&f->parked, memory_order_acquire) ||
-         atomic_load_explicit(&f->acked, memory_order_acquire) == stop ||
-         (fenced && !atomic_load_explicit(&f->inside, memory_order_acquire));
-}
-
-/* The fronts whose slots have a thread, a bit each. */
-static uint64_t used_fronts(pool_fronts *fronts) {
-  uint64_t used = 0;
-  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
-    if (gpumem__thread_slot_used(&fronts->slots, i))
-      used |= (uint64_t)1 << i;
-  return used;
-}
-
-/* Closes the gates of the fronts in `mask` and waits their threads out; under the pool's
- * lock, the caller out of its own front. */
-static void stop_fronts(pool_fronts *fronts, uint64_t mask) {
-  _Static_assert(GPUMEM__THREAD_SLOTS <= 64, "a mask holds every front");
-  if (!mask)
-    return;
-  uint64_t stop = ++fronts->stops;
-  for (uint64_t m = mask; m; m &= m - 1)
-    atomic_store_explicit(&fronts->fronts[__builtin_ctzll(m)].closed, stop, memory_order_relaxed);
-  gate_fence(fronts, false);
-  int self = gpumem__thread_slot(&fronts->slots);
-  uint64_t waiting = self >= 0 ? mask & ~((uint64_t)1 << self) : mask;
-  bool fenced = !fronts->membarrier;
-  uint64_t deadline = 0;
-  for (unsigned spins = 0;; spins++) {
-    for (uint64_t m = waiting; m; m &= m - 1) {
-      int i = __builtin_ctzll(m);
-      if (known_out(&fronts->fronts[i], stop, fenced))
-        waiting &= ~((uint64_t)1 << i);
-    }
-    if (!waiting)
-      return;
-    if (!fenced) {
-      uint64_t now = gpumem__now_ns();
-      if (!deadline) {
-        deadline = now + GATE_ACK_NS;
-      } else if (now >= deadline) {
-        /* A kernel that refuses the barrier it once offered leaves no safe way on. */
-        if (!gpumem__thread_barrier())
-          __builtin_trap();
-        fronts->stop_barriers++;
-        fenced = true;
-        continue;
-      }
-    }
-    if (spins < 256)
-      gpumem__cpu_relax();
-    else
-      sched_yield();
-  }
-}
-
-/* Opens the gates of the fronts in `mask`. */
-static void resume_fronts(pool_fronts *fronts, uint64_t mask) {
-  for (uint64_t m = mask; m; m &= m - 1)
-    atomic_store_explicit(&fronts->fronts[__builtin_ctzll(m)].closed, 0, memory_order_release);
-}
-
-uint64_t gpumem__pool_stop_fronts(pool_resource *pool, bool stop, uint64_t stopped) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
-  if (!fronts)
-    return 0;
-  if (!stop) {
-    resume_fronts(fronts, stopped);
-    return 0;
-  }
-  uint64_t mask = used_fronts(fronts);
-  stop_fronts(fronts, mask);
-  return mask;
-}
-
-pool_front *gpumem__pool_front_park(pool_fronts *fronts) {
-  int slot = gpumem__thread_slot(&fronts->slots);
-  if (slot < 0)
-    return NULL;
-  pool_front *f = &fronts->fronts[slot];
-  atomic_store_explicit(&f->parked, 1, memory_order_release); /* after the front's work */
-  return f;
-}
-
 /* Counts one of the front's own statistics (plain stores: only its thread writes them). */
 static inline void bump(_Atomic uint64_t *counter) {
   gpumem__slot_count(counter, 1);
@@ -322,9 +169,7 @@ static inline void bump(_Atomic uint64_t *counter) {
 static inline uint64_t take_pool(pool_resource *pool, pool_front *f) {
   bump(&f->pool_locks);
   uint64_t before = gpumem__now_ns();
-  atomic_store_explicit(&f->parked, 1, memory_order_release); /* after the front's work */
   gpumem__biased_lock_take(&pool->lock);
-  gpumem__pool_front_unpark(f);
   uint64_t taken = gpumem__now_ns();
   gpumem__slot_count(&f->lock_wait_ns, taken - before);
   return taken;
@@ -454,11 +299,11 @@ static inline size_t batch_of(const pool_front *f, size_t c, size_t size) {
 }
 
 static inline gpumem__block *front_pop(pool_front *f, size_t c) {
-  gpumem__block *block = front_list(f, c);
+  gpumem__block *block = f->lists[c];
   if (block) {
-    atomic_store_explicit(&f->lists[c], block->next_free, memory_order_relaxed);
+    f->lists[c] = block->next_free;
     f->lengths[c]--;
-    front_held_add(f, -block->size);
+    f->bytes -= block->size;
   }
   return block;
 }
@@ -467,10 +312,10 @@ static inline gpumem__block *front_pop(pool_front *f, size_t c) {
  * the front over HOLD_BYTES, so that some should go back to the pool. */
 static inline bool front_push(pool_front *f, gpumem__block *block) {
   size_t c = gpumem__pool_front_class(block->size);
-  block->next_free = front_list(f, c);
-  atomic_store_explicit(&f->lists[c], block, memory_order_relaxed);
-  front_held_add(f, block->size);
-  return ++f->lengths[c] > 2 * batch_of(f, c, block->size) || front_held(f) > HOLD_BYTES;
+  block->next_free = f->lists[c];
+  f->lists[c] = block;
+  f->bytes += block->size;
+  return ++f->lengths[c] > 2 * batch_of(f, c, block->size) || f->bytes > HOLD_BYTES;
 }
 
 static inline void front_count(pool_front *f, int64_t bytes, int64_t count) {
@@ -478,7 +323,7 @@ static inline void front_count(pool_front *f, int64_t bytes, int64_t count) {
   gpumem__slot_add(&f->live_count, count);
 }
 
-/* Binds an empty front to `set`; under the pool's lock, inside the front or holding it stopped. */
+/* Binds an empty front to `set`; under the pool's lock and the front's. */
 static void bind(pool_front *f, free_set *set) {
   f->set = set;
   f->stream = set->stream;
@@ -504,26 +349,25 @@ static void release_batch(pool_resource *pool, pool_return *batch) {
 }
 
 /* The blocks of the front's pending return batch back to its set, open; under the pool's
- * lock, inside the front or holding it stopped. */
+ * lock and the front's. */
 static void flush_pending(pool_resource *pool, pool_fronts *fronts, pool_front *f) {
-  pool_return *pending = front_pending(f);
-  if (!pending)
+  if (!f->pending)
     return;
-  release_batch(pool, pending);
-  gpumem__pool_return_recycle(fronts, pending);
-  front_set_pending(f, NULL);
+  release_batch(pool, f->pending);
+  gpumem__pool_return_recycle(fronts, f->pending);
+  f->pending = NULL;
 }
 
 /* Gives the front's blocks back to its set, open, its pending return batch's too; under the
- * pool's lock, inside the front or holding it stopped. Returns whether it held any. */
+ * pool's lock and the front's. Returns whether it held any. */
 static bool flush_front(pool_resource *pool, pool_front *f) {
   free_set *set = f->set;
   if (!set)
     return false;
   flush_pending(pool, atomic_load_explicit(&pool->fronts, memory_order_relaxed), f);
-  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && front_held(f) > 0; c++)
+  for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES && f->bytes > 0; c++)
     give_back(pool, set, f, c, f->lengths[c]);
-  GPUMEM__ASSERT(&pool->header, front_held(f) == 0, "a flushed front is empty");
+  GPUMEM__ASSERT(&pool->header, f->bytes == 0, "a flushed front is empty");
   set->fronts--;
   f->set = NULL;
   bump(&atomic_load_explicit(&pool->fronts, memory_order_relaxed)->flushes);
@@ -534,9 +378,9 @@ static bool flush_front(pool_resource *pool, pool_front *f) {
  * Blocks freed by other threads, sent back (pool_returns.c)
  * ------------------------------------------------------------------------------------- */
 
-/* Files a return batch's blocks in front f's lists (held: its thread inside, or stopped), emptying
- * the batch; they stay in their owner's maps (f's, but for a batch f could not send). The front may
- * then hold more than it keeps, which its next give-back corrects. */
+/* Files a return batch's blocks in front f's lists (its lock held), emptying the batch; they
+ * stay in their owner's maps (f's, but for a batch f could not send). The front may then
+ * hold more than it keeps, which its next give-back corrects. */
 static void file_batch(pool_front *f, pool_return *batch) {
   for (size_t i = 0; i < batch->count; i++)
     front_push(f, batch->blocks[i]);
@@ -546,18 +390,18 @@ static void file_batch(pool_front *f, pool_return *batch) {
 /* Sends the front's pending batch to its owner. When the device refuses the event, the batch
  * stays pending, to be sent at the next free, up to twice its size (or, with `all`, the
  * front's thread turning to another owner); then the front keeps the blocks itself (they are
- * free on its stream). Its thread inside the front. */
+ * free on its stream). Under the front's lock. */
 static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f, bool all) {
-  pool_return *batch = front_pending(f);
+  pool_return *batch = f->pending;
   if (gpumem__pool_return_send(pool, batch, &fronts->fronts[batch->owner])) {
-    front_set_pending(f, NULL);
+    f->pending = NULL;
     bump(&f->returns_sent);
     return;
   }
   if (!all && batch->count < 2 * GPUMEM__POOL_RETURN_BLOCKS &&
       batch->bytes < 2 * GPUMEM__POOL_RETURN_BYTES)
     return;
-  front_set_pending(f, NULL);
+  f->pending = NULL;
   file_batch(f, batch);
   gpumem__pool_return_recycle(fronts, batch);
 }
@@ -567,13 +411,11 @@ static void send_pending(pool_fronts *fronts, pool_resource *pool, pool_front *f
  * exhausted: f keeps the block. */
 static bool return_block(pool_fronts *fronts, pool_resource *pool, pool_front *f, int to,
                          gpumem__block *block) {
-  if (front_pending(f) && front_pending(f)->owner != to)
+  if (f->pending && f->pending->owner != to)
     send_pending(fronts, pool, f, true);
-  if (!front_pending(f))
-    front_set_pending(f, gpumem__pool_return_new(fronts, f->set, to));
-  pool_return *batch = front_pending(f);
-  if (!batch)
+  if (!f->pending && !(f->pending = gpumem__pool_return_new(fronts, f->set, to)))
     return false;
+  pool_return *batch = f->pending;
   batch->blocks[batch->count++] = block;
   batch->bytes += block->size;
   if (batch->count >= GPUMEM__POOL_RETURN_BLOCKS || batch->bytes >= GPUMEM__POOL_RETURN_BYTES)
@@ -591,7 +433,7 @@ static void take_returns(pool_resource *pool, pool_fronts *fronts, pool_front *f
   while (list) {
     pool_return *batch = list;
     list = batch->next;
-    if (front_held(f) <= HOLD_BYTES && gpumem__pool_return_wait(pool, batch, f->stream)) {
+    if (f->bytes <= HOLD_BYTES && gpumem__pool_return_wait(pool, batch, f->stream)) {
       file_batch(f, batch);
     } else if (pool_locked) {
       release_batch(pool, batch);
@@ -641,7 +483,6 @@ void gpumem__pool_enable_fronts(pool_resource *pool) {
   if (!fronts)
     return;
   memset(fronts, 0, sizeof *fronts); /* no maps yet: each front makes its own */
-  fronts->membarrier = gpumem__thread_barrier_available();
   atomic_store_explicit(&pool->fronts, fronts, memory_order_release);
   /* The paths through the lock's bias know nothing of fronts: a thread biased again would
    * free a front's block into the pool's live map, which never held it. */
@@ -663,24 +504,15 @@ void gpumem__pool_flush_fronts(pool_resource *pool) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
   if (!fronts)
     return;
-  uint64_t used = used_fronts(fronts);
-  stop_fronts(fronts, used);
-  for (uint64_t m = used; m; m &= m - 1) {
-    pool_front *f = &fronts->fronts[__builtin_ctzll(m)];
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    if (!gpumem__thread_slot_used(&fronts->slots, i))
+      continue;
+    pool_front *f = &fronts->fronts[i];
+    spin_lock(&f->lock);
     release_inbox(pool, fronts, f, NULL);
     flush_front(pool, f);
+    spin_unlock(&f->lock);
   }
-  resume_fronts(fronts, used);
-}
-
-/* The fronts bound to `set`, a bit each (f->set is stable: it changes under the pool's
- * lock). */
-static uint64_t fronts_of(pool_fronts *fronts, const free_set *set) {
-  uint64_t mask = 0;
-  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
-    if (gpumem__thread_slot_used(&fronts->slots, i) && fronts->fronts[i].set == set)
-      mask |= (uint64_t)1 << i;
-  return mask;
 }
 
 bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t size) {
@@ -690,59 +522,56 @@ bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t
   bool front_sized = size <= GPUMEM__POOL_FRONT_TOP;
   int spared = front_sized ? gpumem__thread_slot(&fronts->slots) : -1;
   size_t keep = front_sized ? GPUMEM__POOL_FRONT_RESERVE : 0;
-  /* First what this stream freed of other threads' blocks, sent back to them (inboxes have
-   * locks of their own) or not yet (the pending batches of its fronts, which are stopped
-   * for it): it is free on this stream already. */
-  bool released = false;
-  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
-    if (gpumem__thread_slot_used(&fronts->slots, i))
-      released |= release_inbox(pool, fronts, &fronts->fronts[i], set);
-  uint64_t bound = fronts_of(fronts, set), pending = 0;
-  for (uint64_t m = bound; m; m &= m - 1)
-    if (front_pending(&fronts->fronts[__builtin_ctzll(m)]))
-      pending |= m & -m;
-  stop_fronts(fronts, pending);
-  for (uint64_t m = pending; m; m &= m - 1) {
-    pool_front *f = &fronts->fronts[__builtin_ctzll(m)];
-    released |= front_pending(f) != NULL;
-    flush_pending(pool, fronts, f);
-  }
-  resume_fronts(fronts, pending);
-  if (released)
-    return true;
-  /* The fullest by what each front held a moment ago; then that one alone is stopped, so
-   * that the others' threads go on (each stop costs the stopped threads' time). */
   pool_front *fullest = NULL;
   size_t most = keep;
-  for (uint64_t m = bound; m; m &= m - 1) {
-    int i = __builtin_ctzll(m);
+  /* First what this stream freed of other threads' blocks, sent back to them or not yet: it
+   * is free on this stream already. */
+  bool released = false;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     pool_front *f = &fronts->fronts[i];
-    if (i != spared && front_held(f) > most) {
-      most = front_held(f);
+    if (!gpumem__thread_slot_used(&fronts->slots, i))
+      continue;
+    spin_lock(&f->lock);
+    released |= release_inbox(pool, fronts, f, set);
+    if (f->pending && f->set == set) {
+      flush_pending(pool, fronts, f);
+      released = true;
+    }
+    spin_unlock(&f->lock);
+  }
+  if (released)
+    return true;
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
+    pool_front *f = &fronts->fronts[i];
+    if (!gpumem__thread_slot_used(&fronts->slots, i) || i == spared || f->set != set)
+      continue; /* f->set is stable: it changes under the pool's lock */
+    spin_lock(&f->lock);
+    if (atomic_load_explicit(&f->inbox, memory_order_relaxed))
+      take_returns(pool, fronts, f, true); /* its blocks, sent back from other streams */
+    size_t held = f->bytes + (f->pending ? f->pending->bytes : 0);
+    if (held > most) {
+      most = held;
       fullest = f;
     }
+    spin_unlock(&f->lock);
   }
   if (!fullest)
     return false;
-  uint64_t stopped = (uint64_t)1 << (fullest - fronts->fronts);
-  stop_fronts(fronts, stopped);
-  if (atomic_load_explicit(&fullest->inbox, memory_order_relaxed))
-    take_returns(pool, fronts, fullest, true); /* its blocks, sent back from other streams */
-  bool drained = front_held(fullest) > keep;
-  if (drained && keep == 0) {
+  spin_lock(&fullest->lock);
+  flush_pending(pool, fronts, fullest);
+  if (keep == 0) {
     flush_front(pool, fullest);
-  } else if (drained) {
+  } else {
     /* Half of every list, the largest classes first, until it holds its reserve: it keeps
      * some of each class it uses, so its thread does not refill them all at once. */
-    while (front_held(fullest) > keep)
-      for (size_t c = GPUMEM__POOL_FRONT_CLASSES; c-- > 0 && front_held(fullest) > keep;)
+    while (fullest->bytes > keep)
+      for (size_t c = GPUMEM__POOL_FRONT_CLASSES; c-- > 0 && fullest->bytes > keep;)
         give_back(pool, set, fullest, c, (fullest->lengths[c] + 1u) / 2);
     bump(&fronts->trims);
   }
-  resume_fronts(fronts, stopped);
-  if (drained)
-    gpumem__pool_seal_if_due(pool, set);
-  return drained;
+  spin_unlock(&fullest->lock);
+  gpumem__pool_seal_if_due(pool, set);
+  return true;
 }
 
 bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size) {
@@ -751,23 +580,24 @@ bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t s
     return false;
   size_t above = gpumem__pool_front_class(front_size(size)) + 1, best_class = SIZE_MAX;
   pool_front *best = NULL;
-  /* Chosen by the lists as they were a moment ago; then that front alone is stopped, and
-   * its list looked at again. */
-  for (uint64_t m = fronts_of(fronts, set); m && best_class > above; m &= m - 1) {
-    pool_front *f = &fronts->fronts[__builtin_ctzll(m)];
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS && best_class > above; i++) {
+    pool_front *f = &fronts->fronts[i];
+    if (!gpumem__thread_slot_used(&fronts->slots, i) || f->set != set) /* stable: pool lock */
+      continue;
+    spin_lock(&f->lock);
     for (size_t c = above; c < best_class && c < GPUMEM__POOL_FRONT_CLASSES; c++)
-      if (front_list(f, c)) {
+      if (f->lengths[c] > 0) {
         best_class = c;
         best = f;
       }
+    spin_unlock(&f->lock);
   }
   if (!best)
     return false;
-  uint64_t stopped = (uint64_t)1 << (best - fronts->fronts);
-  stop_fronts(fronts, stopped);
-  bool taken = best->lengths[best_class] > 0; /* its thread may have taken them meanwhile */
+  spin_lock(&best->lock); /* only its thread pops, and it waits for the pool's lock */
+  bool taken = best->lengths[best_class] > 0;
   give_back(pool, set, best, best_class, 1);
-  resume_fronts(fronts, stopped);
+  spin_unlock(&best->lock);
   return taken;
 }
 
@@ -896,11 +726,11 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
     gpumem__clear_error(); /* the locked path meets the same failure and reports it */
     return false;
   }
-  front_enter(fronts, f);
+  spin_lock(&f->lock);
   if (f->set && f->set != set) /* another stream's blocks; not that stream's call: no seal */
     flush_front(pool, f);
-  front_leave(f);
-  /* The thread is out of its front while the pool carves: growth drains every front. Only this
+  spin_unlock(&f->lock);
+  /* The front's lock is free while the pool carves: growth drains every front. Only this
    * thread writes the front's batches. */
   f->batches[c] = (uint8_t)clamp_batch(2 * want, size);
   gpumem__block *batch[BATCH_MAX];
@@ -909,7 +739,7 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
     release_pool(pool, f, taken);
     return false;
   }
-  front_enter(fronts, f);
+  spin_lock(&f->lock);
   if (!f->set) /* only this thread binds its front: it is unbound, or bound to `set` */
     bind(f, set);
   gpumem__block *block = batch[0];
@@ -929,12 +759,12 @@ GPUMEM_NOINLINE static bool refill_and_allocate(pool_resource *pool, pool_fronts
   for (size_t k = 1; k < n; k++)
     front_push(f, batch[k]);
   *ptr = (void *)block->addr;
-  front_leave(f);
+  spin_unlock(&f->lock);
   return true;
 }
 
 /* The front's list of class `c` is empty: the blocks other threads sent back, if any, into
- * its lists (its thread inside it, bound to `stream`), and one of class `c` from them;
+ * its lists (under its lock, the front bound to `stream`), and one of class `c` from them;
  * NULL when none came. */
 GPUMEM_NOINLINE static gpumem__block *pop_returned(pool_resource *pool, pool_fronts *fronts,
                                                    pool_front *f, size_t c) {
@@ -953,11 +783,11 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   size_t size = front_size(bytes), c = gpumem__pool_front_class(size);
   gpumem__block *block = NULL;
   bump(&f->ops);
-  front_enter(fronts, f);
+  spin_lock(&f->lock);
   if (GPUMEM_UNLIKELY(
           !f->set || f->stream != stream ||
           (!(block = front_pop(f, c)) && !(block = pop_returned(pool, fronts, f, c))))) {
-    front_leave(f);
+    spin_unlock(&f->lock);
     *status = GPUMEM_OK;
     bool served = refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr);
     if (!served)
@@ -967,8 +797,8 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED); /* it stays mapped */
   front_count(f, (int64_t)bytes, 1);
   *ptr = (void *)block->addr;
-  bool over = front_held(f) > HOLD_BYTES; /* only after blocks came back */
-  front_leave(f);
+  bool over = f->bytes > HOLD_BYTES; /* only after blocks came back */
+  spin_unlock(&f->lock);
   if (GPUMEM_UNLIKELY(over))
     give_back_batch(pool, f, size);
   *status = GPUMEM_OK;
@@ -1013,22 +843,22 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
 GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, size_t size) {
   bump(&f->give_backs);
   uint64_t taken = take_pool(pool, f);
-  front_enter(atomic_load_explicit(&pool->fronts, memory_order_relaxed), f);
+  spin_lock(&f->lock);
   free_set *set = f->set; /* a drain may have emptied the front meanwhile */
   size_t c = gpumem__pool_front_class(size);
   if (set && f->lengths[c] > 2 * batch_of(f, c, size)) {
     give_back(pool, set, f, c, batch_of(f, c, size));
     f->batches[c] = (uint8_t)clamp_batch(2 * batch_of(f, c, size), size);
   }
-  for (size_t k = GPUMEM__POOL_FRONT_CLASSES; set && k-- > 0 && front_held(f) > HOLD_BYTES / 2;)
+  for (size_t k = GPUMEM__POOL_FRONT_CLASSES; set && k-- > 0 && f->bytes > HOLD_BYTES / 2;)
     give_back(pool, set, f, k, (f->lengths[k] + 1u) / 2);
-  front_leave(f);
+  spin_unlock(&f->lock);
   if (set)
     gpumem__pool_seal_if_due(pool, set);
   release_pool(pool, f, taken);
 }
 
-/* A free of a block another front's maps hold into front `f` (its thread inside, bound): looked
+/* A free of a block another front's maps hold into front `f` (its lock held, bound): looked
  * up and claimed without a write to that front's lines, then into f's return batch for it
  * (or, without host memory for one, into f's lists, still mapped there). */
 GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_fronts *fronts,
@@ -1046,7 +876,7 @@ GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_f
   return block;
 }
 
-/* A free of `ptr` into front `f` (its thread inside): a block of f's maps into its list (it
+/* A free of `ptr` into front `f` (its lock held): a block of f's maps into its list (it
  * stays mapped: the next allocation of it writes no map); another front's, into its return
  * batch for that front (absorb_foreign); counted. NULL when no front handed it out or on
  * misuse (*status). *size: the block's size, read now, since a drain may merge it once the
@@ -1085,7 +915,7 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
     release_pool(pool, f, taken); /* nothing changed: the block stays live */
     return true;
   }
-  front_enter(fronts, f);
+  spin_lock(&f->lock);
   if (f->set && f->set != set)
     flush_front(pool, f); /* not a call on that stream: no seal */
   if (!f->set)
@@ -1093,7 +923,7 @@ GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, 
   size_t size;
   bool over;
   gpumem__block *block = absorb_free(pool, fronts, f, ptr, bytes, status, &size, &over);
-  front_leave(f);
+  spin_unlock(&f->lock);
   release_pool(pool, f, taken);
   if (over)
     give_back_batch(pool, f, size);
@@ -1118,15 +948,15 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
   } else {
     pool_front *f = &fronts->fronts[slot];
     bump(&f->ops);
-    front_enter(fronts, f);
+    spin_lock(&f->lock);
     if (GPUMEM_UNLIKELY(!f->set || f->stream != stream)) {
-      front_leave(f);
+      spin_unlock(&f->lock);
       handled = free_slow(pool, fronts, f, ptr, bytes, stream, status);
     } else {
       size_t size;
       bool over;
       gpumem__block *block = absorb_free(pool, fronts, f, ptr, bytes, status, &size, &over);
-      front_leave(f);
+      spin_unlock(&f->lock);
       if (GPUMEM_UNLIKELY(over))
         give_back_batch(pool, f, size);
       handled = block || *status != GPUMEM_OK;
@@ -1151,18 +981,11 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
   *out = (gpumem__pool_front_stats){0};
   if (!gpumem__is_pool(mr))
     return false;
-  pool_resource *pool = (pool_resource *)mr;
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = atomic_load_explicit(&((pool_resource *)mr)->fronts, memory_order_acquire);
   if (!fronts)
     return false;
-  /* The bytes fronts hold, read with their threads out (stoppers hold the pool's lock). */
-  gpumem__biased_lock_take(&pool->lock);
-  uint64_t stopped = used_fronts(fronts);
-  stop_fronts(fronts, stopped);
   out->flushes = atomic_load_explicit(&fronts->flushes, memory_order_relaxed);
   out->trims = atomic_load_explicit(&fronts->trims, memory_order_relaxed);
-  out->stops = fronts->stops;
-  out->stop_barriers = fronts->stop_barriers;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     const pool_front *f = &fronts->fronts[i];
     out->ops += atomic_load_explicit(&f->ops, memory_order_relaxed);
@@ -1172,13 +995,15 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
     out->give_backs += atomic_load_explicit(&f->give_backs, memory_order_relaxed);
     out->returns_sent += atomic_load_explicit(&f->returns_sent, memory_order_relaxed);
     out->returns_taken += atomic_load_explicit(&f->returns_taken, memory_order_relaxed);
-    if (stopped & ((uint64_t)1 << i)) /* stopped: its thread writes the bytes it holds */
-      out->held_bytes += front_held(f);
+    if (gpumem__thread_slot_used(&fronts->slots, i)) {
+      pool_front *locked = (pool_front *)f; /* its lock guards the bytes it holds */
+      spin_lock(&locked->lock);
+      out->held_bytes += f->bytes;
+      spin_unlock(&locked->lock);
+    }
     out->grows += atomic_load_explicit(&f->grows, memory_order_relaxed);
     out->lock_wait_ns += atomic_load_explicit(&f->lock_wait_ns, memory_order_relaxed);
     out->lock_hold_ns += atomic_load_explicit(&f->lock_hold_ns, memory_order_relaxed);
   }
-  resume_fronts(fronts, stopped);
-  gpumem__biased_lock_release(&pool->lock);
   return true;
 }

@@ -178,19 +178,11 @@ typedef struct pool_return {
 } pool_return;
 
 typedef struct pool_front {
-  /* Its gate (pool_front.c, "The fronts' gates"): its thread enters with plain stores; a
-   * stopper, holding the pool's lock, closes it and waits the thread out. Written by its
-   * thread: */
-  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int inside; /* in the front */
-  atomic_int parked;       /* waiting for or holding the pool's lock, out of the front */
-  _Atomic uint64_t acked;  /* the last stop it found the gate closed by, and stepped out */
-  _Atomic uint64_t closed; /* by stoppers: the stop that holds it closed; 0 while open */
-  free_set *set;           /* the set its blocks are free in; NULL while it holds none */
-  gpumem_stream stream;    /* set's stream, read without touching the set */
-  /* Of the blocks in its lists; relaxed atomics, like `lists` and `pending`, only so that
-   * a stopper may choose a front to stop by them (front_held, ...): only the front's
-   * thread, or a stopper holding it, writes them. */
-  _Atomic size_t bytes;
+  /* A spin lock: its thread, or the pool's lock holder draining it. */
+  _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock;
+  free_set *set;        /* the set its blocks are free in; NULL while it holds none */
+  gpumem_stream stream; /* set's stream, read without touching the set */
+  size_t bytes;         /* of the blocks in its lists */
   /* Allocations it handed out minus frees it took (either may be the larger one). */
   _Atomic int64_t live_bytes, live_count;
   /* What its thread did (gpumem__pool_front_stats): operations through the front, those
@@ -203,10 +195,10 @@ typedef struct pool_front {
   uint16_t lengths[GPUMEM__POOL_FRONT_CLASSES]; /* of each list */
   uint8_t
       batches[GPUMEM__POOL_FRONT_CLASSES]; /* blocks a refill of each class takes; 0: none yet */
-  gpumem__block *_Atomic lists[GPUMEM__POOL_FRONT_CLASSES]; /* linked through next_free */
+  gpumem__block *lists[GPUMEM__POOL_FRONT_CLASSES]; /* linked through next_free */
   /* Blocks other fronts handed out that its thread freed, free in `set`, for front
    * pending->owner: sent when full, or when its thread frees another front's block. */
-  pool_return *_Atomic pending;
+  pool_return *pending;
   /* Batches other threads sent back to this front, its thread's to take: under inbox_lock,
    * a leaf lock that senders take holding their own front's; `inbox` is also read unlocked,
    * a hint that there is something to take. */
@@ -218,28 +210,6 @@ typedef struct pool_front {
   pool_live_shard shards[GPUMEM__POOL_LIVE_SHARDS];
 } pool_front;
 
-/* The front's fields that stoppers read to choose a front (relaxed: a hint until they stop
- * it), and that its thread, or a stopper holding it, writes. */
-static inline size_t front_held(const pool_front *f) {
-  return atomic_load_explicit(&f->bytes, memory_order_relaxed);
-}
-
-static inline void front_held_add(pool_front *f, size_t delta) { /* delta may wrap: a removal */
-  atomic_store_explicit(&f->bytes, front_held(f) + delta, memory_order_relaxed);
-}
-
-static inline gpumem__block *front_list(const pool_front *f, size_t c) {
-  return atomic_load_explicit(&f->lists[c], memory_order_relaxed);
-}
-
-static inline pool_return *front_pending(const pool_front *f) {
-  return atomic_load_explicit(&f->pending, memory_order_relaxed);
-}
-
-static inline void front_set_pending(pool_front *f, pool_return *batch) {
-  atomic_store_explicit(&f->pending, batch, memory_order_relaxed);
-}
-
 typedef struct pool_fronts {
   gpumem__thread_slots slots;
   pool_front fronts[GPUMEM__THREAD_SLOTS];
@@ -249,11 +219,6 @@ typedef struct pool_fronts {
   _Atomic uint64_t trims;   /* of fronts down to their reserve, under the pool's lock */
   atomic_int spare_lock;    /* over spares and made */
   pool_return *spares, *made;
-  /* Stoppers fence with membarrier(2) (gpumem__thread_barrier), so that fronts' threads need
-   * no fence to enter their gates; false where it is missing, or under ThreadSanitizer. */
-  bool membarrier;
-  uint64_t stops;         /* made so far (their numbers), under the pool's lock */
-  uint64_t stop_barriers; /* of those, the ones that ran the barrier */
 } pool_fronts;
 
 typedef struct pool_resource {
@@ -657,7 +622,7 @@ bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, voi
  * Looks in every front's maps: for the message of a free with a size no front serves. */
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr);
 /* Gives the blocks of every front back to their sets, open. Called with the pool's lock
- * held, out of its own front. */
+ * held and no front's. */
 void gpumem__pool_flush_fronts(pool_resource *pool);
 /* Before the pool grows for `size` bytes on `set`: blocks of the front bound to `set` that
  * holds the most back to `set`, open, and `set` sealed when a seal is due (a call on its
@@ -665,31 +630,18 @@ void gpumem__pool_flush_fronts(pool_resource *pool);
  * fronts serve, the calling thread's front keeps all it holds (up to its bound) and the
  * others GPUMEM__POOL_FRONT_RESERVE; for larger sizes every front gives all. The pool
  * calls it until what it needs fits, so that a miss takes from one front, not from all.
- * Called with the pool's lock held, out of its own front. */
+ * Called with the pool's lock held and no front's. */
 bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t size);
 /* Before the pool grows for `size` bytes on `set`: the smallest block of the fronts bound
  * to `set` of a class above that of `size` (so larger) back in `set`, open; whether there
  * was one. A refill that misses thus takes one block from a front rather than the whole of
- * every front. Called with the pool's lock held, out of its own front. */
+ * every front. Called with the pool's lock held and no front's. */
 bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size);
 /* The counter queries, fronts included. */
 gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_query what,
                                           uint64_t *out);
-/* Takes (take) or releases a spin lock of the fronts: a live map's, an inbox's, the
- * spares'. */
+/* Takes (take) or releases a front's or a front live map's spin lock (the validator). */
 void gpumem__pool_spin(atomic_int *lock, bool take);
-/* Stops (stop) every front whose slot has a thread, waiting each thread out of its front,
- * or lets them go on (the validator, with the pool's lock held); returns the fronts
- * stopped, a bit each, which the call that lets them go passes back. */
-uint64_t gpumem__pool_stop_fronts(pool_resource *pool, bool stop, uint64_t stopped);
-/* Marks the calling thread as waiting for the pool's lock (parked), out of its front, so
- * that a stopper need not wait for it; returns its front (NULL without one), for
- * gpumem__pool_front_unpark once it holds the lock. */
-pool_front *gpumem__pool_front_park(pool_fronts *fronts);
-static inline void gpumem__pool_front_unpark(pool_front *f) {
-  if (f)
-    atomic_store_explicit(&f->parked, 0, memory_order_relaxed);
-}
 /* Frees the fronts' structures (at destruction, after a flush). */
 void gpumem__pool_free_fronts(pool_resource *pool);
 /* ---------------------------------------------------------------------------------------

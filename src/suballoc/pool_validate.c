@@ -199,7 +199,7 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
                     i);
   for (size_t c = 0; c < GPUMEM__POOL_FRONT_CLASSES; c++) {
     size_t length = 0;
-    for (gpumem__block *b = front_list(f, c); b; b = b->next_free) {
+    for (gpumem__block *b = f->lists[c]; b; b = b->next_free) {
       if (++length > f->lengths[c])
         return complain(w, "front %d: more blocks in class %zu than its length %u (or a cycle)", i,
                         c, (unsigned)f->lengths[c]);
@@ -221,9 +221,9 @@ static bool gather_front(walk *w, const pool_front *f, int i) {
                       (unsigned)f->lengths[c]);
     count += length;
   }
-  if (bytes != front_held(f) || (count > 0 && !f->set))
+  if (bytes != f->bytes || (count > 0 && !f->set))
     return complain(w, "front %d: %zu blocks of %zu bytes, but it counts %zu bytes%s", i, count,
-                    bytes, front_held(f), f->set ? "" : ", and it has no set");
+                    bytes, f->bytes, f->set ? "" : ", and it has no set");
   return true;
 }
 
@@ -266,10 +266,9 @@ static bool gather_return(walk *w, const pool_return *batch, const free_set *set
 
 /* A front's return batches: the one it fills (of its own set), and those in its inbox. */
 static bool gather_returns(walk *w, const pool_front *f, int i) {
-  pool_return *pending = front_pending(f);
-  if (pending && !f->set)
+  if (f->pending && !f->set)
     return complain(w, "front %d: it fills a return batch but is bound to no set", i);
-  if (pending && !gather_return(w, pending, f->set, i, "pending batch"))
+  if (f->pending && !gather_return(w, f->pending, f->set, i, "pending batch"))
     return false;
   size_t bytes = 0;
   for (const pool_return *batch = atomic_load_explicit(&f->inbox, memory_order_relaxed); batch;
@@ -291,7 +290,7 @@ static unsigned returns_of(pool_fronts *fronts, const free_set *set) {
   unsigned count = 0;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     const pool_front *f = &fronts->fronts[i];
-    count += front_pending(f) && front_pending(f)->set == set;
+    count += f->pending && f->pending->set == set;
     for (const pool_return *batch = atomic_load_explicit(&f->inbox, memory_order_relaxed); batch;
          batch = batch->next)
       count += batch->set == set;
@@ -511,9 +510,11 @@ static gpumem_status validate_locked(pool_resource *pool) {
   return GPUMEM_OK;
 }
 
-/* Takes (or releases) every front live map's lock and inbox's, the fronts stopped (the
- * order of the fronts' own paths: a front before a map or an inbox). */
+/* Takes (or releases) every front's lock, then every front live map's and inbox's: the
+ * order of the fronts' own paths, a front's lock before a map's or an inbox's. */
 static void lock_fronts(pool_fronts *fronts, bool take) {
+  for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++)
+    gpumem__pool_spin(&fronts->fronts[i].lock, take);
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
       gpumem__pool_spin(&fronts->fronts[i].shards[k].lock, take);
@@ -525,13 +526,11 @@ gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   gpumem__biased_lock_take(&pool->lock);
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
-  uint64_t stopped = gpumem__pool_stop_fronts(pool, true, 0);
   if (fronts)
     lock_fronts(fronts, true);
   gpumem_status status = validate_locked(pool);
   if (fronts)
     lock_fronts(fronts, false);
-  gpumem__pool_stop_fronts(pool, false, stopped);
   gpumem__biased_lock_release(&pool->lock);
   return status;
 }

@@ -276,8 +276,6 @@ static void note_timed_front_stats(const thread_run *t, bool end) {
   sum->grows += now.grows - before->grows;
   sum->give_backs += now.give_backs - before->give_backs;
   sum->trims += now.trims - before->trims;
-  sum->stops += now.stops - before->stops;
-  sum->stop_barriers += now.stop_barriers - before->stop_barriers;
   sum->lock_wait_ns += now.lock_wait_ns - before->lock_wait_ns;
   sum->lock_hold_ns += now.lock_hold_ns - before->lock_hold_ns;
 }
@@ -494,8 +492,7 @@ static void print_thread_stats(bench_allocator *alloc, const char *mode, const t
     printf(",\"front_ops\":%llu,\"pool_locks\":%llu,\"pool_lock_share\":%.5f,"
            "\"shared_locks_per_op\":%.3f,\"refills\":%llu,\"grows\":%llu,\"give_backs\":%llu,"
            "\"flushes\":%llu,\"trims\":%llu,\"returns_sent\":%llu,\"returns_taken\":%llu,"
-           "\"held_bytes\":%llu,\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f,\"stops\":%llu,"
-           "\"stop_barriers\":%llu",
+           "\"held_bytes\":%llu,\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f",
            (unsigned long long)s.ops, (unsigned long long)s.pool_locks,
            s.ops ? (double)s.pool_locks / (double)s.ops : 0.0,
            s.ops ? (double)s.shared_locks / (double)s.ops : 0.0, (unsigned long long)s.refills,
@@ -503,18 +500,15 @@ static void print_thread_stats(bench_allocator *alloc, const char *mode, const t
            (unsigned long long)s.flushes, (unsigned long long)s.trims,
            (unsigned long long)s.returns_sent, (unsigned long long)s.returns_taken,
            (unsigned long long)s.held_bytes, (double)s.lock_wait_ns / 1e6,
-           (double)s.lock_hold_ns / 1e6, (unsigned long long)s.stops,
-           (unsigned long long)s.stop_barriers);
+           (double)s.lock_hold_ns / 1e6);
   const gpumem__pool_front_stats *timed = &runs[0].timed->sum;
   if (timed->refills || timed->give_backs)
     printf(",\"timed\":{\"pool_locks\":%llu,\"refills\":%llu,\"grows\":%llu,\"give_backs\":%llu,"
-           "\"trims\":%llu,\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f,\"stops\":%llu,"
-           "\"stop_barriers\":%llu}",
+           "\"trims\":%llu,\"lock_wait_ms\":%.1f,\"lock_hold_ms\":%.1f}",
            (unsigned long long)timed->pool_locks, (unsigned long long)timed->refills,
            (unsigned long long)timed->grows, (unsigned long long)timed->give_backs,
            (unsigned long long)timed->trims, (double)timed->lock_wait_ns / 1e6,
-           (double)timed->lock_hold_ns / 1e6, (unsigned long long)timed->stops,
-           (unsigned long long)timed->stop_barriers);
+           (double)timed->lock_hold_ns / 1e6);
   /* Every thread's, in thread order: on the GPU host, a thread runs the same work a third
    * faster or slower from one second to the next, whatever its processor (docs/gpu-runs.md,
    * eighteenth session). */
