@@ -76,7 +76,11 @@
  * return batch's send or wait, one for many frees); a front's and a map's are nearly always
  * taken by one thread, so each costs an uncontended atomic exchange on a line that stays in
  * that thread's cache. Map and inbox locks are leaves: a thread takes another front's while
- * it holds its own front's.
+ * it holds its own front's. A gate that a front's thread entered with plain stores, and that
+ * a drain closed and waited the thread out of (docs/gpu-runs.md, nineteenth session), saved 4
+ * to 8% of one thread's front operation on the GPU host, nothing measurable at 16 threads,
+ * and cost one stream's 16 threads a quarter when drains stopped every front; it was not
+ * kept.
  *
  * Why fronts of blocks rather than a sub-pool per thread over superblocks (as the arena
  * keeps per stream): a sub-pool keeps every superblock it has touched, so memory would stay
