@@ -65,6 +65,14 @@ static int compare_addresses(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The tests' random numbers: xorshift64, as BENCHMARKS.md's workloads draw them. */
+static uint64_t next_random(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
 /* Live blocks do not overlap, and reserved = free + what live blocks hold: their rounded
  * requests, and at most 1/8 more (blocks handed out whole from the pool's cache). */
 static void check_model(gpumem_resource *mr, const model *m) {
@@ -111,9 +119,7 @@ static void test_model(const char *spec, int stream_count, int trim_every) {
   uint64_t trimmed = 0;
   uint64_t x = 12345;
   for (int step = 0; step < model_steps; step++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
+    next_random(&x);
     int slot = (int)(x % model_slots);
     if (m.ptr[slot]) {
       CHECK_OK(gpumem_deallocate(mr, m.ptr[slot], m.bytes[slot], streams[m.stream[slot]]));
@@ -632,9 +638,7 @@ static void *thread_worker(void *arg) {
   CHECK_OK(gpumem_stream_create(0, &stream));
   uint64_t x = 0x1234567ull * (uint64_t)(me + 1);
   for (int step = 0; step < thread_steps; step++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
+    next_random(&x);
     mailbox *box = &mailboxes[x % thread_count];
     pthread_mutex_lock(&box->lock);
     if (box->count == mailbox_size || (box->count > 0 && (x >> 32) % 2)) {
@@ -1631,9 +1635,7 @@ static void *reach_worker(void *arg) {
   size_t sizes[reach_live] = {0};
   uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)((intptr_t)arg + 1);
   for (int step = 0; step < reach_steps; step++) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
+    next_random(&x);
     int i = (int)(x % reach_live);
     if (ptrs[i]) {
       CHECK_OK(gpumem_deallocate(front_pool, ptrs[i], sizes[i], stream));
