@@ -25,8 +25,9 @@ Policies:
         request counted in), whole free granules inside holes (free blocks other than a
         region's last), lowest first, are unmapped and left unused, as many as the growth
         takes. It reports the granules given back and the runs they came in. The pool gives
-        back whole pieces of vmm's, not granules: with vmm's default pieces it gives back
-        less.
+        back whole pieces of vmm's, not granules: --piece 32 models vmm's default pieces
+        (and counts pieces, each a driver call's worth of time on a GPU). The pool's pace
+        (GPUMEM__POOL_HOLES_PACE) is not modelled: this is the release unpaced.
   harvest, harvest-at-growth
         placement as "now", but a granule is mapped only when a block first covers it; a
         granule needed with no spare physical memory in hand is taken from a whole free
@@ -161,9 +162,10 @@ def mapped_runs(block, mapped, region):
 
 
 class Model:
-    def __init__(self, policy, cap=None, limits=(SMALL_LIMIT,)):
+    def __init__(self, policy, cap=None, limits=(SMALL_LIMIT,), piece=GRANULE):
         self.policy = policy
         self.cap = cap
+        self.piece = piece  # for "gap": what is given back, a whole multiple of granules
         self.limits = limits
         self.peak_live_so_far = 0
         # Region 0, the large one, keeps its last block (Region.keep_last), as the pool does.
@@ -190,24 +192,26 @@ class Model:
         return None
 
     def make_gaps(self, wanted):
-        """Gives back up to `wanted` whole free granules inside free blocks other than each
-        region's last, lowest first: they become gaps no block will use."""
+        """Gives back whole free pieces (granules without --piece) inside free blocks other
+        than each region's last, lowest first, until `wanted` granules or more are given
+        back: they become gaps no block will use. Returns the granules given back."""
+        piece = self.piece
         taken = 0
         for region in self.regions:
             i = 0
             while i < len(region.blocks) - 1 and taken < wanted:
                 addr, size, free = region.blocks[i]
-                lo, hi = round_up(addr, GRANULE), (addr + size) // GRANULE * GRANULE
+                lo, hi = round_up(addr, piece), (addr + size) // piece * piece
                 if not free or hi <= lo:
                     i += 1
                     continue
-                count = min((hi - lo) // GRANULE, wanted - taken)
-                region.carve(i, lo, count * GRANULE)
+                count = min((hi - lo) // piece, -(-(wanted - taken) * GRANULE // piece))
+                region.carve(i, lo, count * piece)
                 i = bisect.bisect_left(region.starts, lo)
                 region.blocks[i][2] = None  # a gap: neither free nor ever freed
                 self.gaps += count
                 self.gap_runs += 1
-                taken += count
+                taken += count * piece // GRANULE
                 i += 1
         return taken
 
@@ -330,9 +334,10 @@ def print_layout(region, event, born, freed_by):
         print(f"  {addr / MIB:9.1f} MiB  {size / MIB:7.1f} MiB  {life}")
 
 
-def replay(path, policy, cap=None, limits=(SMALL_LIMIT,), passes=2, growths=False, layouts=()):
+def replay(path, policy, cap=None, limits=(SMALL_LIMIT,), passes=2, growths=False, layouts=(),
+           piece=None):
     events = read_events(path)
-    model = Model(policy, cap, limits)
+    model = Model(policy, cap, limits, piece or GRANULE)
     freed_by = freeing_events(events) if layouts else {}
     born = {}  # large region address -> the event that allocated the block there
     peak_live, report = 0, []
@@ -367,7 +372,8 @@ def replay(path, policy, cap=None, limits=(SMALL_LIMIT,), passes=2, growths=Fals
         ratio = model.peak_physical * GRANULE / peak_live
         moves = f", {model.moves - moves_before} moves" if policy == "move" else ""
         if policy == "gap":
-            moves = (f", {model.gaps - gaps_before} granules given back in"
+            unit = f"pieces of {piece // MIB} MiB" if piece else "granules"
+            moves = (f", {model.gaps - gaps_before} {unit} given back in"
                      f" {model.gap_runs - gap_runs_before} runs")
         if policy.startswith("harvest"):
             moves = (f", {model.maps - maps_before} maps,"
@@ -432,6 +438,10 @@ def main():
     parser.add_argument("--cap", type=float,
                         help="for gap, move and harvest: take granules from holes only past "
                         "this ratio (gap: required)")
+    parser.add_argument("--piece", type=float,
+                        help="for gap: give back whole pieces of this many MiB (a multiple of "
+                        "2), on a grid from each region's start, as the pool does over vmm "
+                        "(whose default piece is 32 MiB), instead of granules")
     parser.add_argument("--growths", action="store_true",
                         help="print each step that takes new physical memory")
     parser.add_argument("--layout", default="",
@@ -450,6 +460,9 @@ def main():
         parser.error("--cap, --growths, --layout and --regions do not apply to --policy offline")
     if args.policy == "gap" and not args.cap:
         parser.error("--policy gap needs --cap (the pool's release_holes_over / 100)")
+    piece = int(args.piece * MIB) if args.piece else None
+    if piece is not None and (args.policy != "gap" or piece <= 0 or piece % GRANULE):
+        parser.error("--piece applies to --policy gap only, in whole granules (2 MiB)")
     layouts = {int(event) for event in args.layout.split(",") if event}
     limits = tuple(int(float(limit) * MIB) for limit in args.regions.split(","))
     for path in args.traces:
@@ -458,7 +471,7 @@ def main():
                   f"{offline(path, args.order, args.fit):.3f}", flush=True)
             continue
         report = replay(path, args.policy, args.cap, limits, growths=args.growths,
-                        layouts=layouts)
+                        layouts=layouts, piece=piece)
         print(f"{path.split('/')[-1]:30} {args.policy:5} peak reserved over peak live "
               + "; ".join(report), flush=True)
 

@@ -97,3 +97,17 @@ def test_gap_gives_the_hole_back_before_growing(tmp_path):
     assert load_model().replay(str(trace), "gap", cap=1.5) == [
         "after pass 1: 1.333, 0 granules given back in 0 runs",
         "after pass 2: 1.333, 0 granules given back in 0 runs"]
+
+
+def test_gap_gives_back_whole_pieces_only(tmp_path):
+    trace = tmp_path / "hole.csv"
+    write_trace(trace)
+    model = load_model()
+    # A's 4 MiB hole at 0 is one whole piece of 4 MiB: given back, as with granules.
+    assert model.replay(str(trace), "gap", cap=1.1, piece=4 * MIB) == [
+        "after pass 1: 1.000, 1 pieces of 4 MiB given back in 1 runs",
+        "after pass 2: 1.000, 1 pieces of 4 MiB given back in 1 runs"]
+    # It holds no whole piece of 8 MiB: the pool grows as "now" does.
+    assert model.replay(str(trace), "gap", cap=1.1, piece=8 * MIB) == [
+        "after pass 1: 1.333, 0 pieces of 8 MiB given back in 0 runs",
+        "after pass 2: 1.333, 0 pieces of 8 MiB given back in 0 runs"]
