@@ -205,6 +205,7 @@ class Model:
                 if not free or hi <= lo:
                     i += 1
                     continue
+                # The whole pieces here, or as many as the granules still wanted round up to.
                 count = min((hi - lo) // piece, -(-(wanted - taken) * GRANULE // piece))
                 region.carve(i, lo, count * piece)
                 i = bisect.bisect_left(region.starts, lo)

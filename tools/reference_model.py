@@ -31,13 +31,16 @@ from pathlib import Path
 MIB = 1 << 20
 
 
-def load_read_events():
-    """placement_model.read_events: one reading of the trace format for both models."""
+def load_placement_model():
+    """placement_model.py, beside this file, whose read_events reads traces for both models."""
     path = Path(__file__).resolve().parent / "placement_model.py"
     spec = importlib.util.spec_from_file_location("placement_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.read_events
+    return module
+
+
+read_events = load_placement_model().read_events
 
 
 def round_up(value, to):
@@ -154,7 +157,7 @@ class RmmPool:
 
 def replay(path, allocator, passes=2):
     """Peak reserved over peak live after each pass, as placement_model.replay reports it."""
-    events = load_read_events()(path)
+    events = read_events(path)
     peak_live = peak_reserved = 0
     report = []
     for number in range(passes):

@@ -1,28 +1,17 @@
 """tools/placement_model.py on a trace small enough to place by hand: the pool's placement
 ("now") leaves a hole that the offline placement, knowing lifetimes, does not."""
-import importlib.util
-from pathlib import Path
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "placement_model.py"
-MIB = 1 << 20
+from model_tools import MIB, load_tool, write_events
 
 
 def load_model():
-    spec = importlib.util.spec_from_file_location("placement_model", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("placement_model")
 
 
 def write_trace(path):
     # A and B take 4 MiB each; A is freed, and C (8 MiB) does not fit A's hole.
-    events = [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
-              ("free", "0xa", 4 * MIB), ("allocate", "0xc", 8 * MIB),
-              ("free", "0xc", 8 * MIB), ("free", "0xb", 4 * MIB)]
-    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
-    lines += [f"0,00:00:00.{i:06d},{action},{pointer},{size},0"
-              for i, (action, pointer, size) in enumerate(events)]
-    path.write_text("\n".join(lines) + "\n")
+    write_events(path, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
+                        ("free", "0xa", 4 * MIB), ("allocate", "0xc", 8 * MIB),
+                        ("free", "0xc", 8 * MIB), ("free", "0xb", 4 * MIB)])
 
 
 def test_pool_placement_keeps_the_hole(tmp_path):
@@ -49,16 +38,12 @@ def test_offline_in_allocation_order_keeps_the_hole(tmp_path):
 def write_gap_trace(path):
     # A (2 MiB) and B (4 MiB) live throughout, above holes of 5 and 3 MiB (left by H and I);
     # then C (3 MiB) and, while C lives, D (5 MiB).
-    events = [("allocate", "0xh", 5 * MIB), ("allocate", "0xa", 2 * MIB),
-              ("allocate", "0xi", 3 * MIB), ("allocate", "0xb", 4 * MIB),
-              ("free", "0xh", 5 * MIB), ("free", "0xi", 3 * MIB),
-              ("allocate", "0xc", 3 * MIB), ("allocate", "0xd", 5 * MIB),
-              ("free", "0xc", 3 * MIB), ("free", "0xd", 5 * MIB),
-              ("free", "0xa", 2 * MIB), ("free", "0xb", 4 * MIB)]
-    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
-    lines += [f"0,00:00:00.{i:06d},{action},{pointer},{size},0"
-              for i, (action, pointer, size) in enumerate(events)]
-    path.write_text("\n".join(lines) + "\n")
+    write_events(path, [("allocate", "0xh", 5 * MIB), ("allocate", "0xa", 2 * MIB),
+                        ("allocate", "0xi", 3 * MIB), ("allocate", "0xb", 4 * MIB),
+                        ("free", "0xh", 5 * MIB), ("free", "0xi", 3 * MIB),
+                        ("allocate", "0xc", 3 * MIB), ("allocate", "0xd", 5 * MIB),
+                        ("free", "0xc", 3 * MIB), ("free", "0xd", 5 * MIB),
+                        ("free", "0xa", 2 * MIB), ("free", "0xb", 4 * MIB)])
 
 
 def test_offline_fit_lowest_or_tightest(tmp_path):

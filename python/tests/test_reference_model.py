@@ -2,31 +2,17 @@
 allocator keeps requests of 1 to 10 MiB in shared segments of a fixed size and never merges
 across segments; RMM's pool doubles at each growth and never merges across its upstream
 blocks."""
-import importlib.util
-from pathlib import Path
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "reference_model.py"
-MIB = 1 << 20
+from model_tools import MIB, load_tool, write_events
 
 
 def load_model():
-    spec = importlib.util.spec_from_file_location("reference_model", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def write_trace(path, events):
-    lines = ["Thread,Time,Action,Pointer,Size,Stream"]
-    lines += [f"0,00:00:00.{i:06d},{action},{pointer},{size},0"
-              for i, (action, pointer, size) in enumerate(events)]
-    path.write_text("\n".join(lines) + "\n")
+    return load_tool("reference_model")
 
 
 def test_torch_medium_requests_share_a_segment(tmp_path):
     trace = tmp_path / "medium.csv"
     # Two live 4 MiB blocks: one 20 MiB segment holds both (20 MiB for 8 live).
-    write_trace(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
+    write_events(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
                         ("free", "0xa", 4 * MIB), ("free", "0xb", 4 * MIB)])
     model = load_model()
     assert model.replay(str(trace), model.TorchCaching()) == [
@@ -40,7 +26,7 @@ def test_torch_small_and_large_requests(tmp_path):
     trace = tmp_path / "pools.csv"
     # 512 KiB takes a small segment of 2 MiB; 11 MiB (10 MiB and up) a segment of its size
     # rounded up to 2 MiB, 12 MiB, where a later 11.5 MiB block fits: 14 MiB in all.
-    write_trace(trace, [("allocate", "0xs", 512 << 10), ("allocate", "0xl", 11 * MIB),
+    write_events(trace, [("allocate", "0xs", 512 << 10), ("allocate", "0xl", 11 * MIB),
                         ("free", "0xl", 11 * MIB), ("allocate", "0xm", 23 * MIB // 2),
                         ("free", "0xm", 23 * MIB // 2), ("free", "0xs", 512 << 10)])
     model = load_model()
@@ -52,7 +38,7 @@ def test_torch_small_and_large_requests(tmp_path):
 def test_torch_segments_do_not_merge(tmp_path):
     trace = tmp_path / "segments.csv"
     # Two 12 MiB segments, both freed: a 24 MiB request fits neither and takes a third.
-    write_trace(trace, [("allocate", "0xa", 12 * MIB), ("allocate", "0xb", 12 * MIB),
+    write_events(trace, [("allocate", "0xa", 12 * MIB), ("allocate", "0xb", 12 * MIB),
                         ("free", "0xa", 12 * MIB), ("free", "0xb", 12 * MIB),
                         ("allocate", "0xc", 24 * MIB), ("free", "0xc", 24 * MIB)])
     model = load_model()
@@ -63,7 +49,7 @@ def test_rmm_pool_doubles(tmp_path):
     trace = tmp_path / "doubling.csv"
     # 4 MiB (the pool takes 4), 4 MiB more (it doubles to 8), 1 MiB more (to 16): 16 MiB for
     # 9 live.
-    write_trace(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
+    write_events(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
                         ("allocate", "0xc", 1 * MIB), ("free", "0xa", 4 * MIB),
                         ("free", "0xb", 4 * MIB), ("free", "0xc", 1 * MIB)])
     model = load_model()
@@ -77,7 +63,7 @@ def test_rmm_pool_doubles(tmp_path):
 def test_rmm_upstream_blocks_do_not_merge(tmp_path):
     trace = tmp_path / "blocks.csv"
     # Two 4 MiB upstream blocks, both freed: 8 MiB fits neither, and the pool doubles to 16.
-    write_trace(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
+    write_events(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
                         ("free", "0xa", 4 * MIB), ("free", "0xb", 4 * MIB),
                         ("allocate", "0xc", 8 * MIB), ("free", "0xc", 8 * MIB)])
     model = load_model()
