@@ -772,11 +772,13 @@ typedef struct gpumem_pool_options {
    * the pool grows rather than adding to it, and the address ranges given back stay unused.
    * A workload whose blocks outgrow the holes they leave (generation with a growing cache)
    * then holds far less for little time; one that frees and fills the same holes every step
-   * (a training loop) would spend most of its allocation time waiting and in the driver's
-   * unmap and map calls, so a release waits until three times as long as the last one took
-   * (with the growth after it) has passed, and is skipped before: its memory gains shrink
-   * with it (docs/internals.md has the figures). A request that fails after holes were given
-   * back leaves them given back, as a trim would. */
+   * (a training loop) could spend most of its allocation time waiting and in the driver's
+   * unmap and map calls, so releases and the growth after them draw on a budget of time,
+   * to which the time between them adds a third of its length, up to 20 ms: a burst of
+   * releases (a first pass, a generation step) runs whole, and over the long run they take
+   * at most a quarter of the time; none starts while the budget is spent, and its memory
+   * gains shrink with it (docs/internals.md has the figures). A request that fails after
+   * holes were given back leaves them given back, as a trim would. */
   unsigned release_holes_over;
 } gpumem_pool_options;
 

@@ -907,22 +907,25 @@ static void test_release_holes(void) {
   CHECK_OK(gpumem_resource_release(mr));
   check_mapped(0);
 
-  /* The pace: a release sets when the next may come; before then the pool grows as it
-   * would without the option. */
+  /* The budget of time: spent (here for hours of refill to come), the pool grows as it would
+   * without the option. */
   mr = holes_pool(110, hole_then_pin, 2, NULL, x);
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-  ((pool_resource *)mr)->holes_next_ns = UINT64_MAX;
+  ((pool_resource *)mr)->holes_budget_ns = -GPUMEM__POOL_HOLES_BURST_NS * 1000000;
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
   CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
   CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
+  /* A new pool's budget is full; refilled for however long, it holds no more; a release
+   * and its growth are charged to it. */
   mr = holes_pool(110, hole_then_pin, 2, NULL, x);
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-  CHECK_U64_EQ(((pool_resource *)mr)->holes_next_ns, 0);
+  CHECK(((pool_resource *)mr)->holes_budget_ns == GPUMEM__POOL_HOLES_BURST_NS);
+  ((pool_resource *)mr)->holes_budget_at_ns = 0;
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 14 * MiB);
-  CHECK(((pool_resource *)mr)->holes_next_ns > 0);
+  CHECK(((pool_resource *)mr)->holes_budget_ns < GPUMEM__POOL_HOLES_BURST_NS);
   CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
   CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));

@@ -624,6 +624,8 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
   gpumem__resource_init_suballocator(&pool->header, &pool_ops, upstream);
   pool->options = *options;
   pool->fixed_block = fixed_block;
+  pool->holes_budget_ns = GPUMEM__POOL_HOLES_BURST_NS;
+  pool->holes_budget_at_ns = gpumem__now_ns();
   pool->chunks = (gpumem__sorted)GPUMEM__SORTED_INIT(chunk);
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
     gpumem__free_index_init(&pool->fresh.open[r]);

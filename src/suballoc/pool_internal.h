@@ -57,12 +57,18 @@ enum {
  * the random mixed workload that costs 12 to 18 cycles an operation on the GPU host, and
  * nothing measurable on the traces (docs/gpu-runs.md, fifteenth session). */
 #define GPUMEM__POOL_SMALL_LIMIT ((size_t)128 << 10)
-/* Releases of holes and the growth after each take at most 1 / (1 + this) of the time: a
- * release waits this many times as long as the last took. A training loop that frees and
- * fills the same holes every step would otherwise spend most of its allocation time in the
- * driver (docs/gpu-runs.md, sixteenth session); a program whose steps run kernels for
- * milliseconds never waits. */
+/* Releases of holes and the growth after each take at most 1 / (1 + this) of the time over
+ * the long run: they draw on a budget of time, to which the time between them adds
+ * 1 / this of its length, up to GPUMEM__POOL_HOLES_BURST_NS, and none starts while it is
+ * spent. A training loop that frees and fills the same holes every step would otherwise
+ * spend most of its allocation time in the driver (docs/gpu-runs.md, sixteenth session);
+ * a program whose steps run kernels for milliseconds never waits. */
 #define GPUMEM__POOL_HOLES_PACE 3
+/* What the budget holds at most, and at first: a burst of releases (a first pass that
+ * leaves holes its later passes never fill, a generation step that outgrows its cache)
+ * runs whole, where waiting three times each release's time after it would leave most of
+ * the holes in place (docs/gpu-runs.md, twenty-first session). */
+#define GPUMEM__POOL_HOLES_BURST_NS ((int64_t)20 * 1000 * 1000)
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
@@ -228,9 +234,10 @@ typedef struct pool_resource {
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
   size_t growth_rounding;
-  /* release_holes_over's pace: no release of holes before holes_next_ns (the end of the last
-   * one and its growth, plus GPUMEM__POOL_HOLES_PACE times as long as they took). */
-  uint64_t holes_next_ns;
+  /* release_holes_over's budget of time (GPUMEM__POOL_HOLES_PACE), as it stood at
+   * holes_budget_at_ns. */
+  int64_t holes_budget_ns;
+  uint64_t holes_budget_at_ns;
   free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;
@@ -596,7 +603,7 @@ gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
  * nothing back. A failure only leaves the holes mapped: the pool grows as it would have. */
 uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size);
 /* After the growth that followed a release of holes begun at `started_ns` (the value
- * gpumem__pool_release_holes returned, when not 0): sets the pace of the next. */
+ * gpumem__pool_release_holes returned, when not 0): charges their time to the budget. */
 void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns);
 /* The pool's trim operation (gpumem_resource_trim): trim_all under the lock. */
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);

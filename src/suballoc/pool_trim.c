@@ -244,6 +244,16 @@ static bool is_a_tail(const pool_resource *pool, const gpumem__block *block) {
   return false;
 }
 
+/* Refills release_holes_over's budget for the time since it was last charged or refilled,
+ * up to its most; whether any is left. */
+static bool holes_budget_left(pool_resource *pool, uint64_t now) {
+  int64_t refill = (int64_t)((now - pool->holes_budget_at_ns) / GPUMEM__POOL_HOLES_PACE);
+  int64_t room = GPUMEM__POOL_HOLES_BURST_NS - pool->holes_budget_ns;
+  pool->holes_budget_ns += refill < room ? refill : room;
+  pool->holes_budget_at_ns = now;
+  return pool->holes_budget_ns > 0;
+}
+
 /* Holes are taken lowest first, as the placement model (tools/placement_model.py, policy
  * "gap") does. A region's last block is no hole: growth in place extends it. Only blocks
  * of the sets' free indexes are holes: those the caches and thread fronts keep whole are
@@ -264,7 +274,7 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   if ((reserved + need) * 100 <= peak_live * pool->options.release_holes_over)
     return 0;
   uint64_t started = gpumem__now_ns();
-  if (started < pool->holes_next_ns)
+  if (!holes_budget_left(pool, started))
     return 0;
   /* A block smaller than a granule holds no whole piece: pieces are whole granules. */
   size_t least = pool->header.upstream->caps.granularity;
@@ -291,9 +301,12 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   return released ? started : 0;
 }
 
+/* The budget refills only between releases: over the long run they and their growth take
+ * 1 / (1 + GPUMEM__POOL_HOLES_PACE) of the time, not 1 / GPUMEM__POOL_HOLES_PACE. */
 void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns) {
   uint64_t now = gpumem__now_ns();
-  pool->holes_next_ns = now + GPUMEM__POOL_HOLES_PACE * (now - started_ns);
+  pool->holes_budget_ns -= (int64_t)(now - started_ns);
+  pool->holes_budget_at_ns = now;
 }
 
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released) {
