@@ -850,15 +850,19 @@ static void check_mapped(uint64_t bytes) {
 
 /* An 8 MiB hole before a 2 MiB block, and a 12 MiB request: past 110% of the live peak
  * (10 MiB) the hole's pieces go back before the pool grows, so it holds 14 MiB rather than
- * 22; at 300% it grows as before. Two holes of 4 MiB and a 6 MiB request: the lowest hole
- * whole, then only the piece of the next one that the growth still lacks. */
+ * 22, and the growth maps their physical memory again (four pieces of 2 MiB) and makes
+ * only two new ones; at 300% it grows as before. Two holes of 4 MiB and a 6 MiB request: the lowest
+ * hole whole, then only the piece of the next one that the growth still lacks. */
 static void test_release_holes(void) {
   enum { MiB = 1 << 20 };
   static const size_t hole_then_pin[] = {8, 2};
   char *x[4], *grown;
   gpumem_resource *mr = holes_pool(110, hole_then_pin, 2, NULL, x);
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+  uint64_t creates = check_on_sim() ? gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) : 0;
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
+  if (check_on_sim())
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 2);
   CHECK_PTR_EQ(grown, x[1] + 2 * MiB); /* grown in place after the pinning block */
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 14 * MiB);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 0);

@@ -18,6 +18,7 @@
  * - reinitialize: the resource each option set builds, per device, all or nothing; a
  *   maximum below what a pool over vmm can keep gives a pool over cuda. */
 #include "check.h"
+#include "core/internal.h"
 #include "gpumem/sim.h"
 
 #include <string.h>
@@ -235,6 +236,65 @@ static void test_vmm_maximum(bool sim) {
   CHECK_OK(gpumem_deallocate(mr, ptr, 256 << 10, NULL));
   CHECK_OK(gpumem_resource_release(mr));
   printf("vmm maximum passed\n");
+}
+
+/* While vmm's pieces are held (what a pool's release of holes does around the growth after
+ * it), the physical memory of pieces unmapped stays, counted as reserved, and is mapped
+ * again for pieces of its size instead of being made anew; the rest goes when the hold
+ * ends. Held memory whose map fails goes at once; nothing else changes. */
+static void test_vmm_held_pieces(bool sim) {
+  enum { MiB = 1 << 20 };
+  gpumem_resource *vmm;
+  CHECK_OK(gpumem_resource_from_spec("vmm(piece=2MiB)", &vmm));
+  char *first, *again;
+  CHECK_OK(gpumem_allocate(vmm, 6 * MiB, NULL, (void **)&first));
+  uint64_t creates = sim ? gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) : 0;
+  uint64_t mapped;
+  gpumem__hold_pieces(vmm, true);
+  CHECK_OK(gpumem_deallocate(vmm, first, 6 * MiB, NULL));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 6 * MiB);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_allocate(vmm, 4 * MiB, NULL, (void **)&again));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 6 * MiB); /* 4 mapped, 2 held */
+  if (sim) {
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 0);
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 6 * MiB);
+  }
+  gpumem__hold_pieces(vmm, false);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 4 * MiB);
+  if (sim) {
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 4 * MiB);
+    CHECK_OK(gpumem_sim_launch(NULL, again, 4 * MiB, 5)); /* mapped again with access */
+    CHECK_OK(gpumem_sim_complete(NULL));
+    CHECK_EQ(again[4 * MiB - 1], 5);
+    gpumem__hold_pieces(vmm, true);
+    CHECK_OK(gpumem_deallocate(vmm, again, 4 * MiB, NULL));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_MAP, 1));
+    CHECK_FAILS_WITH(gpumem_allocate(vmm, 2 * MiB, NULL, (void **)&first), GPUMEM_ERR_CUDA,
+                     "mapping");
+    CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 2 * MiB);
+    CHECK_OK(gpumem_allocate(vmm, 2 * MiB, NULL, (void **)&first));
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 0);
+    gpumem__hold_pieces(vmm, false);
+  } else {
+    CHECK_OK(gpumem_deallocate(vmm, again, 4 * MiB, NULL));
+    CHECK_OK(gpumem_allocate(vmm, 2 * MiB, NULL, (void **)&first));
+  }
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
+  /* Held when it is released: what is held goes with it. */
+  gpumem__hold_pieces(vmm, true);
+  CHECK_OK(gpumem_deallocate(vmm, first, 2 * MiB, NULL));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
+  CHECK_OK(gpumem_resource_release(vmm));
+  if (sim) {
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped, 0);
+  }
+  printf("vmm held pieces passed\n");
 }
 
 /* vmm makes physical memory in pieces cut at multiples of the piece size: 5 MiB with 2 MiB
@@ -543,6 +603,7 @@ int main(void) {
   test_binning_replace();
   test_vmm_maximum(sim);
   test_vmm_pieces(sim);
+  test_vmm_held_pieces(sim);
   if (sim)
     test_failed_releases();
   test_no_stale_message();

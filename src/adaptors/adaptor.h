@@ -20,6 +20,7 @@ gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, s
                                           void **ptr);
 gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
                                            int *allocations_added);
+void gpumem__forward_hold_pieces(gpumem_resource *mr, bool hold);
 
 /* The live allocations that went through one adaptor, so that releasing it is judged on its
  * own allocations, not on what others allocated from the same upstream. Counted per thread

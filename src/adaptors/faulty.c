@@ -130,6 +130,7 @@ static const gpumem__resource_ops faulty_ops = {
     .destroy = faulty_destroy,
     .allocate_at = faulty_allocate_at,
     .unmap_pieces = faulty_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
 };
 

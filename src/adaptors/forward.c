@@ -62,6 +62,10 @@ gpumem_status gpumem__forward_allocate_at(gpumem_resource *mr, uintptr_t addr, s
   return mr->upstream->ops->allocate_at(mr->upstream, addr, bytes, ptr);
 }
 
+void gpumem__forward_hold_pieces(gpumem_resource *mr, bool hold) {
+  gpumem__hold_pieces(mr->upstream, hold);
+}
+
 gpumem_status gpumem__forward_unmap_pieces(gpumem_resource *mr, uintptr_t addr, size_t size,
                                            int *allocations_added) {
   return mr->upstream->ops->unmap_pieces(mr->upstream, addr, size, allocations_added);

@@ -328,6 +328,7 @@ static const gpumem__resource_ops limit_ops = {
     .destroy = limit_destroy,
     .allocate_at = limit_allocate_at,
     .unmap_pieces = limit_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
 };
 

@@ -90,6 +90,7 @@ static const gpumem__resource_ops log_ops = {
     .destroy = log_destroy,
     .allocate_at = log_allocate_at,
     .unmap_pieces = log_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
 };
 

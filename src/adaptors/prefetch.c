@@ -52,6 +52,7 @@ static const gpumem__resource_ops prefetch_ops = {
     .destroy = gpumem__adaptor_free,
     .allocate_at = gpumem__forward_allocate_at,
     .unmap_pieces = gpumem__forward_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
 };
 

@@ -107,6 +107,7 @@ static const gpumem__resource_ops retry_ops = {
     .destroy = retry_destroy,
     .allocate_at = gpumem__forward_allocate_at,
     .unmap_pieces = gpumem__forward_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
 };
 

@@ -428,6 +428,7 @@ static const gpumem__resource_ops stats_ops = {
     .destroy = stats_destroy,
     .allocate_at = stats_allocate_at,
     .unmap_pieces = stats_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
     .validate = stats_validate,
 };

@@ -427,6 +427,7 @@ static const gpumem__resource_ops tracking_ops = {
     .destroy = tracking_destroy,
     .allocate_at = tracking_allocate_at,
     .unmap_pieces = tracking_unmap_pieces,
+    .hold_pieces = gpumem__forward_hold_pieces,
     .trim = gpumem__forward_trim,
     .validate = tracking_validate,
 };

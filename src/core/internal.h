@@ -99,9 +99,18 @@ typedef struct gpumem__resource_ops {
    * `capacity`: call again with room for all). Borrowed: valid while self is and its parts
    * are not replaced. Takes only the locks that guard the list. NULL: none. */
   size_t (*parts)(const gpumem_resource *self, gpumem__part *parts, size_t capacity);
+
+  /* Version 6: held pieces (placement). From hold true to hold false, the physical memory of
+   * pieces that unmap_pieces and deallocate unmap is kept (still counted as reserved) rather
+   * than freed, and mapping a piece of a size kept maps that memory again, so that moving
+   * memory from holes to where a pool grows saves the driver's release and creation of it;
+   * hold false frees what was not mapped again (calls pair up: held while any caller holds).
+   * Cannot fail. NULL: nothing is held. Read only when places_at_address, from a table of
+   * version 6 or later. */
+  void (*hold_pieces)(gpumem_resource *self, bool hold);
 } gpumem__resource_ops;
 
-#define GPUMEM__RESOURCE_OPS_VERSION 5u
+#define GPUMEM__RESOURCE_OPS_VERSION 6u
 
 /* mr's parts into a new array (free() it), *count of them; NULL with *count 0 when it has
  * none or the host is out of memory (then *complete is false). */
@@ -173,6 +182,12 @@ static inline void gpumem__drop_placement(gpumem_resource *mr) {
 static inline bool gpumem__places_at_address(const gpumem_resource *mr) {
   return mr->caps.places_at_address && mr->ops->version >= 2 && mr->ops->allocate_at &&
          mr->ops->unmap_pieces;
+}
+
+/* Holds (or stops holding) the pieces mr unmaps, where it can (hold_pieces). */
+static inline void gpumem__hold_pieces(gpumem_resource *mr, bool hold) {
+  if (gpumem__places_at_address(mr) && mr->ops->version >= 6 && mr->ops->hold_pieces)
+    mr->ops->hold_pieces(mr, hold);
 }
 
 /* The spec's retry(UPSTREAM, attempts=N): a failure callback adaptor whose callback waits

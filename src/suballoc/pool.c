@@ -176,11 +176,18 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   }
   if (drained && !block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
+  /* The memory a release of holes unmaps is held by the upstream for the growth after it,
+   * which maps it again where pieces' sizes match: no freeing and making it anew. */
   uint64_t releasing = 0;
-  if (status == GPUMEM_OK && !block && pool->options.release_holes_over)
+  bool holding = status == GPUMEM_OK && !block && pool->options.release_holes_over;
+  if (holding) {
+    gpumem__hold_pieces(pool->header.upstream, true);
     releasing = gpumem__pool_release_holes(pool, set, ri, search);
+  }
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
+  if (holding)
+    gpumem__hold_pieces(pool->header.upstream, false);
   if (releasing)
     gpumem__pool_holes_paced(pool, releasing);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {

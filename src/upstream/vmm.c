@@ -10,7 +10,9 @@
  * the range's start. The driver unmaps and frees physical memory only as the whole piece it
  * was made as, so pieces are what lets a pool's trim give back the free middle of a growth
  * step whose ends are in use; their size weighs that against the driver calls each piece
- * costs when memory is mapped. */
+ * costs when memory is mapped. While a caller holds pieces (hold_pieces: a pool moving
+ * memory from its holes to where it grows), the physical memory of unmapped pieces is kept
+ * and mapped again for pieces of its size: half the driver's cost of a move. */
 #include "core/counters.h"
 #include "core/sorted.h"
 #include "device/device.h"
@@ -21,6 +23,8 @@
 #include <string.h>
 
 #define DEFAULT_PIECE ((size_t)32 << 20)
+/* The most pieces held at once (beyond, they are freed as usual): 4 GiB of 32 MiB pieces. */
+#define MOST_HELD 128
 
 typedef struct va_range {
   uintptr_t addr;
@@ -48,6 +52,14 @@ typedef struct vmm_resource {
   gpumem__sorted mappings;    /* of mapping, by address */
   gpumem__memory_counters stats;
   gpumem__holder holder; /* listed as holding device memory, for reports */
+  /* Physical memory of pieces unmapped while held, counted as reserved until mapped again
+   * or freed (hold_pieces); held while any of its users (pools sharing it) holds. */
+  unsigned holders;
+  size_t held_count;
+  struct {
+    gpumem__vmm_handle handle;
+    size_t size;
+  } held[MOST_HELD];
 } vmm_resource;
 
 static va_range *range_at(const vmm_resource *self, size_t at) {
@@ -154,15 +166,45 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "vmm: unmapping %zu bytes at %p", size, (void *)addr);
   *requested = 0;
+  size_t freed = 0;
   for (size_t i = 0; i < count; i++) {
-    *requested += mapping_at(self, at + i)->requested;
-    dev->vmm_destroy(mapping_at(self, at + i)->handle);
+    const mapping *m = mapping_at(self, at + i);
+    *requested += m->requested;
+    if (self->holders > 0 && self->held_count < MOST_HELD) {
+      self->held[self->held_count].handle = m->handle;
+      self->held[self->held_count++].size = m->size;
+    } else {
+      dev->vmm_destroy(m->handle);
+      freed += m->size;
+    }
   }
   gpumem__sorted_remove_range(&self->mappings, at, count);
   give_range(self, addr, size);
-  gpumem__counters_sub_reserved(&self->stats, size);
+  gpumem__counters_sub_reserved(&self->stats, freed);
   gpumem__counters_bump(&self->stats.live_bytes, -(uint64_t)*requested);
   return GPUMEM_OK;
+}
+
+/* Physical memory for a piece of `size` bytes: held memory of that size (no longer counted
+ * as reserved: the mapping will be), or new. */
+static gpumem_status piece_memory(vmm_resource *self, size_t size, gpumem__vmm_handle *handle) {
+  for (size_t i = self->held_count; i-- > 0;)
+    if (self->held[i].size == size) {
+      *handle = self->held[i].handle;
+      self->held[i] = self->held[--self->held_count];
+      gpumem__counters_sub_reserved(&self->stats, size);
+      return GPUMEM_OK;
+    }
+  return self->header.dev->vmm_create(self->header.device, size, handle);
+}
+
+/* Frees the held memory not mapped again. */
+static void free_held(vmm_resource *self) {
+  for (size_t i = 0; i < self->held_count; i++) {
+    self->header.dev->vmm_destroy(self->held[i].handle);
+    gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
+  }
+  self->held_count = 0;
 }
 
 /* Maps physical memory at [addr, addr+size) piece by piece and files the pieces as one
@@ -186,7 +228,7 @@ static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size,
   for (uintptr_t cursor = addr; cursor < end && status == GPUMEM_OK;) {
     uintptr_t next = piece_end(self, cursor, end);
     gpumem__vmm_handle handle;
-    status = dev->vmm_create(device, next - cursor, &handle);
+    status = piece_memory(self, next - cursor, &handle);
     if (status == GPUMEM_OK) {
       status = dev->vmm_map((void *)cursor, next - cursor, handle);
       if (status != GPUMEM_OK)
@@ -360,6 +402,7 @@ static void vmm_describe(const gpumem_resource *mr, char *buf, size_t size) {
 
 static void release_everything(vmm_resource *self) {
   const gpumem__device_ops *dev = self->header.dev;
+  free_held(self);
   for (size_t i = 0; i < self->mappings.count; i++) {
     dev->vmm_unmap((void *)mapping_at(self, i)->addr, mapping_at(self, i)->size);
     dev->vmm_destroy(mapping_at(self, i)->handle);
@@ -395,6 +438,17 @@ static gpumem_status vmm_destroy(gpumem_resource *mr) {
   return GPUMEM_OK;
 }
 
+/* The placement operation of the contract: see gpumem__resource_ops.hold_pieces. */
+static void vmm_hold_pieces(gpumem_resource *mr, bool hold) {
+  vmm_resource *self = (vmm_resource *)mr;
+  pthread_mutex_lock(&self->lock);
+  if (hold)
+    self->holders++;
+  else if (--self->holders == 0)
+    free_held(self);
+  pthread_mutex_unlock(&self->lock);
+}
+
 /* The placement operation of the contract: see gpumem__resource_ops.allocate_at. */
 static gpumem_status vmm_allocate_at(gpumem_resource *mr, uintptr_t addr, size_t bytes,
                                      void **ptr) {
@@ -411,6 +465,7 @@ static const gpumem__resource_ops vmm_ops = {
     .destroy = vmm_destroy,
     .allocate_at = vmm_allocate_at,
     .unmap_pieces = vmm_unmap_pieces,
+    .hold_pieces = vmm_hold_pieces,
 };
 
 /* Checks the device and fills the granularity and the reservation size. */
