@@ -773,11 +773,13 @@ typedef struct gpumem_pool_options {
    * A workload whose blocks outgrow the holes they leave (generation with a growing cache)
    * then holds far less for little time; one that frees and fills the same holes every step
    * (a training loop) could spend most of its allocation time waiting and in the driver's
-   * unmap and map calls, so releases and the growth after them draw on a budget of time,
-   * to which the time between them adds a third of its length, up to 20 ms: a burst of
-   * releases (a first pass, a generation step) runs whole, and over the long run they take
-   * at most a quarter of the time; none starts while the budget is spent, and its memory
-   * gains shrink with it (docs/internals.md has the figures). A request that fails after
+   * unmap and map calls, so releases and every growth past N% (what a release costs later)
+   * draw on a budget of time, to which the time between them adds a third of its length,
+   * up to 20 ms: a burst of releases (a first pass, a generation step) runs whole, and over
+   * the long run they take at most a quarter of the time; no release starts while the
+   * budget is spent, and its memory gains shrink with it (docs/internals.md has the
+   * figures). The physical memory a release unmaps is mapped again by the growth after it
+   * where sizes match, rather than freed and made anew. A request that fails after
    * holes were given back leaves them given back, as a trim would. */
   unsigned release_holes_over;
 } gpumem_pool_options;

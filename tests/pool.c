@@ -881,6 +881,9 @@ static void test_release_holes(void) {
 
   mr = holes_pool(300, hole_then_pin, 2, NULL, x); /* under the threshold: nothing moves */
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+  CHECK(gpumem__pool_release_holes(
+            (pool_resource *)mr, ((pool_resource *)mr)->sets[((pool_resource *)mr)->set_count - 1],
+            GPUMEM__POOL_REGION_LARGE, 12 * MiB) == 0); /* nothing charged */
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 8 * MiB);
@@ -915,7 +918,13 @@ static void test_release_holes(void) {
    * without the option. */
   mr = holes_pool(110, hole_then_pin, 2, NULL, x);
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-  ((pool_resource *)mr)->holes_budget_ns = -GPUMEM__POOL_HOLES_BURST_NS * 1000000;
+  pool_resource *pool = (pool_resource *)mr;
+  pool->holes_budget_ns = -GPUMEM__POOL_HOLES_BURST_NS * 1000000;
+  /* Past the threshold it gives nothing back but says when it looked, so that the growth
+   * is charged to the budget too. */
+  free_set *set = pool->sets[pool->set_count - 1];
+  CHECK(gpumem__pool_release_holes(pool, set, GPUMEM__POOL_REGION_LARGE, 12 * MiB) != 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 10 * MiB);
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
   CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));

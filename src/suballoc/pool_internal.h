@@ -57,12 +57,13 @@ enum {
  * the random mixed workload that costs 12 to 18 cycles an operation on the GPU host, and
  * nothing measurable on the traces (docs/gpu-runs.md, fifteenth session). */
 #define GPUMEM__POOL_SMALL_LIMIT ((size_t)128 << 10)
-/* Releases of holes and the growth after each take at most 1 / (1 + this) of the time over
- * the long run: they draw on a budget of time, to which the time between them adds
- * 1 / this of its length, up to GPUMEM__POOL_HOLES_BURST_NS, and none starts while it is
- * spent. A training loop that frees and fills the same holes every step would otherwise
- * spend most of its allocation time in the driver (docs/gpu-runs.md, sixteenth session);
- * a program whose steps run kernels for milliseconds never waits. */
+/* Releases of holes and the growths past release_holes_over's threshold (with a release
+ * or after one) take at most 1 / (1 + this) of the time over the long run: they draw on a budget of
+ * time, to which the time between them adds 1 / this of its length, up to
+ * GPUMEM__POOL_HOLES_BURST_NS, and none starts while it is spent. A training loop that frees and
+ * fills the same holes every step would otherwise spend most of its allocation time in the driver
+ * (docs/gpu-runs.md, sixteenth session); a program whose steps run kernels for milliseconds never
+ * waits. */
 #define GPUMEM__POOL_HOLES_PACE 3
 /* What the budget holds at most, and at first: a burst of releases (a first pass that
  * leaves holes its later passes never fill, a generation step that outgrows its cache)
@@ -599,11 +600,12 @@ gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
 /* Where the pool's option release_holes_over asks it, before region `ri` of `set` grows
  * for `size` bytes: gives back whole free pieces in holes, as many bytes as the growth
  * takes, after waiting for the device (gpumem_pool_options says when and why), at most a
- * share of the time (GPUMEM__POOL_HOLES_PACE). Returns when it began, or 0 when it gave
- * nothing back. A failure only leaves the holes mapped: the pool grows as it would have. */
+ * share of the time (GPUMEM__POOL_HOLES_PACE). Returns when it began, past the threshold
+ * (whether it gave anything back or not: the growth is charged either way), or 0 under it.
+ * A failure only leaves the holes mapped: the pool grows as it would have. */
 uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size);
-/* After the growth that followed a release of holes begun at `started_ns` (the value
- * gpumem__pool_release_holes returned, when not 0): charges their time to the budget. */
+/* After the growth that followed gpumem__pool_release_holes (`started_ns`: what it
+ * returned, when not 0): charges the time since to the budget. */
 void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns);
 /* The pool's trim operation (gpumem_resource_trim): trim_all under the lock. */
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);

@@ -273,9 +273,13 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
     peak_live = live + size;
   if ((reserved + need) * 100 <= peak_live * pool->options.release_holes_over)
     return 0;
+  /* Past the threshold, the growth is charged to the budget whether holes go back or not:
+   * a release leaves fewer holes for later requests, so the growths after it are its cost
+   * too (without this, cheaper releases let the random large workload's burst give back
+   * more and regrow it all uncharged: docs/gpu-runs.md, twenty-first session, run 12). */
   uint64_t started = gpumem__now_ns();
   if (!holes_budget_left(pool, started))
-    return 0;
+    return started;
   /* A block smaller than a granule holds no whole piece: pieces are whole granules. */
   size_t least = pool->header.upstream->caps.granularity;
   block_list list = {0};
@@ -298,11 +302,11 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   free(list.items);
   if (status != GPUMEM_OK)
     gpumem__absorb_error(); /* the holes stay mapped: nothing is lost */
-  return released ? started : 0;
+  return started;
 }
 
-/* The budget refills only between releases: over the long run they and their growth take
- * 1 / (1 + GPUMEM__POOL_HOLES_PACE) of the time, not 1 / GPUMEM__POOL_HOLES_PACE. */
+/* The budget refills only between charges: over the long run releases and growth past the
+ * threshold take 1 / (1 + GPUMEM__POOL_HOLES_PACE) of the time, not 1 / that. */
 void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns) {
   uint64_t now = gpumem__now_ns();
   pool->holes_budget_ns -= (int64_t)(now - started_ns);
