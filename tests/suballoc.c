@@ -285,6 +285,20 @@ static void test_vmm_held_pieces(bool sim) {
     CHECK_OK(gpumem_allocate(vmm, 2 * MiB, NULL, (void **)&first));
   }
   CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
+  if (sim) { /* a device out of memory gets held memory of other sizes back first */
+    gpumem_resource *big;
+    char *four, *two;
+    CHECK_OK(gpumem_resource_from_spec("vmm(piece=4MiB)", &big));
+    CHECK_OK(gpumem_allocate(big, 4 * MiB, NULL, (void **)&four));
+    gpumem__hold_pieces(big, true);
+    CHECK_OK(gpumem_deallocate(big, four, 4 * MiB, NULL));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_CREATE, 1));
+    CHECK_OK(gpumem_allocate(big, 2 * MiB, NULL, (void **)&two));
+    CHECK_U64_EQ(check_query(big, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
+    gpumem__hold_pieces(big, false);
+    CHECK_OK(gpumem_deallocate(big, two, 2 * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(big));
+  }
   /* Held when it is released: what is held goes with it. */
   gpumem__hold_pieces(vmm, true);
   CHECK_OK(gpumem_deallocate(vmm, first, 2 * MiB, NULL));

@@ -185,8 +185,18 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
   return GPUMEM_OK;
 }
 
+/* Frees the held memory not mapped again. */
+static void free_held(vmm_resource *self) {
+  for (size_t i = 0; i < self->held_count; i++) {
+    self->header.dev->vmm_destroy(self->held[i].handle);
+    gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
+  }
+  self->held_count = 0;
+}
+
 /* Physical memory for a piece of `size` bytes: held memory of that size (no longer counted
- * as reserved: the mapping will be), or new. */
+ * as reserved: the mapping will be), or new; a device out of memory gets the held memory
+ * of other sizes back first, so that holding never makes a growth fail. */
 static gpumem_status piece_memory(vmm_resource *self, size_t size, gpumem__vmm_handle *handle) {
   for (size_t i = self->held_count; i-- > 0;)
     if (self->held[i].size == size) {
@@ -195,16 +205,14 @@ static gpumem_status piece_memory(vmm_resource *self, size_t size, gpumem__vmm_h
       gpumem__counters_sub_reserved(&self->stats, size);
       return GPUMEM_OK;
     }
-  return self->header.dev->vmm_create(self->header.device, size, handle);
-}
-
-/* Frees the held memory not mapped again. */
-static void free_held(vmm_resource *self) {
-  for (size_t i = 0; i < self->held_count; i++) {
-    self->header.dev->vmm_destroy(self->held[i].handle);
-    gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
+  const gpumem__device_ops *dev = self->header.dev;
+  gpumem_status status = dev->vmm_create(self->header.device, size, handle);
+  if (status == GPUMEM_ERR_OUT_OF_MEMORY && self->held_count > 0) {
+    gpumem__absorb_error();
+    free_held(self);
+    status = dev->vmm_create(self->header.device, size, handle);
   }
-  self->held_count = 0;
+  return status;
 }
 
 /* Maps physical memory at [addr, addr+size) piece by piece and files the pieces as one
