@@ -2,6 +2,8 @@
 allocator keeps requests of 1 to 10 MiB in shared segments of a fixed size and never merges
 across segments; RMM's pool doubles at each growth and never merges across its upstream
 blocks."""
+import pytest
+
 from model_tools import MIB, load_tool, write_events
 
 
@@ -35,16 +37,6 @@ def test_torch_small_and_large_requests(tmp_path):
         f"after pass 1: {14 * MIB / live:.3f}", f"after pass 2: {14 * MIB / live:.3f}"]
 
 
-def test_torch_segments_do_not_merge(tmp_path):
-    trace = tmp_path / "segments.csv"
-    # Two 12 MiB segments, both freed: a 24 MiB request fits neither and takes a third.
-    write_events(trace, [("allocate", "0xa", 12 * MIB), ("allocate", "0xb", 12 * MIB),
-                        ("free", "0xa", 12 * MIB), ("free", "0xb", 12 * MIB),
-                        ("allocate", "0xc", 24 * MIB), ("free", "0xc", 24 * MIB)])
-    model = load_model()
-    assert model.replay(str(trace), model.TorchCaching(), passes=1) == ["after pass 1: 2.000"]
-
-
 def test_rmm_pool_doubles(tmp_path):
     trace = tmp_path / "doubling.csv"
     # 4 MiB (the pool takes 4), 4 MiB more (it doubles to 8), 1 MiB more (to 16): 16 MiB for
@@ -60,11 +52,17 @@ def test_rmm_pool_doubles(tmp_path):
         "after pass 1: 1.000", "after pass 2: 1.000"]
 
 
-def test_rmm_upstream_blocks_do_not_merge(tmp_path):
-    trace = tmp_path / "blocks.csv"
+@pytest.mark.parametrize("allocator, block", [
+    # Two 12 MiB segments, both freed: a 24 MiB request fits neither and takes a third.
+    ("TorchCaching", 12 * MIB),
     # Two 4 MiB upstream blocks, both freed: 8 MiB fits neither, and the pool doubles to 16.
-    write_events(trace, [("allocate", "0xa", 4 * MIB), ("allocate", "0xb", 4 * MIB),
-                        ("free", "0xa", 4 * MIB), ("free", "0xb", 4 * MIB),
-                        ("allocate", "0xc", 8 * MIB), ("free", "0xc", 8 * MIB)])
+    ("RmmPool", 4 * MIB),
+])
+def test_freed_neighbours_do_not_merge(tmp_path, allocator, block):
+    trace = tmp_path / "neighbours.csv"
+    write_events(trace, [("allocate", "0xa", block), ("allocate", "0xb", block),
+                        ("free", "0xa", block), ("free", "0xb", block),
+                        ("allocate", "0xc", 2 * block), ("free", "0xc", 2 * block)])
     model = load_model()
-    assert model.replay(str(trace), model.RmmPool(), passes=1) == ["after pass 1: 2.000"]
+    assert model.replay(str(trace), getattr(model, allocator)(), passes=1) == [
+        "after pass 1: 2.000"]
