@@ -840,6 +840,14 @@ static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int co
   return mr;
 }
 
+/* Asks `mr`'s release of holes directly, as a growth of its newest set's stream for `size`
+ * bytes in the large region would. */
+static uint64_t release_holes_for(gpumem_resource *mr, size_t size) {
+  pool_resource *pool = (pool_resource *)mr;
+  return gpumem__pool_release_holes(pool, pool->sets[pool->set_count - 1],
+                                    GPUMEM__POOL_REGION_LARGE, size);
+}
+
 static void check_mapped(uint64_t bytes) {
   uint64_t mapped;
   if (!check_on_sim())
@@ -851,8 +859,8 @@ static void check_mapped(uint64_t bytes) {
 /* An 8 MiB hole before a 2 MiB block, and a 12 MiB request: past 110% of the live peak
  * (10 MiB) the hole's pieces go back before the pool grows, so it holds 14 MiB rather than
  * 22, and the growth maps their physical memory again (four pieces of 2 MiB) and makes
- * only two new ones; at 300% it grows as before. Two holes of 4 MiB and a 6 MiB request: the lowest
- * hole whole, then only the piece of the next one that the growth still lacks. */
+ * only two new ones; at 300% it grows as before. Two holes of 4 MiB and a 6 MiB request:
+ * the lowest hole whole, then only the piece of the next one that the growth still lacks. */
 static void test_release_holes(void) {
   enum { MiB = 1 << 20 };
   static const size_t hole_then_pin[] = {8, 2};
@@ -881,9 +889,7 @@ static void test_release_holes(void) {
 
   mr = holes_pool(300, hole_then_pin, 2, NULL, x); /* under the threshold: nothing moves */
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-  CHECK(gpumem__pool_release_holes(
-            (pool_resource *)mr, ((pool_resource *)mr)->sets[((pool_resource *)mr)->set_count - 1],
-            GPUMEM__POOL_REGION_LARGE, 12 * MiB) == 0); /* nothing charged */
+  CHECK(release_holes_for(mr, 12 * MiB) == 0); /* nothing charged */
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 8 * MiB);
@@ -918,12 +924,10 @@ static void test_release_holes(void) {
    * without the option. */
   mr = holes_pool(110, hole_then_pin, 2, NULL, x);
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-  pool_resource *pool = (pool_resource *)mr;
-  pool->holes_budget_ns = -GPUMEM__POOL_HOLES_BURST_NS * 1000000;
+  ((pool_resource *)mr)->holes_budget_ns = -GPUMEM__POOL_HOLES_BURST_NS * 1000000;
   /* Past the threshold it gives nothing back but says when it looked, so that the growth
    * is charged to the budget too. */
-  free_set *set = pool->sets[pool->set_count - 1];
-  CHECK(gpumem__pool_release_holes(pool, set, GPUMEM__POOL_REGION_LARGE, 12 * MiB) != 0);
+  CHECK(release_holes_for(mr, 12 * MiB) != 0);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 10 * MiB);
   CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&grown));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 22 * MiB);
