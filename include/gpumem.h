@@ -764,9 +764,9 @@ typedef struct gpumem_pool_options {
    * nothing over vmm (which grows in place) and over host-memory upstreams */
   size_t initial_size;
   size_t maximum_size; /* most bytes held from the upstream; 0: no limit */
-  /* Over an upstream that makes memory in pieces (vmm) only; 0 (the default): never. N, from
-   * 100 to 10000: before growing to hold more than N% of its live peak (the request being
-   * served counted in), the pool waits for its device and gives back the whole free pieces
+  /* Over an upstream that makes memory in pieces (vmm) only. N, from 100 to 10000: before
+   * growing to hold more than N% of its live peak (the request being served counted in),
+   * the pool waits for its device and gives back the whole free pieces
    * (gpumem_vmm_options.piece_size) lying in its holes, free blocks other than a region's
    * last, lowest first, as many bytes as the growth takes: physical memory moves to where
    * the pool grows rather than adding to it, and the address ranges given back stay unused.
@@ -780,9 +780,20 @@ typedef struct gpumem_pool_options {
    * budget is spent, and its memory gains shrink with it (docs/internals.md has the
    * figures). The physical memory a release unmaps is mapped again by the growth after it
    * where sizes match, rather than freed and made anew. A request that fails after
-   * holes were given back leaves them given back, as a trim would. */
+   * holes were given back leaves them given back, as a trim would.
+   * 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT (110), but only for a
+   * request of at least half the live peak so far and no more than it (a copy of most of
+   * what a program holds: a cache copied into a larger one); smaller requests, a training
+   * loop's, and larger ones, a program still climbing to its working set, keep the holes.
+   * Chosen on 24 real traces (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
 } gpumem_pool_options;
+
+/* gpumem_pool_options.release_holes_over: the percentage of the live peak its default uses
+ * (for a request of half the live peak up to all of it), and the value that keeps holes
+ * mapped. */
+#define GPUMEM_POOL_RELEASE_HOLES_DEFAULT 110u
+#define GPUMEM_POOL_KEEP_HOLES 0xFFFFFFFFu
 
 GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
                                             const gpumem_pool_options *opts, gpumem_resource **out);

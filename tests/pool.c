@@ -824,12 +824,18 @@ static void test_last_block_kept_for_growth(void) {
 
 /* ---- holes given back before growth (release_holes_over) ---- */
 
-/* A pool over vmm with 2 MiB pieces that gives back holes past `percent` of its live peak;
- * blocks of `sizes` (MiB) allocated in turn on `stream`, so that they lie in that order. */
+/* A pool over vmm with 2 MiB pieces that gives back holes past `percent` of its live peak
+ * (0: the option left out, its default; GPUMEM_POOL_KEEP_HOLES: never); blocks of `sizes`
+ * (MiB) allocated in turn on `stream`, so that they lie in that order. */
 static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int count,
                                    gpumem_stream stream, char **blocks) {
   char spec[96];
-  snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", percent);
+  if (percent == 0)
+    snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB))");
+  else if (percent == GPUMEM_POOL_KEEP_HOLES)
+    snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=never)");
+  else
+    snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", percent);
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec(spec, &mr));
   for (int i = 0; i < count; i++) {
@@ -946,6 +952,41 @@ static void test_release_holes(void) {
   CHECK_OK(gpumem_deallocate(mr, grown, 12 * MiB, NULL));
   CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
+
+  /* The default releases at 110%, but only for a request of half the live peak so far up
+   * to all of it. After an 8 MiB hole before a 2 MiB block (a live peak of 10 MiB), a 9 MiB
+   * request would hold 20 MiB: the hole goes back (12); a 12 MiB one is past the peak, and
+   * after a 4 MiB hole before 2 and 14 MiB (a peak of 20), a 6 MiB one under half of it:
+   * both grow, where 110% for every request gives the holes back. Never keeps them. */
+  static const size_t small_hole_then_pins[] = {4, 2, 14};
+  static const struct {
+    unsigned percent;
+    const size_t *sizes;
+    int count;
+    size_t request_mib, reserved_mib;
+  } defaults[] = {
+      {0, hole_then_pin, 2, 9, 12},        {GPUMEM_POOL_KEEP_HOLES, hole_then_pin, 2, 9, 20},
+      {0, hole_then_pin, 2, 12, 22},       {110, hole_then_pin, 2, 12, 14},
+      {0, small_hole_then_pins, 3, 6, 26}, {110, small_hole_then_pins, 3, 6, 22},
+  };
+  for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+    mr = holes_pool(defaults[i].percent, defaults[i].sizes, defaults[i].count, NULL, x);
+    pool_resource *pool = (pool_resource *)mr;
+    CHECK_U64_EQ(pool->options.release_holes_over, defaults[i].percent == GPUMEM_POOL_KEEP_HOLES ? 0
+                                                   : defaults[i].percent
+                                                       ? defaults[i].percent
+                                                       : GPUMEM_POOL_RELEASE_HOLES_DEFAULT);
+    CHECK(pool->holes_for_dominant == (defaults[i].percent == 0));
+    size_t request = defaults[i].request_mib * MiB;
+    CHECK_OK(gpumem_deallocate(mr, x[0], defaults[i].sizes[0] * MiB, NULL));
+    CHECK_OK(gpumem_allocate(mr, request, NULL, (void **)&grown));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), defaults[i].reserved_mib * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, request, NULL));
+    for (int k = 1; k < defaults[i].count; k++)
+      CHECK_OK(gpumem_deallocate(mr, x[k], defaults[i].sizes[k] * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
 
   /* A percentage under 100 is refused, in a spec and in the options. */
   CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(vmm, release_holes_over=99)", &mr),

@@ -95,6 +95,8 @@ static void test_parameters(void) {
   check_describe("retry(cuda)", "retry(cuda, attempts=1)");
   check_describe("retry(pool(vmm), attempts=1000)", "attempts=1000");
   check_describe("pool(retry(faulty(cuda), attempts=2))", "pool(retry(faulty(cuda");
+  check_describe("pool(vmm, release_holes_over=never)", "release_holes_over=never)");
+  check_describe("pool(vmm, release_holes_over=150)", "release_holes_over=150)");
   check_describe("limit(cuda, max=3GiB)", "limit(cuda, max=3221225472)");
   check_describe("limit(pool(vmm), max=50%)", "max=4294967296)");
   check_describe("aligned(cuda)", "aligned(cuda, alignment=256, threshold=0)");
@@ -128,6 +130,8 @@ static void test_parameters(void) {
       "pinned_host(mapped=true, write_combined=true)",
       "faulty(faulty(async, fail_every=7), fail_at=3, status=out_of_memory)",
       "prefetch(aligned(limit(pool(managed), max=2GiB), alignment=64KiB, threshold=1MiB))",
+      "pool(vmm, release_holes_over=never)",
+      "pool(vmm, release_holes_over=200)",
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     char text[1024];
@@ -237,6 +241,8 @@ static void test_errors(void) {
   check_error("faulty(cuda, status=oom)", "expected one of: injected, out_of_memory, cuda", 20);
   check_error("faulty(cuda, fail_at=3K)", "expected a count such as 3", 21);
   check_error("faulty(cuda, fail_at=-1)", "expected a count", 21);
+  check_error("pool(vmm, release_holes_over=sometimes)",
+              "expected a count from 0 to 10000, or never", 29);
   check_error("faulty(cuda, fail_at=)", "bad value for 'fail_at'", 21);
   check_error("faulty(cuda, fail_at=99999999999999999999)", "expected a count", 21);
   check_error("faulty", "missing upstream for 'faulty'", 0);

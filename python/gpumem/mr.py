@@ -221,6 +221,7 @@ class VmmMemoryResource(MemoryResource):
 
 
 _NO_UPSTREAM = object()
+_KEEP_HOLES = 0xFFFFFFFF  # gpumem.h's GPUMEM_POOL_KEEP_HOLES: release_holes_over="never"
 
 
 def _upstream_keyword(init):
@@ -280,13 +281,16 @@ class PoolMemoryResource(SuballocatorMemoryResource):
     """A coalescing pool over upstream_mr, with per-stream free lists. initial_pool_size
     None: half of the device's free memory (nothing over a VmmMemoryResource, which grows
     in place); maximum_pool_size None: no limit. release_holes_over (gpumem's own, over a
-    VmmMemoryResource only): None never; a percentage N of at least 100: before growing past
-    N% of its live peak, the pool gives back free pieces inside its holes (gpumem.h says
-    when that pays)."""
+    VmmMemoryResource only): a percentage N of at least 100: before growing past N% of its
+    live peak, the pool gives back free pieces inside its holes (gpumem.h says when that
+    pays); None: the default, the same at 110% but only for a request of half the live peak
+    up to all of it; "never": holes stay mapped."""
 
     def __init__(self, upstream_mr, initial_pool_size=None, maximum_pool_size=None,
                  release_holes_over=None):
         device = upstream_mr.device
+        if release_holes_over == "never":
+            release_holes_over = _KEEP_HOLES
         _lib.init_adaptor(self, "pool", upstream_mr, _size(initial_pool_size, device),
                           _size(maximum_pool_size, device), release_holes_over or 0)
         self._upstream = upstream_mr

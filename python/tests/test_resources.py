@@ -277,6 +277,24 @@ def test_pool_gives_holes_back_before_growing():
         mr.PoolMemoryResource(vmm, release_holes_over=99)
 
 
+@pytest.mark.parametrize("option, request_mib, reserved_mib, named", [
+    (None, 9, 12, ""),  # half the live peak (10 MiB) up to all of it: the hole goes back
+    (None, 12, 22, ""),  # past the live peak: the program still climbs, the hole stays
+    ("never", 9, 20, ", release_holes_over=never"),
+])
+def test_pool_gives_holes_back_for_dominant_requests_by_default(option, request_mib,
+                                                                 reserved_mib, named):
+    vmm = mr.VmmMemoryResource(reserve_size="1GiB", piece_size="2MiB")
+    pool = mr.PoolMemoryResource(vmm, release_holes_over=option)
+    assert pool.spec.endswith("initial=0, max=0%s)" % named)
+    hole, pin = pool.allocate(8 * MiB), pool.allocate(2 * MiB)
+    pool.deallocate(hole, 8 * MiB)
+    grown = pool.allocate(request_mib * MiB)
+    assert pool.reserved_bytes == reserved_mib * MiB
+    for ptr, size in ((grown, request_mib * MiB), (pin, 2 * MiB)):
+        pool.deallocate(ptr, size)
+
+
 def test_pool_trim_gives_free_chunks_back():
     pool = mr.PoolMemoryResource(cuda(), initial_pool_size="2MiB")
     ptr = pool.allocate(8 * MiB)

@@ -53,7 +53,7 @@ typedef struct spec_word {
 typedef struct spec_param {
   const char *key;
   spec_type type;
-  const spec_word *words; /* SPEC_ENUM: ends with a NULL word */
+  const spec_word *words; /* SPEC_ENUM, and words a SPEC_COUNT also takes: ends with a NULL word */
   /* SPEC_COUNT: the values accepted, where the option it sets is narrower than 64 bits or
    * takes a range; both 0: any count. A value outside is a bad value, with a caret, rather
    * than one cut to the option's type. */
@@ -209,6 +209,9 @@ static gpumem_status build_retry(int device, gpumem_resource *upstream, const sp
 /* ---- pool ---- */
 
 enum { POOL_INITIAL, POOL_MAX, POOL_RELEASE_HOLES_OVER };
+
+/* release_holes_over=never: holes stay mapped. */
+static const spec_word keep_holes_words[] = {{"never", GPUMEM_POOL_KEEP_HOLES}, {NULL, 0}};
 
 static gpumem_status build_pool(int device, gpumem_resource *upstream, const spec_values *values,
                                 gpumem_resource **out) {
@@ -391,7 +394,7 @@ static const spec_kind spec_kinds[] = {
      {
          [POOL_INITIAL] = {"initial", SPEC_SIZE},
          [POOL_MAX] = {"max", SPEC_SIZE},
-         [POOL_RELEASE_HOLES_OVER] = {"release_holes_over", SPEC_COUNT, NULL, 0, 10000},
+         [POOL_RELEASE_HOLES_OVER] = {"release_holes_over", SPEC_COUNT, keep_holes_words, 0, 10000},
      },
      "coalescing pool with per-stream free lists over the resource it wraps",
      build_pool},
@@ -516,6 +519,8 @@ static void describe_expected(const spec_param *param, char *buf, size_t size) {
                (unsigned long long)param->most);
     else
       snprintf(buf, size, "a count such as 3");
+    for (const spec_word *w = param->words; w && w->word; w++)
+      snprintf(buf + strlen(buf), size - strlen(buf), ", or %s", w->word);
     return;
   case SPEC_BOOL:
     snprintf(buf, size, "true or false");
@@ -685,6 +690,17 @@ static bool parse_count(const char *token, uint64_t *out) {
   return true;
 }
 
+/* Whether `token` is one of `words` (may be NULL); *out its value then. */
+static bool match_word(const spec_word *words, const char *token, uint64_t *out) {
+  for (const spec_word *w = words; w && w->word; w++) {
+    if (strcmp(token, w->word) == 0) {
+      *out = w->value;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* Reads `token` as a value of `param`. GPUMEM_OK with *ok false means a bad value; another
  * status is a device failure (reading the memory size for a percentage). */
 static gpumem_status parse_value(spec_parser *p, const spec_param *param, const char *token,
@@ -703,8 +719,9 @@ static gpumem_status parse_value(spec_parser *p, const spec_param *param, const 
     return GPUMEM_OK;
   }
   case SPEC_COUNT:
-    *ok =
-        parse_count(token, out) && (!param->most || (*out >= param->least && *out <= param->most));
+    *ok = match_word(param->words, token, out) ||
+          (parse_count(token, out) &&
+           (!param->most || (*out >= param->least && *out <= param->most)));
     return GPUMEM_OK;
   case SPEC_BOOL:
     *ok = strcmp(token, "true") == 0 || strcmp(token, "false") == 0;
@@ -712,12 +729,7 @@ static gpumem_status parse_value(spec_parser *p, const spec_param *param, const 
       *out = strcmp(token, "true") == 0;
     return GPUMEM_OK;
   case SPEC_ENUM:
-    for (const spec_word *w = param->words; w->word && !*ok; w++) {
-      if (strcmp(token, w->word) == 0) {
-        *out = w->value;
-        *ok = true;
-      }
-    }
+    *ok = match_word(param->words, token, out);
     return GPUMEM_OK;
   case SPEC_TEXT: /* read by parse_text */
     return GPUMEM_OK;

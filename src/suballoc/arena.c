@@ -199,7 +199,8 @@ static gpumem_status new_local(arena_resource *arena, gpumem_stream stream, loca
    * device call happens under the arena's lock here. Its requests are under half a
    * superblock, so it grows by exactly one superblock at a time: arena_deallocate relies on
    * every superblock having that size. */
-  gpumem_pool_options options = {0};
+  /* Its source makes no pieces to give back. */
+  gpumem_pool_options options = {.release_holes_over = GPUMEM_POOL_KEEP_HOLES};
   gpumem_status status = gpumem__pool_create_rounded(
       &local->source, &options, arena->options.superblock_size, 0, &local->pool);
   if (status != GPUMEM_OK) {
@@ -587,8 +588,11 @@ gpumem_status gpumem_arena_create(gpumem_resource *upstream, const gpumem_arena_
   arena_resource *arena = calloc(1, sizeof *arena);
   if (!arena)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_arena_create: out of host memory");
+  /* Holes stay mapped, as the arena was measured: the pool's default release of holes was
+   * chosen on traces replayed through the pool itself. */
   gpumem_pool_options global_options = {.initial_size = options.size,
-                                        .maximum_size = options.maximum_size};
+                                        .maximum_size = options.maximum_size,
+                                        .release_holes_over = GPUMEM_POOL_KEEP_HOLES};
   gpumem_status status = gpumem_pool_create(upstream, &global_options, &arena->global);
   if (status != GPUMEM_OK) {
     free(arena);

@@ -122,8 +122,9 @@ gpumem_status gpumem_fixed_size_create(gpumem_resource *upstream,
   fixed_size_resource *self = calloc(1, sizeof *self);
   if (!self)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_fixed_size_create: out of host memory");
-  /* Nothing taken at creation: a bin that is never used costs nothing. */
-  gpumem_pool_options pool_options = {0};
+  /* Nothing taken at creation: a bin that is never used costs nothing. Holes stay mapped:
+   * blocks of one size leave holes that the next of them fits. */
+  gpumem_pool_options pool_options = {.release_holes_over = GPUMEM_POOL_KEEP_HOLES};
   gpumem_status status = gpumem__pool_create_rounded(
       upstream, &pool_options, options.block_size * options.blocks_to_preallocate,
       options.block_size, &self->pool);

@@ -573,8 +573,11 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
 
 static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const pool_resource *pool = (const pool_resource *)mr;
-  char holes[48] = ""; /* named only when set, so that other pools' specs read as before */
-  if (pool->options.release_holes_over)
+  char holes[48] = ""; /* named only when not the default, so that most pools' specs read
+                        * as before */
+  if (!pool->options.release_holes_over)
+    snprintf(holes, sizeof holes, ", release_holes_over=never");
+  else if (!pool->holes_for_dominant)
     snprintf(holes, sizeof holes, ", release_holes_over=%u", pool->options.release_holes_over);
   gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu%s", pool->options.initial_size,
                         pool->options.maximum_size, holes);
@@ -675,12 +678,21 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                                           const gpumem_pool_options *opts, size_t growth_rounding,
                                           size_t fixed_block, gpumem_resource **out) {
   gpumem_pool_options options = *opts;
-  if (options.release_holes_over &&
+  if (options.release_holes_over != 0 && options.release_holes_over != GPUMEM_POOL_KEEP_HOLES &&
       (options.release_holes_over < 100 || options.release_holes_over > GPUMEM__POOL_HOLES_MOST))
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_pool_create: release_holes_over is %u; it is a percentage of "
-                        "the live peak from 100 to %u, or 0 (never)",
-                        options.release_holes_over, GPUMEM__POOL_HOLES_MOST);
+                        "the live peak from 100 to %u, 0 (the default, %u) or "
+                        "GPUMEM_POOL_KEEP_HOLES (never)",
+                        options.release_holes_over, GPUMEM__POOL_HOLES_MOST,
+                        GPUMEM_POOL_RELEASE_HOLES_DEFAULT);
+  /* Held as the pool's paths read it: the percentage, or 0 for never; the default's limits
+   * on the request are the pool's holes_for_dominant. */
+  bool dominant_only = options.release_holes_over == 0;
+  if (dominant_only)
+    options.release_holes_over = GPUMEM_POOL_RELEASE_HOLES_DEFAULT;
+  else if (options.release_holes_over == GPUMEM_POOL_KEEP_HOLES)
+    options.release_holes_over = 0;
   if (options.maximum_size && options.initial_size > options.maximum_size)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
                         "gpumem_pool_create: initial size %zu exceeds the maximum size %zu",
@@ -688,6 +700,7 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
   pool_resource *pool = calloc(1, sizeof *pool);
   if (!pool)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
+  pool->holes_for_dominant = dominant_only;
   gpumem_status status = init_pool(pool, upstream, &options, growth_rounding, fixed_block);
   if (status != GPUMEM_OK) {
     /* Only a failed initial growth can leave anything to give back: nothing was taken. */

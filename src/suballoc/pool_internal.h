@@ -235,6 +235,9 @@ typedef struct pool_resource {
   bool grows_in_place; /* the upstream maps growth right after the previous chunk */
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
   size_t growth_rounding;
+  /* release_holes_over left at its default: holes go back only for a request of half the
+   * live peak up to all of it (gpumem__pool_release_holes). */
+  bool holes_for_dominant;
   /* release_holes_over's budget of time (GPUMEM__POOL_HOLES_PACE), as it stood at
    * holes_budget_at_ns. */
   int64_t holes_budget_ns;
