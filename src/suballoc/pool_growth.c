@@ -70,6 +70,7 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
   gpumem_resource *up = pool->header.upstream;
   const gpumem__block *tail = r->tail;
   uintptr_t next = tail ? tail->addr + tail->size : r->base;
+  uint64_t serial = gpumem__error_serial();
   if (pool->grows_in_place && next) {
     size_t shortfall = 0;
     bool extends = tail_grows(pool, r, set, size, &shortfall);
@@ -86,7 +87,13 @@ static gpumem_status take_from_upstream(pool_resource *pool, region *r, free_set
   }
   *taken = full;
   *why = "its upstream could not give more memory";
-  return up->ops->allocate(up, full, GPUMEM_DEFAULT_ALIGNMENT, set->stream, memory);
+  gpumem_status status = up->ops->allocate(up, full, GPUMEM_DEFAULT_ALIGNMENT, set->stream, memory);
+  /* A growth in place that failed with a message (the device out of memory for the
+   * shortfall) and a full step elsewhere that served: the failure is absorbed, and no
+   * stale message stays behind a call that succeeded. */
+  if (status == GPUMEM_OK && gpumem__error_serial() != serial)
+    gpumem__absorb_error();
+  return status;
 }
 
 gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
