@@ -65,6 +65,9 @@ enum { GPUMEM__UNLOCKED = 0, GPUMEM__LOCKED = 1, GPUMEM__LOCKED_WAITERS = 2 };
 
 typedef struct gpumem__biased_lock {
   atomic_int locked; /* the shared lock: GPUMEM__UNLOCKED, _LOCKED or _LOCKED_WAITERS */
+  /* Sleepers woken GPUMEM__LOCK_STARVED_WAKES times without getting the lock: while there
+   * are any, an unlock that wakes one waits for someone to take the lock first. */
+  atomic_int starving;
   /* The owner: its thread token shifted up past its slot's number (low bits); 0 while no
    * bias holds. */
   atomic_uintptr_t owner;
@@ -113,7 +116,8 @@ void gpumem__biased_lock_no_new_bias(gpumem__biased_lock *lock);
 /* Takes the shared lock (and biases or revokes); the slow path of gpumem__biased_lock_take.
  * True when it revoked a bias whose owner was inside, and so waited for another thread. */
 bool gpumem__biased_lock_take_shared(gpumem__biased_lock *lock);
-/* Wakes one thread asleep on the shared lock, which was just released. */
+/* Wakes one thread asleep on the shared lock, which was just released; while a sleeper
+ * starves, waits (briefly) for another thread to take it. */
 void gpumem__biased_lock_wake(gpumem__biased_lock *lock);
 
 static inline void gpumem__cpu_relax(void) {
