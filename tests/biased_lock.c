@@ -22,13 +22,13 @@
  * Needs no device; it runs under the simulated device's label. */
 #include "check.h"
 #include "core/biased_lock.h"
+#include "core/internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- bias and revocation ---- */
@@ -564,12 +564,6 @@ static void *take_a_few_times(void *arg) {
   return NULL;
 }
 
-static uint64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* One thread holds the lock 50 us at a time, long past a waiter's spin, and takes it again
  * the moment it lets go; three others need it twenty times each. Spinners take a free lock
  * before the sleepers, so without the starving sleepers' count the three slept on while the
@@ -585,16 +579,16 @@ static void test_hog_lets_sleepers_in(void) {
   atomic_store(&hog_sleepers_done, 0);
   for (int i = 0; i < hog_sleepers; i++)
     CHECK_EQ(pthread_create(&threads[i], NULL, take_a_few_times, &r), 0);
-  uint64_t start = now_ns(), hog_rounds = 0;
+  uint64_t start = gpumem__now_ns(), hog_rounds = 0;
   while (atomic_load(&hog_sleepers_done) < hog_sleepers) {
     gpumem__biased_lock_take(&r.lock);
-    uint64_t taken = now_ns();
-    while (now_ns() - taken < 50000)
+    uint64_t taken = gpumem__now_ns();
+    while (gpumem__now_ns() - taken < 50000)
       gpumem__cpu_relax();
     r.counter++;
     gpumem__biased_lock_release(&r.lock);
     hog_rounds++;
-    CHECK(now_ns() - start < 20000000000u); /* twenty seconds: starved */
+    CHECK(gpumem__now_ns() - start < 20000000000u); /* twenty seconds: starved */
   }
   for (int i = 0; i < hog_sleepers; i++)
     CHECK_EQ(pthread_join(threads[i], NULL), 0);
