@@ -295,6 +295,24 @@ def test_pool_gives_holes_back_for_dominant_requests_by_default(option, request_
         pool.deallocate(ptr, size)
 
 
+@pytest.mark.parametrize("option, request_mib, reserved_mib", [
+    (None, 6, 28),  # a size served before (a loop's shape): the hole goes back
+    (None, 8, 34),  # a new size under half the live peak: the pool grows
+    ("never", 6, 32),
+])
+def test_pool_gives_holes_back_for_sizes_served_before_by_default(option, request_mib,
+                                                                   reserved_mib):
+    # A 4 MiB hole under blocks of 2, 14 and 6 MiB (a live peak of 26 MiB).
+    vmm = mr.VmmMemoryResource(reserve_size="1GiB", piece_size="2MiB")
+    pool = mr.PoolMemoryResource(vmm, release_holes_over=option)
+    blocks = [(pool.allocate(size * MiB), size * MiB) for size in (4, 2, 14, 6)]
+    pool.deallocate(*blocks.pop(0))
+    grown = pool.allocate(request_mib * MiB)
+    assert pool.reserved_bytes == reserved_mib * MiB
+    for ptr, size in blocks + [(grown, request_mib * MiB)]:
+        pool.deallocate(ptr, size)
+
+
 def test_pool_trim_gives_free_chunks_back():
     pool = mr.PoolMemoryResource(cuda(), initial_pool_size="2MiB")
     ptr = pool.allocate(8 * MiB)

@@ -264,6 +264,8 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
     return false;
   }
   gpumem__counters_allocated(&pool->stats, bytes);
+  if (bytes >= GPUMEM__POOL_RECURRING_LEAST && !pool->served_sizes.closed)
+    gpumem__size_set_add(&pool->served_sizes, gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
   return true;
 }
 
@@ -577,7 +579,7 @@ static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
                         * as before */
   if (!pool->options.release_holes_over)
     snprintf(holes, sizeof holes, ", release_holes_over=never");
-  else if (!pool->holes_for_dominant)
+  else if (!pool->holes_gated)
     snprintf(holes, sizeof holes, ", release_holes_over=%u", pool->options.release_holes_over);
   gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu%s", pool->options.initial_size,
                         pool->options.maximum_size, holes);
@@ -595,6 +597,7 @@ static void free_structures(pool_resource *pool) {
   gpumem__sorted_free(&pool->chunks);
   gpumem__block_map_destroy(&pool->live);
   gpumem__block_slab_destroy(&pool->slab);
+  gpumem__size_set_close(&pool->served_sizes);
   free(pool);
 }
 
@@ -687,9 +690,9 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                         options.release_holes_over, GPUMEM__POOL_HOLES_MOST,
                         GPUMEM_POOL_RELEASE_HOLES_DEFAULT);
   /* Held as the pool's paths read it: the percentage, or 0 for never; the default's limits
-   * on the request are the pool's holes_for_dominant. */
-  bool dominant_only = options.release_holes_over == 0;
-  if (dominant_only)
+   * on the request are the pool's holes_gated. */
+  bool gated = options.release_holes_over == 0;
+  if (gated)
     options.release_holes_over = GPUMEM_POOL_RELEASE_HOLES_DEFAULT;
   else if (options.release_holes_over == GPUMEM_POOL_KEEP_HOLES)
     options.release_holes_over = 0;
@@ -700,8 +703,11 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
   pool_resource *pool = calloc(1, sizeof *pool);
   if (!pool)
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
-  pool->holes_for_dominant = dominant_only;
+  pool->holes_gated = gated;
   gpumem_status status = init_pool(pool, upstream, &options, growth_rounding, fixed_block);
+  /* Only the default's gate asks for the sizes served, and only where holes go back. */
+  if (!gated || !pool->grows_in_place || !pool->piece_size)
+    gpumem__size_set_close(&pool->served_sizes);
   if (status != GPUMEM_OK) {
     /* Only a failed initial growth can leave anything to give back: nothing was taken. */
     gpumem_resource_release(pool->header.upstream);

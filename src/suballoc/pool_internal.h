@@ -20,6 +20,7 @@
 
 #include "core/biased_lock.h"
 #include "core/counters.h"
+#include "core/size_set.h"
 #include "core/sorted.h"
 #include "core/thread_slots.h"
 #include "suballoc/block.h"
@@ -70,6 +71,11 @@ enum {
  * runs whole, where waiting three times each release's time after it would leave most of
  * the holes in place (docs/gpu-runs.md, twenty-first session). */
 #define GPUMEM__POOL_HOLES_BURST_NS ((int64_t)20 * 1000 * 1000)
+/* The default release of holes also serves a request of a size the pool has handed out
+ * before, from this size up: a loop's recurring shape (gpumem__pool_release_holes). Smaller
+ * requests come from the small region and the caches, and a hole they leave is too small to
+ * hold a whole piece of the upstream's. */
+#define GPUMEM__POOL_RECURRING_LEAST ((size_t)1 << 20)
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
@@ -236,8 +242,8 @@ typedef struct pool_resource {
   size_t fixed_block;  /* nonzero: every block has this size (a fixed_size resource's pool) */
   size_t growth_rounding;
   /* release_holes_over left at its default: holes go back only for a request of half the
-   * live peak up to all of it (gpumem__pool_release_holes). */
-  bool holes_for_dominant;
+   * live peak up to all of it, or of a size served before (gpumem__pool_release_holes). */
+  bool holes_gated;
   /* release_holes_over's budget of time (GPUMEM__POOL_HOLES_PACE), as it stood at
    * holes_budget_at_ns. */
   int64_t holes_budget_ns;
@@ -258,6 +264,10 @@ typedef struct pool_resource {
   size_t piece_size;
   uintptr_t piece_origin;
   gpumem__memory_counters stats;
+  /* The sizes of GPUMEM__POOL_RECURRING_LEAST and up this pool has handed out, for the
+   * default release of holes; closed from the start where the pool never releases holes by
+   * default (not over vmm, or the option given). */
+  gpumem__size_set served_sizes;
   /* Made, under the lock, once threads meet at it (pool.c); never freed before the pool. */
   pool_fronts *_Atomic fronts;
   uintptr_t first_thread; /* the token of the first thread that took the shared lock */
