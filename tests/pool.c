@@ -959,26 +959,25 @@ static void test_release_holes(void) {
    * MiB one is past the peak, and after a 4 MiB hole before 2 and 14 MiB (a peak of 20), a
    * 6 MiB one under half of it: both grow, where 110% for every request gives the holes
    * back. With a 6 MiB block live after the 14 (a peak of 26), a 6 MiB request is one
-   * served before: the hole goes back (28, not 32); an 8 MiB one is new and grows (34).
+   * served before, but the live peak spans fewer than GPUMEM__POOL_RECURRING_PIECES pieces:
+   * it grows (32). After an 8 MiB hole before 2, 24 and 10 MiB (a peak of 44, 22 pieces), a
+   * 10 MiB request gives back the hole (46, not 54); a 12 MiB one is new and grows (56).
    * Never keeps them. */
   static const size_t small_hole_then_pins[] = {4, 2, 14};
   static const size_t small_hole_then_served[] = {4, 2, 14, 6};
+  static const size_t hole_then_served[] = {8, 2, 24, 10};
   static const struct {
     unsigned percent;
     const size_t *sizes;
     int count;
     size_t request_mib, reserved_mib;
   } defaults[] = {
-      {0, hole_then_pin, 2, 9, 12},
-      {GPUMEM_POOL_KEEP_HOLES, hole_then_pin, 2, 9, 20},
-      {0, hole_then_pin, 2, 12, 22},
-      {110, hole_then_pin, 2, 12, 14},
-      {0, small_hole_then_pins, 3, 6, 26},
-      {110, small_hole_then_pins, 3, 6, 22},
-      {0, small_hole_then_served, 4, 6, 28},
-      {GPUMEM_POOL_KEEP_HOLES, small_hole_then_served, 4, 6, 32},
-      {0, small_hole_then_served, 4, 8, 34},
-      {110, small_hole_then_served, 4, 8, 30},
+      {0, hole_then_pin, 2, 9, 12},          {GPUMEM_POOL_KEEP_HOLES, hole_then_pin, 2, 9, 20},
+      {0, hole_then_pin, 2, 12, 22},         {110, hole_then_pin, 2, 12, 14},
+      {0, small_hole_then_pins, 3, 6, 26},   {110, small_hole_then_pins, 3, 6, 22},
+      {0, small_hole_then_served, 4, 6, 32}, {110, small_hole_then_served, 4, 6, 28},
+      {0, hole_then_served, 4, 10, 46},      {GPUMEM_POOL_KEEP_HOLES, hole_then_served, 4, 10, 54},
+      {0, hole_then_served, 4, 12, 56},      {110, hole_then_served, 4, 12, 48},
   };
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
     mr = holes_pool(defaults[i].percent, defaults[i].sizes, defaults[i].count, NULL, x);
@@ -1002,10 +1001,10 @@ static void test_release_holes(void) {
 
   /* A program that asked for more distinct sizes than the pool keeps is no loop: the set
    * closes, and a size served before no longer opens the gate. Sizes of 1 MiB and more
-   * served in the hole (which they fit: nothing grows) fill it; the 6 MiB request grows. */
-  mr = holes_pool(0, small_hole_then_served, 4, NULL, x);
+   * served in the hole (which they fit: nothing grows) fill it; the 10 MiB request grows. */
+  mr = holes_pool(0, hole_then_served, 4, NULL, x);
   pool_resource *pool = (pool_resource *)mr;
-  CHECK_OK(gpumem_deallocate(mr, x[0], 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
   for (size_t k = 1; !pool->served_sizes.closed; k++) {
     void *ptr;
     CHECK(k <= GPUMEM__SIZE_SET_MOST);
@@ -1013,13 +1012,13 @@ static void test_release_holes(void) {
     CHECK_PTR_EQ(ptr, x[0]);
     CHECK_OK(gpumem_deallocate(mr, ptr, MiB + k * GPUMEM__BLOCK_UNIT, NULL));
   }
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 26 * MiB);
-  CHECK_OK(gpumem_allocate(mr, 6 * MiB, NULL, (void **)&grown));
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 32 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 44 * MiB);
+  CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&grown));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 54 * MiB);
   CHECK_OK(gpumem__validate(mr));
-  CHECK_OK(gpumem_deallocate(mr, grown, 6 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, grown, 10 * MiB, NULL));
   for (int k = 1; k < 4; k++)
-    CHECK_OK(gpumem_deallocate(mr, x[k], small_hole_then_served[k] * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, x[k], hole_then_served[k] * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
   /* Not over vmm, nothing to give back: the pool keeps no sizes. */
   CHECK_OK(gpumem_resource_from_spec("pool(cuda)", &mr));

@@ -295,17 +295,18 @@ def test_pool_gives_holes_back_for_dominant_requests_by_default(option, request_
         pool.deallocate(ptr, size)
 
 
-@pytest.mark.parametrize("option, request_mib, reserved_mib", [
-    (None, 6, 28),  # a size served before (a loop's shape): the hole goes back
-    (None, 8, 34),  # a new size under half the live peak: the pool grows
-    ("never", 6, 32),
+@pytest.mark.parametrize("option, sizes_mib, request_mib, reserved_mib", [
+    (None, (8, 2, 24, 10), 10, 46),  # a size served before (a loop's shape): the hole goes back
+    (None, (8, 2, 24, 10), 12, 56),  # a new size under half the live peak: the pool grows
+    ("never", (8, 2, 24, 10), 10, 54),
+    (None, (4, 2, 14, 6), 6, 32),  # a live peak of fewer than 16 pieces: the pool grows
 ])
-def test_pool_gives_holes_back_for_sizes_served_before_by_default(option, request_mib,
-                                                                   reserved_mib):
-    # A 4 MiB hole under blocks of 2, 14 and 6 MiB (a live peak of 26 MiB).
+def test_pool_gives_holes_back_for_sizes_served_before_by_default(option, sizes_mib,
+                                                                   request_mib, reserved_mib):
+    # A hole under the other blocks, which stay live.
     vmm = mr.VmmMemoryResource(reserve_size="1GiB", piece_size="2MiB")
     pool = mr.PoolMemoryResource(vmm, release_holes_over=option)
-    blocks = [(pool.allocate(size * MiB), size * MiB) for size in (4, 2, 14, 6)]
+    blocks = [(pool.allocate(size * MiB), size * MiB) for size in sizes_mib]
     pool.deallocate(*blocks.pop(0))
     grown = pool.allocate(request_mib * MiB)
     assert pool.reserved_bytes == reserved_mib * MiB

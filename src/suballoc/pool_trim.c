@@ -272,14 +272,16 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   /* By default only a dominant or a recurring request releases. A dominant one is of half
    * the live peak so far up to all of it, a copy of most of what the program holds (a cache
    * copied into a larger one, GPT-2 generation: 1.320 to 1.069 / 1.205). Other requests
-   * release only where their size was served before: a loop's recurring shape, whose step
-   * left holes it did not fill again (GPT-2 training 1.125 to 1.023, the graph network
-   * 1.177 to 1.053). At 110% for every request, CuPy ETL, ResNet-50 serving and UNet
-   * sampling held more: their releases come for new sizes while the program still climbs
-   * to its working set, whose holes it fills later (docs/gpu-runs.md, twenty-second and
-   * twenty-third sessions). */
+   * release only where their size was served before, once the program holds enough
+   * (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes it did
+   * not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
+   * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
+   * releases come for new sizes while the program still climbs to its working set, whose
+   * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
   bool dominant = size * 2 >= peak_live && size <= peak_live;
-  if (pool->holes_gated && !dominant && !gpumem__size_set_contains(&pool->served_sizes, size))
+  bool recurring = peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
+                   gpumem__size_set_contains(&pool->served_sizes, size);
+  if (pool->holes_gated && !dominant && !recurring)
     return 0;
   if (live + size > peak_live)
     peak_live = live + size;
