@@ -960,12 +960,12 @@ static void test_release_holes(void) {
    * 6 MiB one under half of it: both grow, where 110% for every request gives the holes
    * back. With a 6 MiB block live after the 14 (a peak of 26), a 6 MiB request is one
    * served before, but the live peak spans fewer than GPUMEM__POOL_RECURRING_PIECES pieces:
-   * it grows (32). After an 8 MiB hole before 2, 24 and 10 MiB (a peak of 44, 22 pieces), a
-   * 10 MiB request gives back the hole (46, not 54); a 12 MiB one is new and grows (56).
+   * it grows (32). After an 8 MiB hole before 2, 48 and 10 MiB (a peak of 68, 34 pieces), a
+   * 10 MiB request gives back the hole (70, not 78); a 12 MiB one is new and grows (80).
    * Never keeps them. */
   static const size_t small_hole_then_pins[] = {4, 2, 14};
   static const size_t small_hole_then_served[] = {4, 2, 14, 6};
-  static const size_t hole_then_served[] = {8, 2, 24, 10};
+  static const size_t hole_then_served[] = {8, 2, 48, 10};
   static const struct {
     unsigned percent;
     const size_t *sizes;
@@ -976,8 +976,8 @@ static void test_release_holes(void) {
       {0, hole_then_pin, 2, 12, 22},         {110, hole_then_pin, 2, 12, 14},
       {0, small_hole_then_pins, 3, 6, 26},   {110, small_hole_then_pins, 3, 6, 22},
       {0, small_hole_then_served, 4, 6, 32}, {110, small_hole_then_served, 4, 6, 28},
-      {0, hole_then_served, 4, 10, 46},      {GPUMEM_POOL_KEEP_HOLES, hole_then_served, 4, 10, 54},
-      {0, hole_then_served, 4, 12, 56},      {110, hole_then_served, 4, 12, 48},
+      {0, hole_then_served, 4, 10, 70},      {GPUMEM_POOL_KEEP_HOLES, hole_then_served, 4, 10, 78},
+      {0, hole_then_served, 4, 12, 80},      {110, hole_then_served, 4, 12, 72},
   };
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
     mr = holes_pool(defaults[i].percent, defaults[i].sizes, defaults[i].count, NULL, x);
@@ -1012,9 +1012,9 @@ static void test_release_holes(void) {
     CHECK_PTR_EQ(ptr, x[0]);
     CHECK_OK(gpumem_deallocate(mr, ptr, MiB + k * GPUMEM__BLOCK_UNIT, NULL));
   }
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 44 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 68 * MiB);
   CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&grown));
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 54 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 78 * MiB);
   CHECK_OK(gpumem__validate(mr));
   CHECK_OK(gpumem_deallocate(mr, grown, 10 * MiB, NULL));
   for (int k = 1; k < 4; k++)

@@ -296,10 +296,10 @@ def test_pool_gives_holes_back_for_dominant_requests_by_default(option, request_
 
 
 @pytest.mark.parametrize("option, sizes_mib, request_mib, reserved_mib", [
-    (None, (8, 2, 24, 10), 10, 46),  # a size served before (a loop's shape): the hole goes back
-    (None, (8, 2, 24, 10), 12, 56),  # a new size under half the live peak: the pool grows
-    ("never", (8, 2, 24, 10), 10, 54),
-    (None, (4, 2, 14, 6), 6, 32),  # a live peak of fewer than 16 pieces: the pool grows
+    (None, (8, 2, 48, 10), 10, 70),  # a size served before (a loop's shape): the hole goes back
+    (None, (8, 2, 48, 10), 12, 80),  # a new size under half the live peak: the pool grows
+    ("never", (8, 2, 48, 10), 10, 78),
+    (None, (4, 2, 14, 6), 6, 32),  # a live peak of fewer than 32 pieces: the pool grows
 ])
 def test_pool_gives_holes_back_for_sizes_served_before_by_default(option, sizes_mib,
                                                                    request_mib, reserved_mib):

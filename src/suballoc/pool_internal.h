@@ -76,15 +76,16 @@ enum {
  * requests come from the small region and the caches, and a hole they leave is too small to
  * hold a whole piece of the upstream's. */
 #define GPUMEM__POOL_RECURRING_LEAST ((size_t)1 << 20)
-/* ...but only once the live peak so far spans this many of the upstream's pieces (512 MiB
+/* ...but only once the live peak so far spans this many of the upstream's pieces (1 GiB
  * over vmm's default 32 MiB). Below it, a program still climbs to its working set, whose
  * holes it fills later (CuPy ETL released a 29 MiB hole at a live peak of 174 MiB and held
- * 1.031 for 1.006), and a piece given back is a large share of its memory for the driver
- * time it costs (ResNet-50 and ViT serving ran 2.4 and 1.7 times slower for 2% less or
- * none).
- * From 256 to 1,024 MiB it held the same on the simulated device but for ResNet-50 serving
- * at 384 (docs/gpu-runs.md, twenty-third session). */
-#define GPUMEM__POOL_RECURRING_PIECES 16
+ * 1.031 for 1.006); a piece given back is a large share of its memory for the driver time
+ * it costs (ResNet-50 and ViT serving ran 2.4 and 1.7 times slower for 2% less or none);
+ * and BERT with random lengths (950 MiB) released more often than the budget allows, so
+ * its warm passes held 1.272 against 1.217 on the GPU. On the simulated device 256 MiB to
+ * 1 GiB held the same otherwise (but for ResNet-50 serving at 384 MiB), 2 GiB lost the
+ * graph network and llama (docs/gpu-runs.md, twenty-third session). */
+#define GPUMEM__POOL_RECURRING_PIECES 32
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
