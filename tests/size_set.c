@@ -9,7 +9,9 @@
  *   a size it holds can still be added then (a loop's sizes keep coming) without closing it.
  * - A new size past the most closes the set for good: it holds nothing, frees its table, and
  *   adds nothing more.
- * - Against a plain list over random sizes, the set answers as the list does. */
+ * - Against a plain list over random sizes, the set answers as the list does.
+ * - The check of its structure passes every state above, and finds a wrong count, a size out
+ *   of its probe run, and a closed set that kept its table. */
 #include "check.h"
 #include "core/size_set.h"
 
@@ -90,8 +92,52 @@ static void test_random(void) {
   printf("random sizes: %zu distinct, answered as a list does\n", distinct);
 }
 
+static void check_sound(const gpumem__size_set *set) {
+  char why[256] = "";
+  if (!gpumem__size_set_check(set, why, sizeof why))
+    CHECK_FAIL_("a sound set of sizes failed its check: %s", why);
+}
+
+static void check_unsound(const gpumem__size_set *set, const char *needle) {
+  char why[256] = "";
+  CHECK(!gpumem__size_set_check(set, why, sizeof why));
+  CHECK_CONTAINS(why, needle);
+}
+
+static void test_check(void) {
+  gpumem__size_set set = {0};
+  check_sound(&set);
+  for (size_t i = 0; i < 100; i++)
+    gpumem__size_set_add(&set, ((size_t)1 << 20) + i * unit);
+  check_sound(&set);
+  set.count++;
+  check_unsound(&set, "counts 101, its table holds 100");
+  set.count--;
+  /* A size moved to an empty slot elsewhere: the probe from its home stops at the slot it
+   * left, empty now (every slot from its home to there was full when it went in). */
+  uint32_t units = (uint32_t)(((size_t)1 << 20) >> GPUMEM__SIZE_SET_UNIT_SHIFT);
+  size_t at = gpumem__size_set_home(units), far = at;
+  while (set.slots[at] != units)
+    at = (at + 1) % GPUMEM__SIZE_SET_SLOTS;
+  while (set.slots[far])
+    far = (far + 1) % GPUMEM__SIZE_SET_SLOTS;
+  set.slots[far] = units;
+  set.slots[at] = 0;
+  check_unsound(&set, "out of its probe run");
+  set.slots[at] = units;
+  set.slots[far] = 0;
+  check_sound(&set);
+  set.closed = true;
+  check_unsound(&set, "a closed set of sizes keeps its table");
+  set.closed = false;
+  gpumem__size_set_close(&set);
+  check_sound(&set);
+  printf("the check finds a wrong count, a size out of place, a closed set with a table\n");
+}
+
 int main(void) {
   test_exact();
+  test_check();
   test_most_then_closed();
   test_random();
   return 0;

@@ -5,8 +5,9 @@
  *   blocks on several streams, after trims, validate.
  * - Each corruption a bug could make is found, with a message naming it: a free block's
  *   size, a free index entry gone, a live block not marked allocated, a broken address
- *   link, unmerged free neighbours, the live, reserved and cache counters. Undone, the pool
- *   validates again.
+ *   link, unmerged free neighbours, the live, reserved and cache counters, the set of sizes
+ *   served (kept where no release asks for it, or miscounted). Undone, the pool validates
+ *   again.
  * - Where assertions are on (built in, and GPUMEM_DEBUG not 0), a free that would take a
  *   counter below zero aborts with the assertion's message and the pool's spec. */
 #include "check.h"
@@ -167,10 +168,29 @@ static void test_corruptions(void) {
   gpumem__counters_allocated(&pool->stats, 100000);
   check_valid(mr);
 
+  /* Over cuda no release of holes asks for the sizes served: the set stays closed. */
+  pool->served_sizes.closed = false;
+  check_invalid(mr, "never asks for them");
+  pool->served_sizes.closed = true;
+  check_valid(mr);
+
   for (int i = 0; i < 8; i += 2)
     CHECK_OK(gpumem_deallocate(mr, ptrs[i], 100000, NULL));
   CHECK_OK(gpumem_deallocate(mr, ptrs[7], 100000, NULL));
   check_valid(mr);
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* Over vmm it does: a set whose count is wrong is found. */
+  mr = check_build("pool(vmm)");
+  pool = (pool_resource *)mr;
+  CHECK_OK(gpumem_allocate(mr, 3 * MiB, NULL, &ptrs[0]));
+  CHECK(!pool->served_sizes.closed && pool->served_sizes.count == 1);
+  check_valid(mr);
+  pool->served_sizes.count = 2;
+  check_invalid(mr, "the set of sizes counts 2, its table holds 1");
+  pool->served_sizes.count = 1;
+  check_valid(mr);
+  CHECK_OK(gpumem_deallocate(mr, ptrs[0], 3 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
   printf("corruptions of a pool are found and named\n");
 }

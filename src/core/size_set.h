@@ -59,4 +59,9 @@ static inline void gpumem__size_set_add(gpumem__size_set *set, size_t size) {
 /* Closes the set: it holds nothing, and adds nothing. */
 void gpumem__size_set_close(gpumem__size_set *set);
 
+/* Checks the set's own structure (level 2's validators): a closed set has no table and no
+ * count; an open one holds as many sizes as it counts, at most GPUMEM__SIZE_SET_MOST, each
+ * found again from its home slot. False, with what is wrong in `why`, when something is. */
+bool gpumem__size_set_check(const gpumem__size_set *set, char *why, size_t why_size);
+
 #endif /* GPUMEM_CORE_SIZE_SET_H */

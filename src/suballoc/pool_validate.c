@@ -496,13 +496,26 @@ static bool check_regions_and_counters(walk *w) {
   return true;
 }
 
+/* The sizes served, kept only where the default's gate can release (pool.c). */
+static bool check_served_sizes(walk *w) {
+  const pool_resource *pool = w->pool;
+  if (!pool->served_sizes.closed &&
+      (!pool->holes_gated || !pool->grows_in_place || !pool->piece_size))
+    return complain(w, "the pool keeps the sizes it served, but its release of holes never "
+                       "asks for them");
+  char why[256];
+  if (!gpumem__size_set_check(&pool->served_sizes, why, sizeof why))
+    return complain(w, "%s", why);
+  return true;
+}
+
 static gpumem_status validate_locked(pool_resource *pool) {
   walk w = {.pool = pool};
   bool ok = gather(&w);
   if (ok) {
     if (w.count) /* no array at all when the pool holds nothing */
       qsort(w.blocks, w.count, sizeof *w.blocks, by_address);
-    ok = check_tiling(&w) && check_regions_and_counters(&w);
+    ok = check_tiling(&w) && check_regions_and_counters(&w) && check_served_sizes(&w);
   }
   free(w.blocks);
   if (!ok && !w.no_memory)
