@@ -783,15 +783,18 @@ typedef struct gpumem_pool_options {
    * holes were given back leaves them given back, as a trim would.
    * 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT (110), but only for a
    * request of at least half the live peak so far and no more than it (a copy of most of
-   * what a program holds: a cache copied into a larger one); smaller requests, a training
-   * loop's, and larger ones, a program still climbing to its working set, keep the holes.
-   * Chosen on 24 real traces (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
+   * what a program holds: a cache copied into a larger one), or, once the live peak so far
+   * spans 32 pieces (1 GiB over the default pieces), for a request of 1 MiB or more of a
+   * size the pool has handed out before (a training loop's next step; the pool keeps up
+   * to 2,048 such sizes, and past that no size counts as seen). Other requests, of a
+   * program still climbing to its working set, keep the holes. Chosen on 24 real traces
+   * (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
 } gpumem_pool_options;
 
 /* gpumem_pool_options.release_holes_over: the percentage of the live peak its default uses
- * (for a request of half the live peak up to all of it), and the value that keeps holes
- * mapped. */
+ * (for a request of half the live peak up to all of it, or of a size served before), and
+ * the value that keeps holes mapped. */
 #define GPUMEM_POOL_RELEASE_HOLES_DEFAULT 110u
 #define GPUMEM_POOL_KEEP_HOLES 0xFFFFFFFFu
 

@@ -268,8 +268,8 @@ public:
     check(gpumem_vmm_create(device, &opts, &mr));
     return adopt(mr);
   }
-  /* release_holes_over: 0 the default (110% for dominant requests), GPUMEM_POOL_KEEP_HOLES
-   * never (gpumem.h). */
+  /* release_holes_over: 0 the default (110% for dominant and recurring requests),
+   * GPUMEM_POOL_KEEP_HOLES never (gpumem.h). */
   static resource pool(const resource &upstream, std::size_t initial_size = 0,
                        std::size_t maximum_size = 0, unsigned release_holes_over = 0) {
     gpumem_pool_options opts{initial_size, maximum_size, release_holes_over};

@@ -284,7 +284,8 @@ class PoolMemoryResource(SuballocatorMemoryResource):
     VmmMemoryResource only): a percentage N of at least 100: before growing past N% of its
     live peak, the pool gives back free pieces inside its holes (gpumem.h says when that
     pays); None: the default, the same at 110% but only for a request of half the live peak
-    up to all of it; "never": holes stay mapped."""
+    up to all of it or, once the live peak spans 32 of the upstream's pieces (1 GiB by
+    default), of a size served before; "never": holes stay mapped."""
 
     def __init__(self, upstream_mr, initial_pool_size=None, maximum_pool_size=None,
                  release_holes_over=None):
