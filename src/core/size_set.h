@@ -39,7 +39,8 @@ static inline uint32_t gpumem__size_set_units(size_t size) {
 
 bool gpumem__size_set_contains(const gpumem__size_set *set, size_t size);
 
-/* Adds `size`, the set's first (the table is made) or a new one, out of line. Without host
+/* Adds a size of `units` units that the set does not hold, out of line: the set's first
+ * (the table is made), or a new one, or one past the most (the set closes). Without host
  * memory for the table the size is not added (a later one tries again); nothing fails. */
 void gpumem__size_set_insert(gpumem__size_set *set, uint32_t units);
 
