@@ -7,12 +7,7 @@
 
 bool gpumem__size_set_contains(const gpumem__size_set *set, size_t size) {
   uint32_t units = gpumem__size_set_units(size);
-  if (!set->slots || units == 0)
-    return false;
-  for (size_t i = gpumem__size_set_home(units); set->slots[i]; i = (i + 1) % GPUMEM__SIZE_SET_SLOTS)
-    if (set->slots[i] == units)
-      return true;
-  return false;
+  return set->slots && units != 0 && gpumem__size_set_holds(set, units);
 }
 
 void gpumem__size_set_insert(gpumem__size_set *set, uint32_t units) {
@@ -49,7 +44,7 @@ bool gpumem__size_set_check(const gpumem__size_set *set, char *why, size_t why_s
     if (!set->slots[i])
       continue;
     held++;
-    if (!gpumem__size_set_contains(set, (size_t)set->slots[i] << GPUMEM__SIZE_SET_UNIT_SHIFT)) {
+    if (!gpumem__size_set_holds(set, set->slots[i])) {
       snprintf(why, why_size, "the set of sizes holds %u units in slot %zu, out of its probe run",
                set->slots[i], i);
       return false;

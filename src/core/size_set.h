@@ -37,6 +37,15 @@ static inline uint32_t gpumem__size_set_units(size_t size) {
   return (uint32_t)(size >> GPUMEM__SIZE_SET_UNIT_SHIFT);
 }
 
+/* Whether the set's table holds a size of `units` units (the table made, `units` not 0): a
+ * walk of its probe run. */
+static inline bool gpumem__size_set_holds(const gpumem__size_set *set, uint32_t units) {
+  for (size_t i = gpumem__size_set_home(units); set->slots[i]; i = (i + 1) % GPUMEM__SIZE_SET_SLOTS)
+    if (set->slots[i] == units)
+      return true;
+  return false;
+}
+
 bool gpumem__size_set_contains(const gpumem__size_set *set, size_t size);
 
 /* Adds a size of `units` units that the set does not hold, out of line: the set's first
@@ -47,13 +56,8 @@ void gpumem__size_set_insert(gpumem__size_set *set, uint32_t units);
 /* Adds `size`. In line: a loop asks for the sizes it had, which are found at once. */
 static inline void gpumem__size_set_add(gpumem__size_set *set, size_t size) {
   uint32_t units = gpumem__size_set_units(size);
-  if (set->closed || units == 0)
+  if (set->closed || units == 0 || (set->slots && gpumem__size_set_holds(set, units)))
     return;
-  if (set->slots)
-    for (size_t i = gpumem__size_set_home(units); set->slots[i];
-         i = (i + 1) % GPUMEM__SIZE_SET_SLOTS)
-      if (set->slots[i] == units)
-        return;
   gpumem__size_set_insert(set, units);
 }
 

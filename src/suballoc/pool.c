@@ -707,8 +707,7 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
     return gpumem__fail(GPUMEM_ERR_OUT_OF_MEMORY, "gpumem_pool_create: out of host memory");
   pool->holes_gated = gated;
   gpumem_status status = init_pool(pool, upstream, &options, growth_rounding, fixed_block);
-  /* Only the default's gate asks for the sizes served, and only where holes go back. */
-  if (!gated || !pool->grows_in_place || !pool->piece_size)
+  if (!keeps_served_sizes(pool))
     gpumem__size_set_close(&pool->served_sizes);
   if (status != GPUMEM_OK) {
     /* Only a failed initial growth can leave anything to give back: nothing was taken. */

@@ -287,6 +287,12 @@ typedef struct pool_resource {
   unsigned window_takes, window_waits;
 } pool_resource;
 
+/* Whether the pool keeps the sizes it serves: only the default's gate asks for them, and
+ * only where holes go back (growth in place, in pieces). */
+static inline bool keeps_served_sizes(const pool_resource *pool) {
+  return pool->holes_gated && pool->grows_in_place && pool->piece_size;
+}
+
 /* ---------------------------------------------------------------------------------------
  * Blocks
  * ------------------------------------------------------------------------------------- */

@@ -278,10 +278,10 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
    * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
-  bool dominant = size * 2 >= peak_live && size <= peak_live;
-  bool recurring = peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
-                   gpumem__size_set_contains(&pool->served_sizes, size);
-  if (pool->holes_gated && !dominant && !recurring)
+  bool opens = !pool->holes_gated || (size * 2 >= peak_live && size <= peak_live) ||
+               (peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
+                gpumem__size_set_contains(&pool->served_sizes, size));
+  if (!opens)
     return 0;
   if (live + size > peak_live)
     peak_live = live + size;

@@ -499,8 +499,7 @@ static bool check_regions_and_counters(walk *w) {
 /* The sizes served, kept only where the default's gate can release (pool.c). */
 static bool check_served_sizes(walk *w) {
   const pool_resource *pool = w->pool;
-  if (!pool->served_sizes.closed &&
-      (!pool->holes_gated || !pool->grows_in_place || !pool->piece_size))
+  if (!pool->served_sizes.closed && !keeps_served_sizes(pool))
     return complain(w, "the pool keeps the sizes it served, but its release of holes never "
                        "asks for them");
   char why[256];
