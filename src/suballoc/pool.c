@@ -646,6 +646,7 @@ static gpumem_status init_pool(pool_resource *pool, gpumem_resource *upstream,
     gpumem__free_index_init(&pool->fresh.open[r]);
     gpumem__free_index_init(&pool->fresh.sealed[r]);
   }
+  set_layout(pool, false, false);
   gpumem__pool_init_growth(pool, upstream, growth_rounding, fixed_block);
   gpumem__block_slab_init(&pool->slab);
   gpumem__counters_init(&pool->stats);

@@ -176,5 +176,5 @@ void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstre
   pool->piece_origin = base;
   pool->piece_size = upstream->caps.piece_size;
   pool->regions[GPUMEM__POOL_REGION_SMALL].base = base + size / 2 / granularity * granularity;
-  pool->split_regions = !fixed_block;
+  set_layout(pool, !fixed_block, pool->multi_stream);
 }

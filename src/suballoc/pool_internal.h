@@ -265,6 +265,11 @@ typedef struct pool_resource {
   bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
   region regions[GPUMEM__POOL_REGION_COUNT];
   bool split_regions; /* small requests have a region of their own (when growing in place) */
+  /* What split_regions and multi_stream decide on the hot paths, kept as limits so that each
+   * test is one compare (set_layout, pool_streams.c): requests under small_below go to the
+   * small region (0 without one); the cache keeps blocks under cache_below; frees go to it
+   * under cached_frees_below (cache_below while one stream uses the pool, then 0). */
+  size_t small_below, cache_below, cached_frees_below;
   gpumem__block_map live;
   gpumem__block_slab slab;
   gpumem__sorted chunks; /* of chunk, by address */
@@ -303,8 +308,7 @@ static inline region *region_of(pool_resource *pool, const gpumem__block *block)
 
 /* The region a request of `size` bytes is served from. */
 static inline size_t region_for(const pool_resource *pool, size_t size) {
-  return pool->split_regions && size < GPUMEM__POOL_SMALL_LIMIT ? GPUMEM__POOL_REGION_SMALL
-                                                                : GPUMEM__POOL_REGION_LARGE;
+  return size < pool->small_below ? GPUMEM__POOL_REGION_SMALL : GPUMEM__POOL_REGION_LARGE;
 }
 
 /* Cuts `block` at `offset`: it keeps the front, the returned new block the rest, in the
@@ -490,9 +494,19 @@ static inline size_t cache_limit(const pool_resource *pool) {
   return pool->split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT;
 }
 
-/* Whether a freed block of `set` may go to its cache rather than the free index. */
+/* Sets split_regions and the limits that follow from it and multi_stream. */
+static inline void set_layout(pool_resource *pool, bool split_regions, bool multi_stream) {
+  pool->split_regions = split_regions;
+  pool->multi_stream = multi_stream;
+  pool->small_below = split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0;
+  pool->cache_below = cache_limit(pool);
+  pool->cached_frees_below = multi_stream ? 0 : pool->cache_below;
+}
+
+/* Whether a freed block of `set` may go to its cache rather than the free index: only
+ * while one stream uses the pool (the others' frees are sealed). */
 static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return !pool->multi_stream && block->size < cache_limit(pool);
+  return block->size < pool->cached_frees_below;
 }
 
 /* Whether the cache of `set` has room for one more block. */
@@ -530,7 +544,7 @@ static inline gpumem__block *cache_pop(const pool_resource *pool, free_set *set,
   /* The pool's own limit, not the lists' (1 MiB): over vmm a request of 128 KiB to 1 MiB
    * then loads no list that is always empty and branches on none (3 to 5 cycles less an
    * operation on the random mixed workload, sim, one thread). */
-  if (size >= cache_limit(pool))
+  if (size >= pool->cache_below)
     return NULL;
   size_t c = cache_class(size);
   gpumem__block **link = &set->cached[c];

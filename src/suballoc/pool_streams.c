@@ -54,7 +54,7 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
   if (!pool->multi_stream && pool->set_count > 2) {
     /* The second stream: from now on every stream's frees get sealed, the others' first at
      * their next free. */
-    pool->multi_stream = true;
+    set_layout(pool, pool->split_regions, true);
     gpumem__pool_flush_caches(pool);
     for (size_t i = 1; i < pool->set_count; i++)
       pool->sets[i]->open_frees = GPUMEM__POOL_SEAL_EVERY - 1;

@@ -508,13 +508,28 @@ static bool check_served_sizes(walk *w) {
   return true;
 }
 
+/* The hot paths' limits say what split_regions and multi_stream say (set_layout). */
+static bool check_layout(walk *w) {
+  const pool_resource *pool = w->pool;
+  size_t small = pool->split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0, cache = cache_limit(pool);
+  size_t frees = pool->multi_stream ? 0 : cache;
+  if (pool->small_below != small || pool->cache_below != cache || pool->cached_frees_below != frees)
+    return complain(w,
+                    "the limits of the hot paths (small region under %zu, cache under %zu, "
+                    "frees cached under %zu) are not those of its layout (%zu, %zu, %zu)",
+                    pool->small_below, pool->cache_below, pool->cached_frees_below, small, cache,
+                    frees);
+  return true;
+}
+
 static gpumem_status validate_locked(pool_resource *pool) {
   walk w = {.pool = pool};
   bool ok = gather(&w);
   if (ok) {
     if (w.count) /* no array at all when the pool holds nothing */
       qsort(w.blocks, w.count, sizeof *w.blocks, by_address);
-    ok = check_tiling(&w) && check_regions_and_counters(&w) && check_served_sizes(&w);
+    ok = check_layout(&w) && check_tiling(&w) && check_regions_and_counters(&w) &&
+         check_served_sizes(&w);
   }
   free(w.blocks);
   if (!ok && !w.no_memory)
