@@ -74,6 +74,10 @@ typedef struct gpumem__biased_lock {
   atomic_uchar inside[GPUMEM__BIAS_SLOTS];  /* per slot: its thread is in through the bias */
   atomic_uchar revoked[GPUMEM__BIAS_SLOTS]; /* per slot: set from its revocation to its bias */
   uint64_t biased_takes; /* by the owner, through the bias that holds; read once it is out */
+  /* The slot of the owner inside through its bias, plus one; 0 while the holder (if any)
+   * took the shared lock. Written only by the thread inside, so that the release needs
+   * neither the owner word nor the thread's token. */
+  unsigned char entered_slot;
   /* Under the shared lock: */
   uintptr_t slot_tokens[GPUMEM__BIAS_SLOTS]; /* the thread of each slot; 0: free */
   uintptr_t run_token;                       /* the thread that took it last */
@@ -139,6 +143,7 @@ static inline bool gpumem__biased_lock_enter_as(gpumem__biased_lock *lock, uintp
   atomic_signal_fence(memory_order_seq_cst);
   if (__builtin_expect(!atomic_load_explicit(&lock->revoked[slot], memory_order_acquire), 1)) {
     lock->biased_takes++;
+    lock->entered_slot = (unsigned char)(slot + 1);
     return true;
   }
   atomic_store_explicit(&lock->inside[slot], 0, memory_order_release);
@@ -173,11 +178,12 @@ static inline bool gpumem__biased_lock_held(gpumem__biased_lock *lock) {
 }
 
 static inline void gpumem__biased_lock_release(gpumem__biased_lock *lock) {
-  /* A thread writes only its own slot's flag, and the owner word stays until the owner is
-   * out (the revoker waits for it): set here, the flag is this thread's. */
-  int slot = gpumem__biased_lock_my_slot(lock);
-  if (slot >= 0 && atomic_load_explicit(&lock->inside[slot], memory_order_relaxed)) {
-    atomic_store_explicit(&lock->inside[slot], 0, memory_order_release);
+  /* Set, the slot is the calling thread's: only the owner inside sets it, and nobody else
+   * enters before its flag is down (the revoker waits for it), after the slot is cleared. */
+  unsigned entered = lock->entered_slot;
+  if (entered) {
+    lock->entered_slot = 0;
+    atomic_store_explicit(&lock->inside[entered - 1], 0, memory_order_release);
     return;
   }
   if (atomic_exchange_explicit(&lock->locked, GPUMEM__UNLOCKED, memory_order_release) ==
