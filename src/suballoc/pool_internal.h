@@ -32,7 +32,7 @@
 
 /* The cache holds blocks under its limit in one list per class of the free index (a power of
  * two cut in 16: exact sizes under 8 KiB, within 1/16 above), up to GPUMEM__POOL_CACHE_MAX of
- * them. Where the pool grows in place the limit is the small region's (cache_limit()): keeping
+ * them. Where the pool grows in place the limit is the small region's (limits_of()): keeping
  * larger blocks whole as well moved large placements enough to cost 2 to 4 % more memory on real
  * traces, and a cached block of the large region never makes room there. */
 #define GPUMEM__POOL_CACHE_LIMIT ((size_t)1 << 20)
@@ -244,6 +244,21 @@ typedef struct pool_fronts {
   pool_return *spares, *made;
 } pool_fronts;
 
+/* What split_regions and multi_stream decide on the hot paths, kept as limits so that each
+ * test is one compare: requests under small_below go to the small region (0 without one);
+ * the cache keeps blocks under cache_below, the small region's limit where the pool keeps
+ * one (GPUMEM__POOL_CACHE_LIMIT says why); frees go to it under cached_frees_below
+ * (cache_below while one stream uses the pool, then 0: the others' frees are sealed). */
+typedef struct pool_limits {
+  size_t small_below, cache_below, cached_frees_below;
+} pool_limits;
+
+static inline pool_limits limits_of(bool split_regions, bool multi_stream) {
+  size_t cache = split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT;
+  return (pool_limits){split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0, cache,
+                       multi_stream ? 0 : cache};
+}
+
 typedef struct pool_resource {
   gpumem_resource header;
   gpumem__biased_lock lock;
@@ -265,11 +280,7 @@ typedef struct pool_resource {
   bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
   region regions[GPUMEM__POOL_REGION_COUNT];
   bool split_regions; /* small requests have a region of their own (when growing in place) */
-  /* What split_regions and multi_stream decide on the hot paths, kept as limits so that each
-   * test is one compare (set_layout, pool_streams.c): requests under small_below go to the
-   * small region (0 without one); the cache keeps blocks under cache_below; frees go to it
-   * under cached_frees_below (cache_below while one stream uses the pool, then 0). */
-  size_t small_below, cache_below, cached_frees_below;
+  pool_limits limits; /* limits_of(split_regions, multi_stream), kept by set_layout */
   gpumem__block_map live;
   gpumem__block_slab slab;
   gpumem__sorted chunks; /* of chunk, by address */
@@ -308,7 +319,7 @@ static inline region *region_of(pool_resource *pool, const gpumem__block *block)
 
 /* The region a request of `size` bytes is served from. */
 static inline size_t region_for(const pool_resource *pool, size_t size) {
-  return size < pool->small_below ? GPUMEM__POOL_REGION_SMALL : GPUMEM__POOL_REGION_LARGE;
+  return size < pool->limits.small_below ? GPUMEM__POOL_REGION_SMALL : GPUMEM__POOL_REGION_LARGE;
 }
 
 /* Cuts `block` at `offset`: it keeps the front, the returned new block the rest, in the
@@ -488,25 +499,16 @@ static inline size_t cache_class(size_t size) {
   return gpumem__class_index(size >> GPUMEM__BLOCK_UNIT_SHIFT);
 }
 
-/* The cache keeps blocks under this: the small region's limit where the pool keeps one
- * (GPUMEM__POOL_CACHE_LIMIT says why). */
-static inline size_t cache_limit(const pool_resource *pool) {
-  return pool->split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT;
-}
-
-/* Sets split_regions and the limits that follow from it and multi_stream. */
+/* Sets split_regions and multi_stream, and the limits that follow from them. */
 static inline void set_layout(pool_resource *pool, bool split_regions, bool multi_stream) {
   pool->split_regions = split_regions;
   pool->multi_stream = multi_stream;
-  pool->small_below = split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0;
-  pool->cache_below = cache_limit(pool);
-  pool->cached_frees_below = multi_stream ? 0 : pool->cache_below;
+  pool->limits = limits_of(split_regions, multi_stream);
 }
 
-/* Whether a freed block of `set` may go to its cache rather than the free index: only
- * while one stream uses the pool (the others' frees are sealed). */
+/* Whether a freed block of `set` may go to its cache rather than the free index. */
 static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return block->size < pool->cached_frees_below;
+  return block->size < pool->limits.cached_frees_below;
 }
 
 /* Whether the cache of `set` has room for one more block. */
@@ -544,7 +546,7 @@ static inline gpumem__block *cache_pop(const pool_resource *pool, free_set *set,
   /* The pool's own limit, not the lists' (1 MiB): over vmm a request of 128 KiB to 1 MiB
    * then loads no list that is always empty and branches on none (3 to 5 cycles less an
    * operation on the random mixed workload, sim, one thread). */
-  if (size >= pool->cache_below)
+  if (size >= pool->limits.cache_below)
     return NULL;
   size_t c = cache_class(size);
   gpumem__block **link = &set->cached[c];

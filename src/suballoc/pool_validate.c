@@ -510,15 +510,15 @@ static bool check_served_sizes(walk *w) {
 
 /* The hot paths' limits say what split_regions and multi_stream say (set_layout). */
 static bool check_layout(walk *w) {
-  const pool_resource *pool = w->pool;
-  size_t small = pool->split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0, cache = cache_limit(pool);
-  size_t frees = pool->multi_stream ? 0 : cache;
-  if (pool->small_below != small || pool->cache_below != cache || pool->cached_frees_below != frees)
+  pool_limits have = w->pool->limits,
+              want = limits_of(w->pool->split_regions, w->pool->multi_stream);
+  if (have.small_below != want.small_below || have.cache_below != want.cache_below ||
+      have.cached_frees_below != want.cached_frees_below)
     return complain(w,
                     "the limits of the hot paths (small region under %zu, cache under %zu, "
                     "frees cached under %zu) are not those of its layout (%zu, %zu, %zu)",
-                    pool->small_below, pool->cache_below, pool->cached_frees_below, small, cache,
-                    frees);
+                    have.small_below, have.cache_below, have.cached_frees_below, want.small_below,
+                    want.cache_below, want.cached_frees_below);
   return true;
 }
 
