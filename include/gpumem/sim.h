@@ -14,12 +14,14 @@
  * the simulation checks whether work on another stream A that touches those bytes is still
  * pending and B has not been made to wait for it (an event recorded on A after that work
  * and waited on by B). On a GPU that would be a silent data race; here it is counted,
- * described on stderr, and (GPUMEM_SIM_HAZARD=abort) aborts.
+ * described on stderr, and (GPUMEM_SIM_HAZARD=abort) aborts. GPUMEM_SIM_HAZARD=off checks
+ * nothing, as a GPU does: the front end's path is then the one it takes on a GPU (what the
+ * benchmarks time, and what the tests of that path run).
  *
  * Environment (read at initialization): GPUMEM_SIM_DEVICES (default 2), GPUMEM_SIM_MEMORY
  * (bytes per device, default 8GiB), GPUMEM_SIM_PAGEABLE (0/1: pageable memory access,
  * default 1), GPUMEM_SIM_VMM (0/1: virtual memory management, default 1),
- * GPUMEM_SIM_HAZARD (count|abort, default count), GPUMEM_SIM_MANAGED_POOLS (0/1: default
+ * GPUMEM_SIM_HAZARD (count|abort|off, default count), GPUMEM_SIM_MANAGED_POOLS (0/1: default
  * pools of managed memory, as CUDA 13 drivers have; default 1).
  *
  * Every function here returns GPUMEM_ERR_UNSUPPORTED when the simulated device is not the

@@ -15,6 +15,11 @@ static inline gpumem_status gpumem__allocation_failed(const gpumem_resource *mr,
                                             : status;
 }
 
+/* Whether a block leaving the front end is heard of (gpumem__hand_out). */
+static inline bool gpumem__hand_out_heard(const gpumem_resource *mr) {
+  return mr->dev->note_handout != NULL || gpumem__annotating();
+}
+
 /* A block leaves the front end: the simulated device checks it for cross-stream hazards,
  * and a CUDA tool that reads annotations hears of it. */
 static inline void gpumem__hand_out(gpumem_resource *mr, void *block, size_t bytes,

@@ -466,7 +466,7 @@ typedef enum gpumem__option {
   GPUMEM__OPT_SIM_MEMORY,   /* GPUMEM_SIM_MEMORY */
   GPUMEM__OPT_SIM_PAGEABLE, /* GPUMEM_SIM_PAGEABLE */
   GPUMEM__OPT_SIM_VMM,      /* GPUMEM_SIM_VMM */
-  GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort */
+  GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort | off */
   /* GPUMEM_SIM_MANAGED_POOLS */
   GPUMEM__OPT_SIM_MANAGED_POOLS,
   GPUMEM__OPT_DEBUG,       /* GPUMEM_DEBUG: 0 to 3, up to the compiled level */

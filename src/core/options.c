@@ -37,7 +37,7 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
     [GPUMEM__OPT_SIM_VMM] = {"GPUMEM_SIM_VMM", "1",
                              "simulated devices support virtual memory management"},
     [GPUMEM__OPT_SIM_HAZARD] = {"GPUMEM_SIM_HAZARD", "count",
-                                "on a cross-stream hazard: count | abort"},
+                                "on a cross-stream hazard: count | abort | off (no check)"},
     [GPUMEM__OPT_SIM_MANAGED_POOLS] = {"GPUMEM_SIM_MANAGED_POOLS", "1",
                                        "simulated devices have pools of managed memory"},
     [GPUMEM__OPT_DEBUG] = {"GPUMEM_DEBUG", GPUMEM__DEBUG_DEFAULT_TEXT,

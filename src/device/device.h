@@ -158,7 +158,7 @@ gpumem_status gpumem__check_stream(const gpumem__device_ops *dev, int device, gp
 
 /* The backends. */
 extern const gpumem__device_ops gpumem__cuda_device_ops;
-extern const gpumem__device_ops gpumem__sim_device_ops;
+extern gpumem__device_ops gpumem__sim_device_ops; /* its note_handout set by sim's init */
 
 /* Initialization of each backend: called once by gpumem__device_get. The cuda backend
  * loads the driver; sim reads its configuration. */

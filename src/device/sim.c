@@ -140,7 +140,7 @@ bool gpumem__sim_clock_raise(sim_index *clock, uint64_t stream_id, uint64_t seq)
 typedef struct sim_settings {
   int devices;
   uint64_t memory;
-  bool pageable_access, vmm_supported, abort_on_hazard, managed_pools;
+  bool pageable_access, vmm_supported, abort_on_hazard, check_hazards, managed_pools;
 } sim_settings;
 
 /* Reads an environment option as a number; `fallback` when unset. */
@@ -224,15 +224,20 @@ static gpumem_status settings_switch(bool config_off, gpumem__option option, con
 
 static gpumem_status settings_hazard(const gpumem_sim_config *config, sim_settings *out) {
   const char *text = gpumem__option_string(GPUMEM__OPT_SIM_HAZARD);
+  out->check_hazards = true;
   if (config && config->abort_on_hazard) {
     out->abort_on_hazard = true;
   } else if (!text || strcmp(text, "count") == 0) {
     out->abort_on_hazard = false;
   } else if (strcmp(text, "abort") == 0) {
     out->abort_on_hazard = true;
+  } else if (strcmp(text, "off") == 0) {
+    out->abort_on_hazard = false;
+    out->check_hazards = false;
   } else {
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "simulated device: GPUMEM_SIM_HAZARD=%s; expected 'count' or 'abort'",
+                        "simulated device: GPUMEM_SIM_HAZARD=%s; expected 'count', 'abort' or "
+                        "'off'",
                         text);
   }
   return GPUMEM_OK;
@@ -284,6 +289,8 @@ gpumem_status gpumem__sim_device_init(const gpumem_sim_config *config) {
   gpumem__sim.vmm_supported = settings.vmm_supported;
   gpumem__sim.managed_pools = settings.managed_pools;
   gpumem__sim.abort_on_hazard = settings.abort_on_hazard;
+  /* No resource exists yet: the front end reads the hook from here on. */
+  gpumem__sim_device_ops.note_handout = settings.check_hazards ? gpumem__sim_note_handout : NULL;
   gpumem__sim.next_stream_id = 1;
   gpumem__sim.next_vmm_handle = 1;
   status = create_default_streams(settings.devices);
@@ -496,7 +503,8 @@ gpumem_status gpumem_sim_managed_used(int device, uint64_t *bytes) {
  * The table
  * ------------------------------------------------------------------------------------- */
 
-const gpumem__device_ops gpumem__sim_device_ops = {
+/* Not const: initialization leaves out the hand-out hook when hazards are not checked. */
+gpumem__device_ops gpumem__sim_device_ops = {
     .name = "sim",
     .device_count = sim_device_count,
     .device_name = sim_device_name,
