@@ -1,7 +1,8 @@
-/* front_map.c: the cold parts of a thread front's live map (front_map.h): making it,
- * growing it, freeing it, and checking it. */
+/* front_map.c: the cold parts of a thread front's live map (front_map.h): a lookup that met
+ * a writer, making the map, growing it, freeing it, and checking it. */
 #include "suballoc/front_map.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,6 +15,18 @@ static front_table *new_table(unsigned log2) {
     t->shift = 64 - log2;
   }
   return t;
+}
+
+gpumem__block *gpumem__front_map_lookup_again(const front_map *map, uintptr_t addr) {
+  gpumem__block *found;
+  for (unsigned spins = 0; !gpumem__front_map_read(map, addr, &found); spins++) {
+    /* A writer mid-change: a few stores, unless it was preempted. */
+    if (spins < 64)
+      gpumem__cpu_relax();
+    else
+      sched_yield();
+  }
+  return found;
 }
 
 bool gpumem__front_map_init(front_map *map) {

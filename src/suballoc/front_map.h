@@ -22,8 +22,6 @@
 #include "core/biased_lock.h"
 #include "suballoc/block.h"
 
-#include <sched.h>
-
 typedef struct front_map_slot {
   _Atomic uintptr_t addr; /* 0: empty */
   gpumem__block *_Atomic block;
@@ -147,37 +145,45 @@ static inline gpumem__block *gpumem__front_map_take(front_map *map, uintptr_t ad
   return found;
 }
 
+/* One reading of the block at addr (NULL when absent) for gpumem__front_map_lookup; false
+ * when a writer was mid-change or changed the map meanwhile, and the reading counts for
+ * nothing. */
+static inline bool gpumem__front_map_read(const front_map *map, uintptr_t addr,
+                                          gpumem__block **found) {
+  unsigned seq = atomic_load_explicit(&map->seq, memory_order_acquire);
+  if (seq & 1)
+    return false;
+  *found = NULL;
+  front_table *t = gpumem__front_map_table(map);
+  if (t) {
+    size_t i = gpumem__front_map_home(t, addr);
+    /* At most the table's size: a torn view may have no empty slot. */
+    for (size_t n = 0; n <= t->mask; n++, i = (i + 1) & t->mask) {
+      uintptr_t at = gpumem__front_slot_addr(&t->slots[i]);
+      if (!at)
+        break;
+      if (at == addr) {
+        *found = atomic_load_explicit(&t->slots[i].block, memory_order_relaxed);
+        break;
+      }
+    }
+  }
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(&map->seq, memory_order_relaxed) == seq;
+}
+
+/* gpumem__front_map_lookup's readings after a first one that a writer spoiled: spins, then
+ * yields to a writer that was preempted. Out of line, so that the lookup's callers, the
+ * fronts' frees, keep no registers for its call. */
+gpumem__block *gpumem__front_map_lookup_again(const front_map *map, uintptr_t addr);
+
 /* The block at addr, NULL when absent: a reader's view, under no lock, as the map was at
  * some moment of the call. */
 static inline gpumem__block *gpumem__front_map_lookup(const front_map *map, uintptr_t addr) {
-  for (unsigned spins = 0;; spins++) {
-    unsigned seq = atomic_load_explicit(&map->seq, memory_order_acquire);
-    if (seq & 1) { /* a writer mid-change: a few stores, unless it was preempted */
-      if (spins < 64)
-        gpumem__cpu_relax();
-      else
-        sched_yield();
-      continue;
-    }
-    gpumem__block *found = NULL;
-    front_table *t = gpumem__front_map_table(map);
-    if (t) {
-      size_t i = gpumem__front_map_home(t, addr);
-      /* At most the table's size: a torn view may have no empty slot. */
-      for (size_t n = 0; n <= t->mask; n++, i = (i + 1) & t->mask) {
-        uintptr_t at = gpumem__front_slot_addr(&t->slots[i]);
-        if (!at)
-          break;
-        if (at == addr) {
-          found = atomic_load_explicit(&t->slots[i].block, memory_order_relaxed);
-          break;
-        }
-      }
-    }
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&map->seq, memory_order_relaxed) == seq)
-      return found;
-  }
+  gpumem__block *found;
+  if (GPUMEM_LIKELY(gpumem__front_map_read(map, addr, &found)))
+    return found;
+  return gpumem__front_map_lookup_again(map, addr);
 }
 
 #endif /* GPUMEM_SUBALLOC_FRONT_MAP_H */

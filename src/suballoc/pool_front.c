@@ -784,7 +784,8 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   if (GPUMEM_UNLIKELY(slot < 0))
     return false;
   pool_front *f = &fronts->fronts[slot];
-  size_t size = front_size(bytes), c = gpumem__pool_front_class(size);
+  /* The class of the request's units: the class of its carved size, the class's top. */
+  size_t c = gpumem__pool_front_class(gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
   gpumem__block *block = NULL;
   bump(&f->ops);
   spin_lock(&f->lock);
@@ -793,7 +794,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
           (!(block = front_pop(f, c)) && !(block = pop_returned(pool, fronts, f, c))))) {
     spin_unlock(&f->lock);
     *status = GPUMEM_OK;
-    bool served = refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr);
+    bool served = refill_and_allocate(pool, fronts, f, bytes, front_size(bytes), stream, ptr);
     if (!served)
       bump(&f->pool_locks); /* the caller's locked path */
     return served;
@@ -804,7 +805,7 @@ bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_
   bool over = f->bytes > HOLD_BYTES; /* only after blocks came back */
   spin_unlock(&f->lock);
   if (GPUMEM_UNLIKELY(over))
-    give_back_batch(pool, f, size);
+    give_back_batch(pool, f, front_size(bytes));
   *status = GPUMEM_OK;
   return true;
 }
@@ -900,7 +901,13 @@ static inline gpumem__block *absorb_free(pool_resource *pool, pool_fronts *front
     }
     return block;
   }
-  return absorb_foreign(pool, fronts, f, ptr, bytes, status, size, over);
+  /* Its own outputs, so that the common case's stay in registers. */
+  size_t foreign_size = 0;
+  bool foreign_over = false;
+  block = absorb_foreign(pool, fronts, f, ptr, bytes, status, &foreign_size, &foreign_over);
+  *size = foreign_size;
+  *over = foreign_over;
+  return block;
 }
 
 /* The front cannot take the block as it is (bound to another stream, to none, or full):
