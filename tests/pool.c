@@ -1144,6 +1144,7 @@ static void *fill_front(void *arg) {
                (uint64_t)front_blocks * front_block_bytes);
   CHECK_EQ(gpumem_deallocate(front_pool, held[0], front_block_bytes + 1, front_stream),
            GPUMEM_ERR_MISUSE); /* a wrong size changes nothing */
+  CHECK_CONTAINS(gpumem_last_error_message(), "with 16385 bytes, but it was allocated with 16384");
   for (int i = 0; i < front_blocks; i++)
     CHECK_OK(gpumem_deallocate(front_pool, held[i], front_block_bytes, front_stream));
   CHECK_EQ(gpumem_deallocate(front_pool, held[0], front_block_bytes, front_stream),

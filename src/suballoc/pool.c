@@ -393,19 +393,29 @@ static inline void take_shared(pool_resource *pool, bool fronts_made) {
     note_thread(pool, waited);
 }
 
+/* Allocation under the shared lock: a pool without fronts, or a request no front serves. */
+GPUMEM_NOINLINE static gpumem_status allocate_locked(pool_resource *pool, size_t bytes,
+                                                     size_t alignment, gpumem_stream stream,
+                                                     void **ptr, bool fronts_made) {
+  take_shared(pool, fronts_made);
+  return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
+}
+
+gpumem_status gpumem__pool_allocate_locked(pool_resource *pool, size_t bytes, gpumem_stream stream,
+                                           void **ptr) {
+  return allocate_locked(pool, bytes, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr, true);
+}
+
 /* Pools shared between threads (or where locks cannot be biased) take this path always:
  * through the calling thread's front (pool_front.c) once threads met at the lock, else under
- * the shared lock. */
+ * the shared lock. Each way is a tail call, so that this saves no registers. */
 GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
                                                      size_t alignment, gpumem_stream stream,
                                                      void **ptr) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
-  gpumem_status status;
-  if (fronts && alignment == GPUMEM_DEFAULT_ALIGNMENT && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT &&
-      gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr, &status))
-    return status;
-  take_shared(pool, fronts != NULL);
-  return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
+  if (fronts && alignment == GPUMEM_DEFAULT_ALIGNMENT && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT)
+    return gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr);
+  return allocate_locked(pool, bytes, alignment, stream, ptr, fronts != NULL);
 }
 
 static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t alignment,
@@ -506,14 +516,26 @@ static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *pt
   return GPUMEM_OK;
 }
 
+/* A free under the shared lock: a pool without fronts, or a block no front handed out. */
+GPUMEM_NOINLINE static gpumem_status deallocate_locked(pool_resource *pool, void *ptr, size_t bytes,
+                                                       gpumem_stream stream, bool *owned,
+                                                       bool fronts_made) {
+  take_shared(pool, fronts_made);
+  return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
+}
+
+gpumem_status gpumem__pool_deallocate_locked(pool_resource *pool, void *ptr, size_t bytes,
+                                             gpumem_stream stream, bool *owned) {
+  return deallocate_locked(pool, ptr, bytes, stream, owned, true);
+}
+
+/* As allocate_shared: through the fronts once made, each way a tail call. */
 GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
                                                        gpumem_stream stream, bool *owned) {
   pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
-  gpumem_status status;
-  if (fronts && gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned, &status))
-    return status;
-  take_shared(pool, fronts != NULL);
-  return deallocate_then_unlock(pool, ptr, bytes, stream, owned);
+  if (fronts && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT)
+    return gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned);
+  return deallocate_locked(pool, ptr, bytes, stream, owned, fronts != NULL);
 }
 
 /* Frees ptr. When the pool does not own it: with `owned`, *owned = false and GPUMEM_OK

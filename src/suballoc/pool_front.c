@@ -249,13 +249,15 @@ static gpumem__block *find_mapped(pool_fronts *fronts, pool_front *self, uintptr
 
 /* Claims a mapped block for a free of `bytes` at `ptr`: its requested size to 0 at once, so
  * that of two frees of one block only one wins; it stays mapped. NULL when it is not live
- * (*status OK: the caller's locked path names the double free), or on misuse (*status,
- * allocated with another size: it stays live). A program that frees one pointer twice at
- * once, from two threads, may find the block struct already reused for another block: the
- * address is checked before and after, so such a free claims nothing at another address. */
-static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpumem_status *status) {
+ * (*held 0: the locked way names the double free), or when it was allocated with another
+ * size (*held that size: it stays live, and the free is a misuse). A program that frees one
+ * pointer twice at once, from two threads, may find the block struct already reused for
+ * another block: the address is checked before and after, so such a free claims nothing at
+ * another address. */
+static inline gpumem__block *try_claim(gpumem__block *block, void *ptr, size_t bytes,
+                                       size_t *held) {
   size_t requested = bytes;
-  *status = GPUMEM_OK;
+  *held = 0;
   if (__atomic_load_n(&block->addr, __ATOMIC_RELAXED) != (uintptr_t)ptr)
     return NULL;
   if (__atomic_compare_exchange_n(&block->requested, &requested, 0, false, __ATOMIC_ACQ_REL,
@@ -265,12 +267,25 @@ static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpume
     __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED); /* another's: as it was */
     return NULL;
   }
-  if (requested)
-    *status = gpumem__fail(GPUMEM_ERR_MISUSE,
-                           "deallocate of %p from a pool with %zu bytes, but it was allocated "
-                           "with %zu bytes",
-                           ptr, bytes, requested);
+  *held = requested; /* 0: not live */
   return NULL;
+}
+
+/* The misuse of a free with `bytes` of a block allocated with `held` bytes. */
+GPUMEM_COLD static gpumem_status refuse_claim(void *ptr, size_t bytes, size_t held) {
+  return gpumem__fail(GPUMEM_ERR_MISUSE,
+                      "deallocate of %p from a pool with %zu bytes, but it was allocated with %zu "
+                      "bytes",
+                      ptr, bytes, held);
+}
+
+/* try_claim with its refusal: *status the misuse where the block is live with another size,
+ * else GPUMEM_OK. */
+static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpumem_status *status) {
+  size_t held;
+  block = try_claim(block, ptr, bytes, &held);
+  *status = held ? refuse_claim(ptr, bytes, held) : GPUMEM_OK;
+  return block;
 }
 
 /* Takes a block that leaves the fronts out of the maps holding it (under the map's lock, a
@@ -652,7 +667,7 @@ gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_quer
  * Allocate
  * ------------------------------------------------------------------------------------- */
 
-static void give_back_batch(pool_resource *pool, pool_front *f, size_t size);
+static gpumem_status give_back_batch(pool_resource *pool, pool_front *f, size_t size);
 
 /* Makes room in every map of front `f` for `extra` more blocks, so that a refill files its
  * batch after the pool's lock is released, where a failure could no longer give the blocks
@@ -778,36 +793,56 @@ GPUMEM_NOINLINE static gpumem__block *pop_returned(pool_resource *pool, pool_fro
   return front_pop(f, c);
 }
 
-bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
-                                 gpumem_stream stream, void **ptr, gpumem_status *status) {
-  int slot = gpumem__thread_slot(&fronts->slots);
-  if (GPUMEM_UNLIKELY(slot < 0))
-    return false;
-  pool_front *f = &fronts->fronts[slot];
-  /* The class of the request's units: the class of its carved size, the class's top. */
-  size_t c = gpumem__pool_front_class(gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
-  gpumem__block *block = NULL;
-  bump(&f->ops);
-  spin_lock(&f->lock);
-  if (GPUMEM_UNLIKELY(
-          !f->set || f->stream != stream ||
-          (!(block = front_pop(f, c)) && !(block = pop_returned(pool, fronts, f, c))))) {
-    spin_unlock(&f->lock);
-    *status = GPUMEM_OK;
-    bool served = refill_and_allocate(pool, fronts, f, bytes, front_size(bytes), stream, ptr);
-    if (!served)
-      bump(&f->pool_locks); /* the caller's locked path */
-    return served;
-  }
+/* Hands `block`, popped from front `f`'s lists, out for `bytes` at *ptr and releases the
+ * front's lock; returns whether the front holds more than it keeps now. */
+static inline bool hand_out_then_unlock(pool_front *f, gpumem__block *block, size_t bytes,
+                                        void **ptr) {
   __atomic_store_n(&block->requested, bytes, __ATOMIC_RELAXED); /* it stays mapped */
   front_count(f, (int64_t)bytes, 1);
   *ptr = (void *)block->addr;
   bool over = f->bytes > HOLD_BYTES; /* only after blocks came back */
   spin_unlock(&f->lock);
-  if (GPUMEM_UNLIKELY(over))
-    give_back_batch(pool, f, front_size(bytes));
-  *status = GPUMEM_OK;
-  return true;
+  return over;
+}
+
+/* A request of class `c` that front `f`'s lists could not serve: a block other threads
+ * returned to it, else a refill under the pool's lock, else the pool's locked way. */
+GPUMEM_NOINLINE static gpumem_status allocate_missed(pool_resource *pool, pool_fronts *fronts,
+                                                     pool_front *f, size_t bytes, size_t c,
+                                                     gpumem_stream stream, void **ptr) {
+  spin_lock(&f->lock);
+  gpumem__block *block = NULL;
+  if (f->set && f->stream == stream &&
+      ((block = front_pop(f, c)) || (block = pop_returned(pool, fronts, f, c)))) {
+    if (hand_out_then_unlock(f, block, bytes, ptr))
+      give_back_batch(pool, f, front_size(bytes));
+    return GPUMEM_OK;
+  }
+  spin_unlock(&f->lock);
+  if (refill_and_allocate(pool, fronts, f, bytes, front_size(bytes), stream, ptr))
+    return GPUMEM_OK;
+  bump(&f->pool_locks);
+  return gpumem__pool_allocate_locked(pool, bytes, stream, ptr);
+}
+
+gpumem_status gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
+                                          gpumem_stream stream, void **ptr) {
+  int slot = gpumem__thread_slot(&fronts->slots);
+  if (GPUMEM_UNLIKELY(slot < 0))
+    return gpumem__pool_allocate_locked(pool, bytes, stream, ptr);
+  pool_front *f = &fronts->fronts[slot];
+  /* The class of the request's units: the class of its carved size, the class's top. */
+  size_t c = gpumem__pool_front_class(gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
+  gpumem__block *block;
+  bump(&f->ops);
+  spin_lock(&f->lock);
+  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream || !(block = front_pop(f, c)))) {
+    spin_unlock(&f->lock);
+    return allocate_missed(pool, fronts, f, bytes, c, stream, ptr);
+  }
+  if (GPUMEM_UNLIKELY(hand_out_then_unlock(f, block, bytes, ptr)))
+    return give_back_batch(pool, f, front_size(bytes));
+  return GPUMEM_OK;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -820,17 +855,29 @@ static bool is_front_live(pool_fronts *fronts, pool_front *self, void *ptr) {
   return block && __atomic_load_n(&block->requested, __ATOMIC_RELAXED) != 0;
 }
 
+/* The end of a free that the fronts `handled` (with `status`), or else the pool's locked way. */
+static inline gpumem_status free_done(pool_resource *pool, void *ptr, size_t bytes,
+                                      gpumem_stream stream, bool *owned, bool handled,
+                                      gpumem_status status) {
+  if (!handled)
+    return gpumem__pool_deallocate_locked(pool, ptr, bytes, stream, owned);
+  if (owned)
+    *owned = true;
+  return status;
+}
+
 /* A thread past the slots' count: the block goes straight to its stream's set. */
-GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts, void *ptr,
-                                       size_t bytes, gpumem_stream stream, gpumem_status *status) {
+GPUMEM_COLD static gpumem_status free_unslotted(pool_resource *pool, pool_fronts *fronts, void *ptr,
+                                                size_t bytes, gpumem_stream stream, bool *owned) {
   if (!is_front_live(fronts, NULL, ptr))
-    return false;
+    return free_done(pool, ptr, bytes, stream, owned, false, GPUMEM_OK);
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
   gpumem__block *block = NULL;
-  bool handled = (*status = set_for(pool, stream, &set)) != GPUMEM_OK;
+  gpumem_status status = set_for(pool, stream, &set);
+  bool handled = status != GPUMEM_OK;
   if (!handled && (block = find_mapped(fronts, NULL, (uintptr_t)ptr, true)) &&
-      (block = claim(block, ptr, bytes, status))) {
+      (block = claim(block, ptr, bytes, &status))) {
     atomic_fetch_sub_explicit(&fronts->unslotted_live_bytes, (int64_t)bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
     forget(block);
@@ -839,13 +886,17 @@ GPUMEM_COLD static bool free_unslotted(pool_resource *pool, pool_fronts *fronts,
     gpumem__pool_seal_if_due(pool, set);
   }
   gpumem__biased_lock_release(&pool->lock);
-  return handled || block || *status != GPUMEM_OK; /* else freed meanwhile */
+  /* Else freed meanwhile: the locked way says so. */
+  return free_done(pool, ptr, bytes, stream, owned, handled || block || status != GPUMEM_OK,
+                   status);
 }
 
 /* A list of the front grew past two batches: one batch goes back to the front's set, in
  * this call on its stream (which may seal it); and when the front holds over HOLD_BYTES,
- * half of every list, the largest classes first, until it holds half of that. */
-GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, size_t size) {
+ * half of every list, the largest classes first, until it holds half of that. Returns
+ * GPUMEM_OK, the status of the call that asks, so that the call ends with it. */
+GPUMEM_NOINLINE static gpumem_status give_back_batch(pool_resource *pool, pool_front *f,
+                                                     size_t size) {
   bump(&f->give_backs);
   uint64_t taken = take_pool(pool, f);
   spin_lock(&f->lock);
@@ -861,6 +912,7 @@ GPUMEM_NOINLINE static void give_back_batch(pool_resource *pool, pool_front *f, 
   if (set)
     gpumem__pool_seal_if_due(pool, set);
   release_pool(pool, f, taken);
+  return GPUMEM_OK;
 }
 
 /* A free of a block another front's maps hold into front `f` (its lock held, bound): looked
@@ -881,64 +933,80 @@ GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_f
   return block;
 }
 
-/* A free of `ptr` into front `f` (its lock held): a block of f's maps into its list (it
- * stays mapped: the next allocation of it writes no map); another front's, into its return
- * batch for that front (absorb_foreign); counted. NULL when no front handed it out or on
- * misuse (*status). *size: the block's size, read now, since a drain may merge it once the
- * lock is free; *over: `f` holds more than it keeps, and its caller gives a batch of that
- * size back. */
-static inline gpumem__block *absorb_free(pool_resource *pool, pool_fronts *fronts, pool_front *f,
-                                         void *ptr, size_t bytes, gpumem_status *status,
-                                         size_t *size, bool *over) {
-  gpumem__block *block = mapped_in(f, (uintptr_t)ptr);
-  *over = false;
-  *size = 0;
-  if (GPUMEM_LIKELY(block)) {
-    if ((block = claim(block, ptr, bytes, status)) != NULL) {
-      *size = block->size;
-      front_count(f, -(int64_t)bytes, -1);
-      *over = front_push(f, block);
-    }
-    return block;
+/* A free that front `f` (its lock held, bound to the call's stream) did not claim from its
+ * own maps (`mine`: the block they hold at `ptr`, NULL when none; `held` as try_claim says):
+ * another front's block goes into f's return batch for it (absorb_foreign); a block of f
+ * live with another size is a misuse; anything else goes the pool's locked way (a block not
+ * live, which it names; a block no front holds). Releases f's lock. */
+GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *pool,
+                                                                pool_fronts *fronts, pool_front *f,
+                                                                void *ptr, size_t bytes,
+                                                                gpumem_stream stream, bool *owned,
+                                                                gpumem__block *mine, size_t held) {
+  if (mine) {
+    spin_unlock(&f->lock);
+    return free_done(pool, ptr, bytes, stream, owned, held != 0,
+                     held ? refuse_claim(ptr, bytes, held) : GPUMEM_OK);
   }
-  /* Its own outputs, so that the common case's stay in registers. */
-  size_t foreign_size = 0;
-  bool foreign_over = false;
-  block = absorb_foreign(pool, fronts, f, ptr, bytes, status, &foreign_size, &foreign_over);
-  *size = foreign_size;
-  *over = foreign_over;
-  return block;
+  size_t size = 0;
+  bool over = false;
+  gpumem_status status;
+  gpumem__block *block = absorb_foreign(pool, fronts, f, ptr, bytes, &status, &size, &over);
+  spin_unlock(&f->lock);
+  if (over)
+    give_back_batch(pool, f, size);
+  return free_done(pool, ptr, bytes, stream, owned, block || status != GPUMEM_OK, status);
 }
 
-/* The front cannot take the block as it is (bound to another stream, to none, or full):
- * under the pool's lock it gives its blocks back and binds to the stream of this call. */
-GPUMEM_NOINLINE static bool free_slow(pool_resource *pool, pool_fronts *fronts, pool_front *f,
-                                      void *ptr, size_t bytes, gpumem_stream stream,
-                                      gpumem_status *status) {
-  /* Frees of blocks no front handed out bind nothing: the caller's locked path has them. */
+/* A free of `ptr` into front `f`, its lock held and bound to the call's stream: a block of
+ * f's maps into its list (it stays mapped: the next allocation of it writes no map),
+ * counted; anything else to free_unclaimed_then_unlock. Releases f's lock; a front that
+ * holds more than it keeps then gives a batch of the block's size (read under the lock,
+ * since a drain may merge the block once it is free) back. */
+static inline gpumem_status free_bound_then_unlock(pool_resource *pool, pool_fronts *fronts,
+                                                   pool_front *f, void *ptr, size_t bytes,
+                                                   gpumem_stream stream, bool *owned) {
+  gpumem__block *mine = mapped_in(f, (uintptr_t)ptr), *block;
+  size_t held = 0;
+  if (GPUMEM_UNLIKELY(!mine || !(block = try_claim(mine, ptr, bytes, &held))))
+    return free_unclaimed_then_unlock(pool, fronts, f, ptr, bytes, stream, owned, mine, held);
+  size_t size = block->size;
+  front_count(f, -(int64_t)bytes, -1);
+  bool over = front_push(f, block);
+  spin_unlock(&f->lock);
+  if (owned)
+    *owned = true;
+  if (GPUMEM_UNLIKELY(over))
+    return give_back_batch(pool, f, size);
+  return GPUMEM_OK;
+}
+
+/* The front cannot take the block as it is (bound to another stream, or to none): under the
+ * pool's lock it gives its blocks back and binds to the stream of this call, then takes the
+ * block as a bound front does. */
+GPUMEM_NOINLINE static gpumem_status free_slow(pool_resource *pool, pool_fronts *fronts,
+                                               pool_front *f, void *ptr, size_t bytes,
+                                               gpumem_stream stream, bool *owned) {
+  /* Frees of blocks no front handed out bind nothing: the locked way has them. */
   if (!is_front_live(fronts, f, ptr)) {
-    bump(&f->pool_locks); /* the caller's locked path */
-    return false;
+    bump(&f->pool_locks); /* the locked way */
+    return free_done(pool, ptr, bytes, stream, owned, false, GPUMEM_OK);
   }
   uint64_t taken = take_pool(pool, f);
   free_set *set;
-  if ((*status = set_for(pool, stream, &set)) != GPUMEM_OK) {
+  gpumem_status status = set_for(pool, stream, &set);
+  if (status != GPUMEM_OK) {
     release_pool(pool, f, taken); /* nothing changed: the block stays live */
-    return true;
+    return free_done(pool, ptr, bytes, stream, owned, true, status);
   }
   spin_lock(&f->lock);
   if (f->set && f->set != set)
     flush_front(pool, f); /* not a call on that stream: no seal */
   if (!f->set)
     bind(f, set);
-  size_t size;
-  bool over;
-  gpumem__block *block = absorb_free(pool, fronts, f, ptr, bytes, status, &size, &over);
-  spin_unlock(&f->lock);
+  /* The binding needed the pool's lock; the free needs the front's only. */
   release_pool(pool, f, taken);
-  if (over)
-    give_back_batch(pool, f, size);
-  return block || *status != GPUMEM_OK; /* else freed meanwhile: the locked path says so */
+  return free_bound_then_unlock(pool, fronts, f, ptr, bytes, stream, owned);
 }
 
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
@@ -946,36 +1014,19 @@ size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
   return block ? __atomic_load_n(&block->requested, __ATOMIC_RELAXED) : 0;
 }
 
-bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
-                                   size_t bytes, gpumem_stream stream, bool *owned,
-                                   gpumem_status *status) {
-  /* No front hands out such a size: the locked path has it (and names a wrong size). */
-  if (bytes - 1 >= GPUMEM__POOL_FRONT_LIMIT)
-    return false;
+gpumem_status gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
+                                            size_t bytes, gpumem_stream stream, bool *owned) {
   int slot = gpumem__thread_slot(&fronts->slots);
-  bool handled;
-  if (GPUMEM_UNLIKELY(slot < 0)) {
-    handled = free_unslotted(pool, fronts, ptr, bytes, stream, status);
-  } else {
-    pool_front *f = &fronts->fronts[slot];
-    bump(&f->ops);
-    spin_lock(&f->lock);
-    if (GPUMEM_UNLIKELY(!f->set || f->stream != stream)) {
-      spin_unlock(&f->lock);
-      handled = free_slow(pool, fronts, f, ptr, bytes, stream, status);
-    } else {
-      size_t size;
-      bool over;
-      gpumem__block *block = absorb_free(pool, fronts, f, ptr, bytes, status, &size, &over);
-      spin_unlock(&f->lock);
-      if (GPUMEM_UNLIKELY(over))
-        give_back_batch(pool, f, size);
-      handled = block || *status != GPUMEM_OK;
-    }
+  if (GPUMEM_UNLIKELY(slot < 0))
+    return free_unslotted(pool, fronts, ptr, bytes, stream, owned);
+  pool_front *f = &fronts->fronts[slot];
+  bump(&f->ops);
+  spin_lock(&f->lock);
+  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream)) {
+    spin_unlock(&f->lock);
+    return free_slow(pool, fronts, f, ptr, bytes, stream, owned);
   }
-  if (handled && owned)
-    *owned = true;
-  return handled;
+  return free_bound_then_unlock(pool, fronts, f, ptr, bytes, stream, owned);
 }
 
 bool gpumem__pool_make_fronts(gpumem_resource *mr) {

@@ -662,16 +662,21 @@ gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released);
 /* Makes the fronts of a pool that threads use at once; called with the lock held. Host
  * memory exhausted only leaves the pool without fronts. */
 void gpumem__pool_enable_fronts(pool_resource *pool);
-/* Allocation through the calling thread's front; false when it cannot serve it (the caller
- * goes the locked way, which reports failures), else *status. */
-bool gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
-                                 gpumem_stream stream, void **ptr, gpumem_status *status);
-/* A free of a block some front handed out, into the calling thread's front; false when the
- * pointer is none of theirs (the caller looks in the live map), else *status (and *owned,
- * when not NULL). */
-bool gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
-                                   size_t bytes, gpumem_stream stream, bool *owned,
-                                   gpumem_status *status);
+/* Allocation of `bytes` (1 to GPUMEM__POOL_FRONT_LIMIT, default alignment) through the
+ * calling thread's front; what it cannot serve goes the locked way
+ * (gpumem__pool_allocate_locked), which reports failures. */
+gpumem_status gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
+                                          gpumem_stream stream, void **ptr);
+/* A free of `bytes` (1 to GPUMEM__POOL_FRONT_LIMIT) into the calling thread's front when some
+ * front handed the block out; else the locked way (gpumem__pool_deallocate_locked), which
+ * looks in the live map. *owned as for gpumem__pool_deallocate_if_owned. */
+gpumem_status gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
+                                            size_t bytes, gpumem_stream stream, bool *owned);
+/* The pool's locked ways, for what the fronts do not serve (pool.c). */
+gpumem_status gpumem__pool_allocate_locked(pool_resource *pool, size_t bytes, gpumem_stream stream,
+                                           void **ptr);
+gpumem_status gpumem__pool_deallocate_locked(pool_resource *pool, void *ptr, size_t bytes,
+                                             gpumem_stream stream, bool *owned);
 /* The size a front's live block at `ptr` was requested with; 0 when no front handed it out.
  * Looks in every front's maps: for the message of a free with a size no front serves. */
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr);
