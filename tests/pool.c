@@ -1616,6 +1616,51 @@ static void test_long_turns_bias_again(void) {
          biased, 2 * long_turns);
 }
 
+/* More threads at once than the fronts have slots: the threads past the slots allocate and
+ * free through the pool's lock, and free the fronts' blocks of the others there too; a
+ * slotted thread frees their blocks, which no front holds, through the lock. Every thread
+ * frees its neighbour's block with a wrong size (refused, still live), then rightly, then
+ * again (refused): the same answers on either way. Nothing is lost. */
+enum { crowd_threads = GPUMEM__THREAD_SLOTS + 6, crowd_blocks = 8 };
+static pthread_barrier_t crowd_met;
+static void *crowd_ptrs[crowd_threads][crowd_blocks];
+
+static void *crowd_member(void *arg) {
+  int me = (int)(intptr_t)arg, next = (me + 1) % crowd_threads;
+  for (int i = 0; i < crowd_blocks; i++)
+    CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &crowd_ptrs[me][i]));
+  pthread_barrier_wait(&crowd_met); /* every thread holds a slot or has none, at once */
+  for (int i = 0; i < crowd_blocks; i++) {
+    void *ptr = crowd_ptrs[next][i];
+    CHECK_EQ(gpumem_deallocate(front_pool, ptr, front_block_bytes - 256, front_stream),
+             GPUMEM_ERR_MISUSE);
+    CHECK_CONTAINS(gpumem_last_error_message(), "but it was allocated with 16384");
+    CHECK_OK(gpumem_deallocate(front_pool, ptr, front_block_bytes, front_stream));
+    CHECK_EQ(gpumem_deallocate(front_pool, ptr, front_block_bytes, front_stream),
+             GPUMEM_ERR_MISUSE);
+  }
+  return NULL;
+}
+
+static void test_fronts_crowd(void) {
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  open_front_pool("pool(vmm)", front_stream);
+  CHECK_EQ(pthread_barrier_init(&crowd_met, NULL, crowd_threads), 0);
+  pthread_t threads[crowd_threads];
+  for (int i = 0; i < crowd_threads; i++)
+    CHECK_EQ(pthread_create(&threads[i], NULL, crowd_member, (void *)(intptr_t)i), 0);
+  for (int i = 0; i < crowd_threads; i++)
+    CHECK_EQ(pthread_join(threads[i], NULL), 0);
+  pthread_barrier_destroy(&crowd_met);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES), 0);
+  CHECK_OK(gpumem__validate(front_pool));
+  CHECK_OK(gpumem_resource_release(front_pool));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  printf("pool(vmm) with fronts: %d threads at once (%d slots) free each other's blocks\n",
+         crowd_threads, GPUMEM__THREAD_SLOTS);
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_stream_create(0, &front_stream));
@@ -2011,6 +2056,7 @@ int main(void) {
   test_front_queries_and_trim();
   test_front_returns();
   test_fronts_reached_into();
+  test_fronts_crowd();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();
