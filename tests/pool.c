@@ -1127,6 +1127,16 @@ static void open_front_pool(const char *spec, gpumem_stream stream) {
   CHECK_OK(gpumem_deallocate(front_pool, ptr, 256, stream));
 }
 
+/* Ends a test of front_pool whose threads freed everything: nothing live, its structure
+ * whole; then front_stream and the pool go. */
+static void close_emptied_front_pool(void) {
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES), 0);
+  CHECK_OK(gpumem__validate(front_pool));
+  CHECK_OK(gpumem_stream_destroy(front_stream));
+  CHECK_OK(gpumem_resource_release(front_pool));
+}
+
 /* Runs fn(arg) on a thread of its own, to its end. */
 static void on_another_thread(void *(*fn)(void *), void *arg) {
   pthread_t thread;
@@ -1652,11 +1662,7 @@ static void test_fronts_crowd(void) {
   for (int i = 0; i < crowd_threads; i++)
     CHECK_EQ(pthread_join(threads[i], NULL), 0);
   pthread_barrier_destroy(&crowd_met);
-  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
-  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES), 0);
-  CHECK_OK(gpumem__validate(front_pool));
-  CHECK_OK(gpumem_resource_release(front_pool));
-  CHECK_OK(gpumem_stream_destroy(front_stream));
+  close_emptied_front_pool();
   printf("pool(vmm) with fronts: %d threads at once (%d slots) free each other's blocks\n",
          crowd_threads, GPUMEM__THREAD_SLOTS);
 }
@@ -1819,11 +1825,7 @@ static void test_fronts_reached_into(void) {
     CHECK_EQ(pthread_join(threads[i], NULL), 0);
   CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
   CHECK(stats.ops >= (uint64_t)reach_threads * reach_steps);
-  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_COUNT), 0);
-  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_LIVE_BYTES), 0);
-  CHECK_OK(gpumem__validate(front_pool));
-  CHECK_OK(gpumem_stream_destroy(front_stream));
-  CHECK_OK(gpumem_resource_release(front_pool));
+  close_emptied_front_pool();
   printf("pool(vmm) with fronts: validated, read and trimmed %d times while %d threads ran\n",
          rounds, reach_threads);
 }
