@@ -1667,6 +1667,84 @@ static void test_fronts_crowd(void) {
          crowd_threads, GPUMEM__THREAD_SLOTS);
 }
 
+/* Two threads free the same blocks at once (a double free raced): the blocks' front's thread
+ * and another, each freeing them all, in order, meeting at each block (race_meet). Of the two
+ * frees of each block exactly one succeeds; the other is a misuse. The other thread's first
+ * free of each of the front's maps comes while the front's thread claims the map's blocks
+ * with plain stores (share_claims): so each round has a fresh pool. Few enough blocks that
+ * no list gives a batch back meanwhile: a raced free of a block already back in the pool reads
+ * a struct the pool may be rewriting (try_claim checks its address), which ThreadSanitizer
+ * reports. After the race, the front's thread gets its blocks back once each. */
+enum { race_rounds = 128, race_blocks = 32 };
+static pthread_barrier_t race_start, race_end;
+static void *race_ptrs[race_blocks];
+static gpumem_status race_status[2][race_blocks];
+static atomic_int race_arrived; /* the two threads meet at each block */
+
+/* Waits until both threads have come to block i, so that they free it at the same moment. */
+static void race_meet(int i) {
+  atomic_fetch_add(&race_arrived, 1);
+  for (unsigned spins = 0; atomic_load(&race_arrived) < 2 * (i + 1); spins++)
+    if (spins > 1000)
+      sched_yield();
+}
+
+static void *race_free(void *arg) {
+  int me = (int)(intptr_t)arg;
+  if (me == 0)
+    for (int i = 0; i < race_blocks; i++)
+      CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &race_ptrs[i]));
+  pthread_barrier_wait(&race_start);
+  for (int i = 0; i < race_blocks; i++) {
+    race_meet(i);
+    race_status[me][i] =
+        gpumem_deallocate(front_pool, race_ptrs[i], front_block_bytes, front_stream);
+  }
+  pthread_barrier_wait(&race_end);
+  if (me == 0) { /* every block once from the front's lists, the same blocks again */
+    gpumem__pool_front_stats stats;
+    CHECK(gpumem__pool_front_stats_of(front_pool, &stats));
+    CHECK_U64_EQ(stats.give_backs, 0);
+    void *again[race_blocks];
+    for (int i = 0; i < race_blocks; i++)
+      CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &again[i]));
+    for (int i = 0; i < race_blocks; i++)
+      for (int j = 0; j < i; j++)
+        CHECK(again[i] != again[j]);
+    for (int i = 0; i < race_blocks; i++)
+      CHECK_OK(gpumem_deallocate(front_pool, again[i], front_block_bytes, front_stream));
+  }
+  return NULL;
+}
+
+static void test_fronts_double_free_race(void) {
+  int lost = 0; /* frees the other thread won */
+  for (int round = 0; round < race_rounds; round++) {
+    CHECK_OK(gpumem_stream_create(0, &front_stream));
+    open_front_pool("pool(vmm)", front_stream);
+    CHECK_EQ(pthread_barrier_init(&race_start, NULL, 2), 0);
+    CHECK_EQ(pthread_barrier_init(&race_end, NULL, 2), 0);
+    atomic_store(&race_arrived, 0);
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++)
+      CHECK_EQ(pthread_create(&threads[i], NULL, race_free, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < 2; i++)
+      CHECK_EQ(pthread_join(threads[i], NULL), 0);
+    pthread_barrier_destroy(&race_start);
+    pthread_barrier_destroy(&race_end);
+    for (int i = 0; i < race_blocks; i++) {
+      CHECK((race_status[0][i] == GPUMEM_OK) != (race_status[1][i] == GPUMEM_OK));
+      CHECK(race_status[0][i] == GPUMEM_OK || race_status[0][i] == GPUMEM_ERR_MISUSE);
+      CHECK(race_status[1][i] == GPUMEM_OK || race_status[1][i] == GPUMEM_ERR_MISUSE);
+      lost += race_status[1][i] == GPUMEM_OK;
+    }
+    close_emptied_front_pool();
+  }
+  printf("pool(vmm) with fronts: %d rounds of %d blocks freed by two threads at once, each "
+         "once (%d by the other thread)\n",
+         race_rounds, race_blocks, lost);
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_stream_create(0, &front_stream));
@@ -2059,6 +2137,7 @@ int main(void) {
   test_front_returns();
   test_fronts_reached_into();
   test_fronts_crowd();
+  test_fronts_double_free_race();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();

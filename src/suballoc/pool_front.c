@@ -59,15 +59,17 @@
  * seqlock). A free looks in its own front's maps first, then in those of the front where
  * its last miss was found, then in every front's (a consumer finds its producer's at the
  * second look); it claims the block by setting its requested size from the freed size to 0
- * at once (of two frees of one block, one wins; a wrong size changes nothing and fails),
- * without the pool's lock. The freeing thread's front takes the block into its lists when
- * its own maps hold it, else into a return batch for the front that does, sent back when
- * full (pool_returns.c: a consumer thread's frees go back to its producer, one event and
- * one wait for a batch, without the pool's lock). A front makes its maps before its first
- * refill, so a thread that only frees has none. Blocks held or handed out by fronts are in
- * state GPUMEM__BLOCK_FRONT, which the pool's merging never touches; only the pool's lock
- * holder changes a block's state, its neighbours and its size, so front code reads those
- * and writes only its lists and `requested`.
+ * (of two frees of one block, one wins; a wrong size changes nothing and fails), without
+ * the pool's lock: with a compare-and-swap, or with a load and a store by the front's own
+ * thread while no other thread has freed a block of that map (share_claims). The freeing
+ * thread's front takes the block into its lists when its own maps hold it, else into a
+ * return batch for the front that does, sent back when full (pool_returns.c: a consumer
+ * thread's frees go back to its producer, one event and one wait for a batch, without the
+ * pool's lock). A front makes its maps before its first refill, so a thread that only frees
+ * has none. Blocks held or handed out by fronts are in state GPUMEM__BLOCK_FRONT, which the
+ * pool's merging never touches; only the pool's lock holder changes a block's state, its
+ * neighbours and its size, so front code reads those and writes only its lists and
+ * `requested`.
  *
  * Locks, in the order they are taken: the pool's lock, a front's lock, then a map's or an
  * inbox's. A front's thread never waits for the pool's lock while it holds its front's, so
@@ -145,8 +147,10 @@ GPUMEM_NOINLINE static void spin_lock_slow(atomic_int *lock) {
   }
 }
 
+/* Sequentially consistent, the same instruction as acquire on x86: share_claims needs a
+ * front's thread to read its maps' claims after it took its lock. */
 static inline void spin_lock(atomic_int *lock) {
-  if (GPUMEM_UNLIKELY(atomic_exchange_explicit(lock, 1, memory_order_acquire)))
+  if (GPUMEM_UNLIKELY(atomic_exchange_explicit(lock, 1, memory_order_seq_cst)))
     spin_lock_slow(lock);
 }
 
@@ -218,19 +222,20 @@ static inline gpumem__block *mapped_in(pool_front *f, uintptr_t addr) {
   return gpumem__front_map_lookup(&shard_of(f, addr)->map, addr);
 }
 
-/* The block some front's maps hold at `addr`: the calling thread's front `self` (NULL past
- * the slots' count) first (unless `look_in_self` is false), then the front where its last
- * block found elsewhere was (a consumer's producer), then every front; it counts the maps of
- * other fronts it reads, lines that their threads write. Live or free: claim it before use. */
+/* The block some front's maps hold at `addr`, and that front in *holder: the calling
+ * thread's front `self` (NULL past the slots' count) first (unless `look_in_self` is false),
+ * then the front where its last block found elsewhere was (a consumer's producer), then every
+ * front; it counts the maps of other fronts it reads, lines that their threads write. Live or
+ * free: claim it before use. */
 static gpumem__block *find_mapped(pool_fronts *fronts, pool_front *self, uintptr_t addr,
-                                  bool look_in_self) {
+                                  bool look_in_self, pool_front **holder) {
   int me = self ? (int)(self - fronts->fronts) : -1;
   gpumem__block *block;
-  if (self && look_in_self && (block = mapped_in(self, addr)))
+  if (self && look_in_self && (block = mapped_in(*holder = self, addr)))
     return block;
   if (self && self->hint != me) {
     bump(&self->shared_locks);
-    if ((block = mapped_in(&fronts->fronts[self->hint], addr)))
+    if ((block = mapped_in(*holder = &fronts->fronts[self->hint], addr)))
       return block;
   }
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
@@ -238,7 +243,7 @@ static gpumem__block *find_mapped(pool_fronts *fronts, pool_front *self, uintptr
       continue;
     if (self)
       bump(&self->shared_locks);
-    if ((block = mapped_in(&fronts->fronts[i], addr))) {
+    if ((block = mapped_in(*holder = &fronts->fronts[i], addr))) {
       if (self)
         self->hint = i;
       return block;
@@ -277,6 +282,50 @@ GPUMEM_COLD static gpumem_status refuse_claim(void *ptr, size_t bytes, size_t he
                       "deallocate of %p from a pool with %zu bytes, but it was allocated with %zu "
                       "bytes",
                       ptr, bytes, held);
+}
+
+/* try_claim for front `f`'s own thread, its lock held, of a block of its map `shard`: while
+ * no other thread claims that map's blocks, a load and a store, no atomic instruction (16
+ * threads on their own streams ran 8 to 10% faster on the GPU host; docs/gpu-runs.md,
+ * twenty-sixth session). */
+static inline gpumem__block *claim_own(pool_live_shard *shard, gpumem__block *block, size_t bytes,
+                                       void *ptr, size_t *held) {
+  if (GPUMEM_UNLIKELY(atomic_load_explicit(&shard->claims, memory_order_seq_cst) !=
+                      GPUMEM__CLAIMS_OWN))
+    return try_claim(block, ptr, bytes, held);
+  /* Only this thread wrote it since it was handed out, and its map names it by its address. */
+  size_t requested = __atomic_load_n(&block->requested, __ATOMIC_RELAXED);
+  *held = requested == bytes ? 0 : requested;
+  if (requested != bytes)
+    return NULL;
+  __atomic_store_n(&block->requested, 0, __ATOMIC_RELAXED);
+  return block;
+}
+
+/* Whether threads other than `holder`'s may claim the blocks of its map for `addr`. */
+static inline bool claims_shared(pool_front *holder, uintptr_t addr) {
+  return atomic_load_explicit(&shard_of(holder, addr)->claims, memory_order_acquire) ==
+         GPUMEM__CLAIMS_SHARED;
+}
+
+/* Makes claims of the blocks of `holder`'s map for `addr` safe for a thread other than its
+ * own, once for that map. Of two frees of one block, one must win; holder's thread claims
+ * with a plain load and store, so the first other thread announces itself and waits until it
+ * sees holder's lock free: holder's thread reads the announcement after taking that lock
+ * (both sequentially consistent), so each of its claims either saw it and uses a
+ * compare-and-swap too, or came in a section of the lock that ended before this returns, its
+ * store seen here. The caller holds no front's lock (two threads each waiting out the other's
+ * would wait for good); holders of a front's lock never wait for anything but leaf locks. */
+GPUMEM_COLD static void share_claims(pool_front *holder, uintptr_t addr) {
+  pool_live_shard *shard = shard_of(holder, addr);
+  atomic_store_explicit(&shard->claims, GPUMEM__CLAIMS_ANNOUNCED, memory_order_seq_cst);
+  for (unsigned spins = 0; atomic_load_explicit(&holder->lock, memory_order_seq_cst); spins++) {
+    if (spins < 64)
+      gpumem__cpu_relax();
+    else
+      sched_yield();
+  }
+  atomic_store_explicit(&shard->claims, GPUMEM__CLAIMS_SHARED, memory_order_release);
 }
 
 /* try_claim with its refusal: *status the misuse where the block is live with another size,
@@ -851,7 +900,8 @@ gpumem_status gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fron
 
 /* Whether a front handed `ptr` out and it is live; `self` as for find_mapped. */
 static bool is_front_live(pool_fronts *fronts, pool_front *self, void *ptr) {
-  gpumem__block *block = find_mapped(fronts, self, (uintptr_t)ptr, true);
+  pool_front *holder;
+  gpumem__block *block = find_mapped(fronts, self, (uintptr_t)ptr, true, &holder);
   return block && __atomic_load_n(&block->requested, __ATOMIC_RELAXED) != 0;
 }
 
@@ -873,10 +923,12 @@ GPUMEM_COLD static gpumem_status free_unslotted(pool_resource *pool, pool_fronts
     return free_done(pool, ptr, bytes, stream, owned, false, GPUMEM_OK);
   gpumem__biased_lock_take(&pool->lock);
   free_set *set;
+  pool_front *holder;
   gpumem__block *block = NULL;
   gpumem_status status = set_for(pool, stream, &set);
   bool handled = status != GPUMEM_OK;
-  if (!handled && (block = find_mapped(fronts, NULL, (uintptr_t)ptr, true)) &&
+  if (!handled && (block = find_mapped(fronts, NULL, (uintptr_t)ptr, true, &holder)) &&
+      (claims_shared(holder, (uintptr_t)ptr) || (share_claims(holder, (uintptr_t)ptr), true)) &&
       (block = claim(block, ptr, bytes, &status))) {
     atomic_fetch_sub_explicit(&fronts->unslotted_live_bytes, (int64_t)bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
@@ -917,13 +969,19 @@ GPUMEM_NOINLINE static gpumem_status give_back_batch(pool_resource *pool, pool_f
 
 /* A free of a block another front's maps hold into front `f` (its lock held, bound): looked
  * up and claimed without a write to that front's lines, then into f's return batch for it
- * (or, without host memory for one, into f's lists, still mapped there). */
+ * (or, without host memory for one, into f's lists, still mapped there). Where that front's
+ * map is not yet shared (share_claims), *unshared names the front and nothing is done. */
 GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_fronts *fronts,
                                                      pool_front *f, void *ptr, size_t bytes,
                                                      gpumem_status *status, size_t *size,
-                                                     bool *over) {
-  gpumem__block *block = find_mapped(fronts, f, (uintptr_t)ptr, false);
+                                                     bool *over, pool_front **unshared) {
+  pool_front *holder;
+  gpumem__block *block = find_mapped(fronts, f, (uintptr_t)ptr, false, &holder);
   *status = GPUMEM_OK;
+  if (block && GPUMEM_UNLIKELY(!claims_shared(holder, (uintptr_t)ptr))) {
+    *unshared = holder;
+    return NULL;
+  }
   if (!block || !claim(block, ptr, bytes, status))
     return NULL;
   *size = block->size; /* a sent batch may be drained at once */
@@ -951,8 +1009,14 @@ GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *p
   size_t size = 0;
   bool over = false;
   gpumem_status status;
-  gpumem__block *block = absorb_foreign(pool, fronts, f, ptr, bytes, &status, &size, &over);
+  pool_front *unshared = NULL;
+  gpumem__block *block =
+      absorb_foreign(pool, fronts, f, ptr, bytes, &status, &size, &over, &unshared);
   spin_unlock(&f->lock);
+  if (unshared) { /* the first free of a block of that map by another thread: again after */
+    share_claims(unshared, (uintptr_t)ptr);
+    return gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned);
+  }
   if (over)
     give_back_batch(pool, f, size);
   return free_done(pool, ptr, bytes, stream, owned, block || status != GPUMEM_OK, status);
@@ -966,9 +1030,10 @@ GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *p
 static inline gpumem_status free_bound_then_unlock(pool_resource *pool, pool_fronts *fronts,
                                                    pool_front *f, void *ptr, size_t bytes,
                                                    gpumem_stream stream, bool *owned) {
-  gpumem__block *mine = mapped_in(f, (uintptr_t)ptr), *block;
+  pool_live_shard *shard = shard_of(f, (uintptr_t)ptr);
+  gpumem__block *mine = gpumem__front_map_lookup(&shard->map, (uintptr_t)ptr), *block;
   size_t held = 0;
-  if (GPUMEM_UNLIKELY(!mine || !(block = try_claim(mine, ptr, bytes, &held))))
+  if (GPUMEM_UNLIKELY(!mine || !(block = claim_own(shard, mine, bytes, ptr, &held))))
     return free_unclaimed_then_unlock(pool, fronts, f, ptr, bytes, stream, owned, mine, held);
   size_t size = block->size;
   front_count(f, -(int64_t)bytes, -1);
@@ -1010,7 +1075,8 @@ GPUMEM_NOINLINE static gpumem_status free_slow(pool_resource *pool, pool_fronts 
 }
 
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
-  gpumem__block *block = find_mapped(fronts, NULL, (uintptr_t)ptr, true);
+  pool_front *holder;
+  gpumem__block *block = find_mapped(fronts, NULL, (uintptr_t)ptr, true, &holder);
   return block ? __atomic_load_n(&block->requested, __ATOMIC_RELAXED) : 0;
 }
 

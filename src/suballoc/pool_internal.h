@@ -172,9 +172,19 @@ static inline size_t gpumem__pool_front_class(size_t size) {
   return ((size_t)shift << GPUMEM__POOL_FRONT_SL_SHIFT) + (size_t)(units >> shift);
 }
 
+/* Who claims the blocks of a front's map when they are freed (pool_front.c, share_claims). */
+enum {
+  GPUMEM__CLAIMS_OWN = 0,       /* only the front's thread: a load and a store */
+  GPUMEM__CLAIMS_ANNOUNCED = 1, /* another thread will: every claim a compare-and-swap */
+  GPUMEM__CLAIMS_SHARED = 2,    /* and the front's thread knows it */
+};
+
 /* A map of a front: the blocks it holds or handed out whose addresses hash here. */
 typedef struct pool_live_shard {
   _Alignas(GPUMEM__SLOT_ALIGN) atomic_int lock; /* its writers' */
+  /* GPUMEM__CLAIMS_*: set once by the first other thread to free one of its blocks, on the
+   * line that such threads read anyway for the map. */
+  atomic_int claims;
   front_map map; /* unmade until the front's first refill; other threads read it unlocked */
 } pool_live_shard;
 
