@@ -284,10 +284,10 @@ GPUMEM_COLD static gpumem_status refuse_claim(void *ptr, size_t bytes, size_t he
                       ptr, bytes, held);
 }
 
-/* try_claim for front `f`'s own thread, its lock held, of a block of its map `shard`: while
- * no other thread claims that map's blocks, a load and a store, no atomic instruction (16
- * threads on their own streams ran 8 to 10% faster on the GPU host; docs/gpu-runs.md,
- * twenty-sixth session). */
+/* try_claim by the thread of the front whose map `shard` holds `block`, that front's lock
+ * held: while no other thread claims that map's blocks, a load and a store, no atomic
+ * instruction (16 threads on their own streams ran 3 to 10% faster on the GPU host, medians
+ * of alternating rounds in three leases; docs/gpu-runs.md, twenty-sixth session). */
 static inline gpumem__block *claim_own(pool_live_shard *shard, gpumem__block *block, size_t bytes,
                                        void *ptr, size_t *held) {
   if (GPUMEM_UNLIKELY(atomic_load_explicit(&shard->claims, memory_order_seq_cst) !=
