@@ -1745,6 +1745,53 @@ static void test_fronts_double_free_race(void) {
          race_rounds, race_blocks, lost);
 }
 
+/* A thread's free that reads its own front's map while a writer changes it (the seqlock odd:
+ * here every map of the front, held mid-change by this thread) reads it again until the
+ * writer is done, then frees the block as usual. */
+static pool_front *spoiled_front;
+static atomic_int spoiled_step; /* 1: the block is allocated; 2: the maps are mid-change */
+static atomic_bool spoiled_freed;
+
+static void *free_under_writer(void *arg) {
+  (void)arg;
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &ptr));
+  pool_fronts *fronts = atomic_load(&((pool_resource *)front_pool)->fronts);
+  spoiled_front = &fronts->fronts[gpumem__thread_slot(&fronts->slots)];
+  atomic_store(&spoiled_step, 1);
+  while (atomic_load(&spoiled_step) != 2)
+    sched_yield();
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, front_block_bytes, front_stream));
+  atomic_store(&spoiled_freed, true);
+  return NULL;
+}
+
+static void test_front_free_waits_for_map_writer(void) {
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  open_front_pool("pool(vmm)", front_stream);
+  atomic_store(&spoiled_step, 0);
+  atomic_store(&spoiled_freed, false);
+  pthread_t thread;
+  CHECK_EQ(pthread_create(&thread, NULL, free_under_writer, NULL), 0);
+  while (atomic_load(&spoiled_step) != 1)
+    sched_yield();
+  for (int k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
+    gpumem__pool_spin(&spoiled_front->shards[k].lock, true);
+    gpumem__front_map_write_begin(&spoiled_front->shards[k].map);
+  }
+  atomic_store(&spoiled_step, 2);
+  usleep(20000); /* the free reads the map meanwhile and waits */
+  CHECK(!atomic_load(&spoiled_freed));
+  for (int k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++) {
+    gpumem__front_map_write_end(&spoiled_front->shards[k].map);
+    gpumem__pool_spin(&spoiled_front->shards[k].lock, false);
+  }
+  CHECK_EQ(pthread_join(thread, NULL), 0);
+  CHECK(atomic_load(&spoiled_freed));
+  close_emptied_front_pool();
+  printf("pool(vmm) with fronts: a free that meets its map mid-change waits for the writer\n");
+}
+
 /* Free-memory queries and trims take the fronts' blocks back first. */
 static void test_front_queries_and_trim(void) {
   CHECK_OK(gpumem_stream_create(0, &front_stream));
@@ -2138,6 +2185,7 @@ int main(void) {
   test_fronts_reached_into();
   test_fronts_crowd();
   test_fronts_double_free_race();
+  test_front_free_waits_for_map_writer();
   test_many_streams("pool(cuda, initial=16MiB)", 100);
   test_many_streams("arena(cuda, size=16MiB, superblock=1MiB)", 300);
   test_default_streams_of_another_device();

@@ -42,13 +42,20 @@ static GPUMEM_NOINLINE int gpumem__thread_slot_claim(gpumem__thread_slots *slots
   return -1;
 }
 
-/* The calling thread's slot: where its token hashes, almost always. */
-static inline int gpumem__thread_slot(gpumem__thread_slots *slots) {
+/* The calling thread's slot where its token hashes, which it almost always is; -1 when it is
+ * elsewhere or not yet claimed (gpumem__thread_slot_claim finds or claims it). */
+static inline int gpumem__thread_slot_at_home(gpumem__thread_slots *slots) {
   uintptr_t token = gpumem__thread_token();
   unsigned i = gpumem__thread_slot_hash(token);
-  if (GPUMEM_LIKELY(atomic_load_explicit(&slots->owners[i], memory_order_relaxed) == token))
-    return (int)i;
-  return gpumem__thread_slot_claim(slots, token);
+  return atomic_load_explicit(&slots->owners[i], memory_order_relaxed) == token ? (int)i : -1;
+}
+
+/* The calling thread's slot: where its token hashes, almost always. */
+static inline int gpumem__thread_slot(gpumem__thread_slots *slots) {
+  int slot = gpumem__thread_slot_at_home(slots);
+  if (GPUMEM_LIKELY(slot >= 0))
+    return slot;
+  return gpumem__thread_slot_claim(slots, gpumem__thread_token());
 }
 
 /* Whether slot i was ever claimed. */

@@ -135,10 +135,16 @@ _Static_assert(GPUMEM__POOL_FRONT_TOP ==
  * Spin locks, shards, lists
  * ------------------------------------------------------------------------------------- */
 
+/* Whether the lock was free and is now the caller's. Sequentially consistent, the same
+ * instruction as acquire on x86: share_claims needs a front's thread to read its maps' claims
+ * after it took its lock, whichever way it took it. */
+static inline bool spin_try_lock(atomic_int *lock) {
+  return !atomic_exchange_explicit(lock, 1, memory_order_seq_cst);
+}
+
 GPUMEM_NOINLINE static void spin_lock_slow(atomic_int *lock) {
   for (unsigned spins = 0;; spins++) {
-    if (!atomic_load_explicit(lock, memory_order_relaxed) &&
-        !atomic_exchange_explicit(lock, 1, memory_order_acquire))
+    if (!atomic_load_explicit(lock, memory_order_relaxed) && spin_try_lock(lock))
       return;
     if (spins < 64)
       gpumem__cpu_relax();
@@ -147,10 +153,8 @@ GPUMEM_NOINLINE static void spin_lock_slow(atomic_int *lock) {
   }
 }
 
-/* Sequentially consistent, the same instruction as acquire on x86: share_claims needs a
- * front's thread to read its maps' claims after it took its lock. */
 static inline void spin_lock(atomic_int *lock) {
-  if (GPUMEM_UNLIKELY(atomic_exchange_explicit(lock, 1, memory_order_seq_cst)))
+  if (GPUMEM_UNLIKELY(!spin_try_lock(lock)))
     spin_lock_slow(lock);
 }
 
@@ -210,6 +214,13 @@ GPUMEM_COLD static bool ready_maps(pool_front *f) {
   }
   f->maps_ready = true;
   return true;
+}
+
+/* The pool's fronts, made once and kept to its end: the slow paths read them again rather
+ * than take them as an argument, so that the fast paths reach them in tail calls of at most
+ * six arguments (registers), saving none of their own. */
+static inline pool_fronts *fronts_of(pool_resource *pool) {
+  return atomic_load_explicit(&pool->fronts, memory_order_acquire);
 }
 
 /* The front whose map holds `block`, one of the fronts' (state GPUMEM__BLOCK_FRONT). */
@@ -854,11 +865,19 @@ static inline bool hand_out_then_unlock(pool_front *f, gpumem__block *block, siz
   return over;
 }
 
-/* A request of class `c` that front `f`'s lists could not serve: a block other threads
- * returned to it, else a refill under the pool's lock, else the pool's locked way. */
-GPUMEM_NOINLINE static gpumem_status allocate_missed(pool_resource *pool, pool_fronts *fronts,
-                                                     pool_front *f, size_t bytes, size_t c,
-                                                     gpumem_stream stream, void **ptr) {
+/* The front class of a request of `bytes`: the class of its units, which is the class of
+ * the size carved for it (the class's top). */
+static inline size_t request_class(size_t bytes) {
+  return gpumem__pool_front_class(gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
+}
+
+/* A request that front `f`'s lists could not serve: a block other threads returned to it,
+ * else a refill under the pool's lock, else the pool's locked way. */
+GPUMEM_NOINLINE static gpumem_status allocate_missed(pool_resource *pool, pool_front *f,
+                                                     size_t bytes, gpumem_stream stream,
+                                                     void **ptr) {
+  pool_fronts *fronts = fronts_of(pool);
+  size_t c = request_class(bytes);
   spin_lock(&f->lock);
   gpumem__block *block = NULL;
   if (f->set && f->stream == stream &&
@@ -874,24 +893,54 @@ GPUMEM_NOINLINE static gpumem_status allocate_missed(pool_resource *pool, pool_f
   return gpumem__pool_allocate_locked(pool, bytes, stream, ptr);
 }
 
-gpumem_status gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
-                                          gpumem_stream stream, void **ptr) {
-  int slot = gpumem__thread_slot(&fronts->slots);
-  if (GPUMEM_UNLIKELY(slot < 0))
-    return gpumem__pool_allocate_locked(pool, bytes, stream, ptr);
-  pool_front *f = &fronts->fronts[slot];
-  /* The class of the request's units: the class of its carved size, the class's top. */
-  size_t c = gpumem__pool_front_class(gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
+/* An allocation from front `f`, its lock held: from its list, else allocate_missed.
+ * Releases the lock. Each way out is a tail call. */
+static inline gpumem_status allocate_then_unlock_front(pool_resource *pool, pool_front *f,
+                                                       size_t bytes, gpumem_stream stream,
+                                                       void **ptr) {
   gpumem__block *block;
-  bump(&f->ops);
-  spin_lock(&f->lock);
-  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream || !(block = front_pop(f, c)))) {
+  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream ||
+                      !(block = front_pop(f, request_class(bytes))))) {
     spin_unlock(&f->lock);
-    return allocate_missed(pool, fronts, f, bytes, c, stream, ptr);
+    return allocate_missed(pool, f, bytes, stream, ptr);
   }
   if (GPUMEM_UNLIKELY(hand_out_then_unlock(f, block, bytes, ptr)))
     return give_back_batch(pool, f, front_size(bytes));
   return GPUMEM_OK;
+}
+
+/* The allocation of a thread whose front's lock was held (by a drain). */
+GPUMEM_NOINLINE static gpumem_status allocate_contended(pool_resource *pool, pool_front *f,
+                                                        size_t bytes, gpumem_stream stream,
+                                                        void **ptr) {
+  spin_lock_slow(&f->lock);
+  return allocate_then_unlock_front(pool, f, bytes, stream, ptr);
+}
+
+/* The allocation of a thread whose slot is not where its token hashes (or that has none). */
+GPUMEM_NOINLINE static gpumem_status allocate_claiming_slot(pool_resource *pool,
+                                                            pool_fronts *fronts, size_t bytes,
+                                                            gpumem_stream stream, void **ptr) {
+  int slot = gpumem__thread_slot_claim(&fronts->slots, gpumem__thread_token());
+  if (slot < 0)
+    return gpumem__pool_allocate_locked(pool, bytes, stream, ptr);
+  pool_front *f = &fronts->fronts[slot];
+  bump(&f->ops);
+  spin_lock(&f->lock);
+  return allocate_then_unlock_front(pool, f, bytes, stream, ptr);
+}
+
+gpumem_status gpumem__pool_front_allocate(pool_resource *pool, pool_fronts *fronts, size_t bytes,
+                                          gpumem_stream stream, void **ptr) {
+  int slot = gpumem__thread_slot_at_home(&fronts->slots);
+  if (GPUMEM_UNLIKELY(slot < 0))
+    return allocate_claiming_slot(pool, fronts, bytes, stream, ptr);
+  pool_front *f = &fronts->fronts[slot];
+  __asm__("" : "+r"(f)); /* one register: addresses derived from `fronts` filled them */
+  bump(&f->ops);
+  if (GPUMEM_UNLIKELY(!spin_try_lock(&f->lock)))
+    return allocate_contended(pool, f, bytes, stream, ptr);
+  return allocate_then_unlock_front(pool, f, bytes, stream, ptr);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -970,7 +1019,12 @@ GPUMEM_NOINLINE static gpumem_status give_back_batch(pool_resource *pool, pool_f
 /* A free of a block another front's maps hold into front `f` (its lock held, bound): looked
  * up and claimed without a write to that front's lines, then into f's return batch for it
  * (or, without host memory for one, into f's lists, still mapped there). Where that front's
- * map is not yet shared (share_claims), *unshared names the front and nothing is done. */
+ * map is not yet shared (share_claims), *unshared names the front and nothing is done. The
+ * limit of this check: a double free whose block, between the lookup and the claim, goes
+ * back to the pool, is carved whole at the same address for a third front whose map no
+ * other thread has shared, handed out there and freed by that front's thread at the same
+ * moment, may be taken by both frees (with compare-and-swap on both sides, by one of them,
+ * as a free of the allocation then at that address). */
 GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_fronts *fronts,
                                                      pool_front *f, void *ptr, size_t bytes,
                                                      gpumem_status *status, size_t *size,
@@ -991,16 +1045,38 @@ GPUMEM_NOINLINE static gpumem__block *absorb_foreign(pool_resource *pool, pool_f
   return block;
 }
 
+/* A free into front `f` (its lock held, bound) of a block `claimed` from its own maps: into
+ * its list (it stays mapped: the next allocation of it writes no map), counted. Releases f's
+ * lock; a front that holds more than it keeps then gives a batch of the block's size (read
+ * under the lock, since a drain may merge the block once it is free) back. */
+static inline gpumem_status free_claimed_then_unlock(pool_resource *pool, pool_front *f,
+                                                     gpumem__block *claimed, size_t bytes,
+                                                     bool *owned) {
+  size_t size = claimed->size;
+  front_count(f, -(int64_t)bytes, -1);
+  bool over = front_push(f, claimed);
+  spin_unlock(&f->lock);
+  if (owned)
+    *owned = true;
+  if (GPUMEM_UNLIKELY(over))
+    return give_back_batch(pool, f, size);
+  return GPUMEM_OK;
+}
+
 /* A free that front `f` (its lock held, bound to the call's stream) did not claim from its
- * own maps (`mine`: the block they hold at `ptr`, NULL when none; `held` as try_claim says):
- * another front's block goes into f's return batch for it (absorb_foreign); a block of f
- * live with another size is a misuse; anything else goes the pool's locked way (a block not
- * live, which it names; a block no front holds). Releases f's lock. */
-GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *pool,
-                                                                pool_fronts *fronts, pool_front *f,
+ * own maps at first: claimed there after all when a foreign claim raced it; another front's
+ * block goes into f's return batch for it (absorb_foreign); a block of f live with another
+ * size is a misuse; anything else goes the pool's locked way (a block not live, which it
+ * names; a block no front holds). Releases f's lock. */
+GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *pool, pool_front *f,
                                                                 void *ptr, size_t bytes,
-                                                                gpumem_stream stream, bool *owned,
-                                                                gpumem__block *mine, size_t held) {
+                                                                gpumem_stream stream, bool *owned) {
+  pool_fronts *fronts = fronts_of(pool);
+  pool_live_shard *shard = shard_of(f, (uintptr_t)ptr);
+  gpumem__block *mine = gpumem__front_map_lookup(&shard->map, (uintptr_t)ptr), *block;
+  size_t held = 0;
+  if (mine && (block = claim_own(shard, mine, bytes, ptr, &held)))
+    return free_claimed_then_unlock(pool, f, block, bytes, owned);
   if (mine) {
     spin_unlock(&f->lock);
     return free_done(pool, ptr, bytes, stream, owned, held != 0,
@@ -1010,8 +1086,7 @@ GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *p
   bool over = false;
   gpumem_status status;
   pool_front *unshared = NULL;
-  gpumem__block *block =
-      absorb_foreign(pool, fronts, f, ptr, bytes, &status, &size, &over, &unshared);
+  block = absorb_foreign(pool, fronts, f, ptr, bytes, &status, &size, &over, &unshared);
   spin_unlock(&f->lock);
   if (unshared) { /* the first free of a block of that map by another thread: again after */
     share_claims(unshared, (uintptr_t)ptr);
@@ -1022,38 +1097,43 @@ GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *p
   return free_done(pool, ptr, bytes, stream, owned, block || status != GPUMEM_OK, status);
 }
 
-/* A free of `ptr` into front `f`, its lock held and bound to the call's stream: a block of
- * f's maps into its list (it stays mapped: the next allocation of it writes no map),
- * counted; anything else to free_unclaimed_then_unlock. Releases f's lock; a front that
- * holds more than it keeps then gives a batch of the block's size (read under the lock,
- * since a drain may merge the block once it is free) back. */
-static inline gpumem_status free_bound_then_unlock(pool_resource *pool, pool_fronts *fronts,
-                                                   pool_front *f, void *ptr, size_t bytes,
-                                                   gpumem_stream stream, bool *owned) {
+/* free_bound_then_unlock past a reading of the map that a writer spoiled: the same, reading
+ * again until a reading holds. */
+GPUMEM_NOINLINE static gpumem_status free_read_again_then_unlock(pool_resource *pool, pool_front *f,
+                                                                 void *ptr, size_t bytes,
+                                                                 gpumem_stream stream,
+                                                                 bool *owned) {
   pool_live_shard *shard = shard_of(f, (uintptr_t)ptr);
-  gpumem__block *mine = gpumem__front_map_lookup(&shard->map, (uintptr_t)ptr), *block;
-  size_t held = 0;
+  gpumem__block *mine = gpumem__front_map_lookup_again(&shard->map, (uintptr_t)ptr), *block;
+  size_t held;
+  if (!mine || !(block = claim_own(shard, mine, bytes, ptr, &held)))
+    return free_unclaimed_then_unlock(pool, f, ptr, bytes, stream, owned);
+  return free_claimed_then_unlock(pool, f, block, bytes, owned);
+}
+
+/* A free of `ptr` into front `f`, its lock held and bound to the call's stream: a block of
+ * f's maps claimed and into its list (free_claimed_then_unlock); anything else out of line.
+ * Releases f's lock. Each way out is a tail call. */
+static inline gpumem_status free_bound_then_unlock(pool_resource *pool, pool_front *f, void *ptr,
+                                                   size_t bytes, gpumem_stream stream,
+                                                   bool *owned) {
+  pool_live_shard *shard = shard_of(f, (uintptr_t)ptr);
+  gpumem__block *mine, *block;
+  size_t held;
+  if (GPUMEM_UNLIKELY(!gpumem__front_map_read(&shard->map, (uintptr_t)ptr, &mine)))
+    return free_read_again_then_unlock(pool, f, ptr, bytes, stream, owned);
   if (GPUMEM_UNLIKELY(!mine || !(block = claim_own(shard, mine, bytes, ptr, &held))))
-    return free_unclaimed_then_unlock(pool, fronts, f, ptr, bytes, stream, owned, mine, held);
-  size_t size = block->size;
-  front_count(f, -(int64_t)bytes, -1);
-  bool over = front_push(f, block);
-  spin_unlock(&f->lock);
-  if (owned)
-    *owned = true;
-  if (GPUMEM_UNLIKELY(over))
-    return give_back_batch(pool, f, size);
-  return GPUMEM_OK;
+    return free_unclaimed_then_unlock(pool, f, ptr, bytes, stream, owned);
+  return free_claimed_then_unlock(pool, f, block, bytes, owned);
 }
 
 /* The front cannot take the block as it is (bound to another stream, or to none): under the
  * pool's lock it gives its blocks back and binds to the stream of this call, then takes the
  * block as a bound front does. */
-GPUMEM_NOINLINE static gpumem_status free_slow(pool_resource *pool, pool_fronts *fronts,
-                                               pool_front *f, void *ptr, size_t bytes,
-                                               gpumem_stream stream, bool *owned) {
+GPUMEM_NOINLINE static gpumem_status free_slow(pool_resource *pool, pool_front *f, void *ptr,
+                                               size_t bytes, gpumem_stream stream, bool *owned) {
   /* Frees of blocks no front handed out bind nothing: the locked way has them. */
-  if (!is_front_live(fronts, f, ptr)) {
+  if (!is_front_live(fronts_of(pool), f, ptr)) {
     bump(&f->pool_locks); /* the locked way */
     return free_done(pool, ptr, bytes, stream, owned, false, GPUMEM_OK);
   }
@@ -1071,7 +1151,39 @@ GPUMEM_NOINLINE static gpumem_status free_slow(pool_resource *pool, pool_fronts 
     bind(f, set);
   /* The binding needed the pool's lock; the free needs the front's only. */
   release_pool(pool, f, taken);
-  return free_bound_then_unlock(pool, fronts, f, ptr, bytes, stream, owned);
+  return free_bound_then_unlock(pool, f, ptr, bytes, stream, owned);
+}
+
+/* A free into front `f`, its lock held: bound to the call's stream, or free_slow. */
+static inline gpumem_status free_then_unlock_front(pool_resource *pool, pool_front *f, void *ptr,
+                                                   size_t bytes, gpumem_stream stream,
+                                                   bool *owned) {
+  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream)) {
+    spin_unlock(&f->lock);
+    return free_slow(pool, f, ptr, bytes, stream, owned);
+  }
+  return free_bound_then_unlock(pool, f, ptr, bytes, stream, owned);
+}
+
+/* The free of a thread whose front's lock was held (by a drain). */
+GPUMEM_NOINLINE static gpumem_status free_contended(pool_resource *pool, pool_front *f, void *ptr,
+                                                    size_t bytes, gpumem_stream stream,
+                                                    bool *owned) {
+  spin_lock_slow(&f->lock);
+  return free_then_unlock_front(pool, f, ptr, bytes, stream, owned);
+}
+
+/* The free of a thread whose slot is not where its token hashes (or that has none). */
+GPUMEM_NOINLINE static gpumem_status free_claiming_slot(pool_resource *pool, pool_fronts *fronts,
+                                                        void *ptr, size_t bytes,
+                                                        gpumem_stream stream, bool *owned) {
+  int slot = gpumem__thread_slot_claim(&fronts->slots, gpumem__thread_token());
+  if (slot < 0)
+    return free_unslotted(pool, fronts, ptr, bytes, stream, owned);
+  pool_front *f = &fronts->fronts[slot];
+  bump(&f->ops);
+  spin_lock(&f->lock);
+  return free_then_unlock_front(pool, f, ptr, bytes, stream, owned);
 }
 
 size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
@@ -1082,17 +1194,15 @@ size_t gpumem__pool_front_requested(pool_fronts *fronts, void *ptr) {
 
 gpumem_status gpumem__pool_front_deallocate(pool_resource *pool, pool_fronts *fronts, void *ptr,
                                             size_t bytes, gpumem_stream stream, bool *owned) {
-  int slot = gpumem__thread_slot(&fronts->slots);
+  int slot = gpumem__thread_slot_at_home(&fronts->slots);
   if (GPUMEM_UNLIKELY(slot < 0))
-    return free_unslotted(pool, fronts, ptr, bytes, stream, owned);
+    return free_claiming_slot(pool, fronts, ptr, bytes, stream, owned);
   pool_front *f = &fronts->fronts[slot];
+  __asm__("" : "+r"(f)); /* as in gpumem__pool_front_allocate */
   bump(&f->ops);
-  spin_lock(&f->lock);
-  if (GPUMEM_UNLIKELY(!f->set || f->stream != stream)) {
-    spin_unlock(&f->lock);
-    return free_slow(pool, fronts, f, ptr, bytes, stream, owned);
-  }
-  return free_bound_then_unlock(pool, fronts, f, ptr, bytes, stream, owned);
+  if (GPUMEM_UNLIKELY(!spin_try_lock(&f->lock)))
+    return free_contended(pool, f, ptr, bytes, stream, owned);
+  return free_then_unlock_front(pool, f, ptr, bytes, stream, owned);
 }
 
 bool gpumem__pool_make_fronts(gpumem_resource *mr) {
