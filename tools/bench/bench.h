@@ -137,11 +137,12 @@ gpumem_status bench_run_pass(bench_allocator *alloc, gpumem_stream stream,
                              uint64_t *elapsed_ns, bench_failure *failure);
 
 /* The durations of repeated passes: their median, fastest and slowest, in nanoseconds. Where
- * the host's clock was measured beside each pass (bench_run_passes), its median in GHz and
- * the median of each pass's duration in cycles of that clock; 0 where it was not. */
+ * the host's clock was measured beside each pass (bench_run_passes), its median in GHz, the
+ * median of each pass's duration in cycles of that clock and the median of the processor's
+ * independent adds a cycle (bench_host_adds_per_cycle); 0 where it was not. */
 typedef struct bench_pass_times {
   double median_ns, min_ns, max_ns;
-  double clock_ghz, median_cycles;
+  double clock_ghz, median_cycles, adds_per_cycle;
 } bench_pass_times;
 
 #define BENCH_MAX_REPEAT 1000
@@ -154,6 +155,13 @@ bench_pass_times bench_pass_times_of(const uint64_t *elapsed, int count);
  * processors may differ, so compare figures within one kind). On a shared host it falls
  * when the processor is clocked down or given to another guest. */
 double bench_host_clock_ghz(void);
+
+/* How much of its core this thread has now: eight independent chains of adds and xors, in
+ * operations per cycle of `clock_ghz`. About 3.7 on a core of its own (x86 cores of the last
+ * decade have four such ports); 2.0 to 2.6 on the GPU host while another tenant runs on the
+ * core's other hyperthread, which takes a third to a half more cycles of the random
+ * workloads (docs/gpu-runs.md, twenty-sixth session, run 6). 0 where clock_ghz is. */
+double bench_host_adds_per_cycle(double clock_ghz);
 
 /* The median of `count` values (at least 1), which it sorts. */
 double bench_median_of(double *values, int count);
@@ -211,6 +219,9 @@ typedef struct bench_result {
    * the median pass's cycles of it per operation (event); 0 where not measured. A figure
    * that moves between hosts with the same cycles is the host's. */
   double clock_ghz, cycles;
+  /* random and replay: the processor's independent adds a cycle beside the same passes, the
+   * median (bench_host_adds_per_cycle); 0 where not measured. */
+  double adds_per_cycle;
   /* threads: the host's clock of the thread that finished last in each run (the one all
    * wait for), the median over the runs; 0 where not measured. */
   double slowest_thread_clock_ghz;

@@ -121,6 +121,8 @@ static void put_operation_fields(const bench_result *r) {
            r->ns_max);
   if (r->clock_ghz > 0)
     printf(",\"host_clock_ghz\":%.2f,\"cycles_per_op\":%.0f", r->clock_ghz, r->cycles);
+  if (r->adds_per_cycle > 0)
+    printf(",\"host_adds_per_cycle\":%.2f", r->adds_per_cycle);
   if (r->slowest_thread_clock_ghz > 0)
     printf(",\"slowest_thread_clock_ghz\":%.2f", r->slowest_thread_clock_ghz);
 }
@@ -143,6 +145,8 @@ static void put_replay_fields(const bench_result *r) {
   printf(",\"peak_reserved_from\":\"%s\"", r->peak_reserved_from);
   if (r->clock_ghz > 0)
     printf(",\"host_clock_ghz\":%.2f,\"cycles_per_event_warm\":%.0f", r->clock_ghz, r->cycles);
+  if (r->adds_per_cycle > 0)
+    printf(",\"host_adds_per_cycle\":%.2f", r->adds_per_cycle);
 }
 
 static void put_speedup_fields(const bench_result *r) {
@@ -240,6 +244,8 @@ static void print_operation_table(void) {
       printf("  (%d passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
     if (r->clock_ghz > 0)
       printf("  %.0f cycles/op at %.2f GHz", r->cycles, r->clock_ghz);
+    if (r->adds_per_cycle > 0)
+      printf(", %.2f adds/cycle", r->adds_per_cycle);
     if (r->slowest_thread_clock_ghz > 0)
       printf("  slowest thread at %.2f GHz", r->slowest_thread_clock_ghz);
     printf("\n");
@@ -261,6 +267,8 @@ static void print_replay_table(void) {
       printf("  (%d warm passes: %.1f to %.1f)", r->repeats, r->ns_min, r->ns_max);
     if (r->clock_ghz > 0)
       printf("  %.0f cycles/event warm at %.2f GHz", r->cycles, r->clock_ghz);
+    if (r->adds_per_cycle > 0)
+      printf(", %.2f adds/cycle", r->adds_per_cycle);
     printf("\n");
   }
 }

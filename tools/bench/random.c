@@ -180,7 +180,8 @@ static void run_random_workload(const bench_context *ctx, const random_workload 
                            .ns_min = times.min_ns / ops,
                            .ns_max = times.max_ns / ops,
                            .clock_ghz = times.clock_ghz,
-                           .cycles = times.median_cycles / ops};
+                           .cycles = times.median_cycles / ops,
+                           .adds_per_cycle = times.adds_per_cycle};
     bench_report(ctx, &result);
   }
   free(slots);

@@ -354,19 +354,23 @@ static void replay_warm_passes(bench_allocator *alloc, const bench_trace *trace,
                                gpumem_stream *streams, void **slots, int count, const char *name,
                                bench_pass_times *times) {
   uint64_t elapsed[BENCH_MAX_REPEAT];
-  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT];
+  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT], adds[BENCH_MAX_REPEAT];
   for (int i = 0; i < count; i++) {
     bench_failure failure = {0};
     double before = bench_host_clock_ghz();
+    double adds_before = bench_host_adds_per_cycle(before);
     if (bench_replay_pass(alloc, trace, streams, slots, "warm pass", NULL, &elapsed[i], &failure,
                           name))
       bench_die_failure("replay", alloc->label, name, &failure);
-    clock_ghz[i] = (before + bench_host_clock_ghz()) / 2;
+    double after = bench_host_clock_ghz();
+    clock_ghz[i] = (before + after) / 2;
+    adds[i] = (adds_before + bench_host_adds_per_cycle(after)) / 2;
     cycles[i] = (double)elapsed[i] * clock_ghz[i];
   }
   *times = bench_pass_times_of(elapsed, count);
   times->clock_ghz = bench_median_of(clock_ghz, count);
   times->median_cycles = bench_median_of(cycles, count);
+  times->adds_per_cycle = bench_median_of(adds, count);
 }
 
 static void replay_one(const bench_context *ctx, const char *label, const char *name,
@@ -406,6 +410,7 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .ns_min = warm.min_ns / (double)seq->count,
                          .ns_max = warm.max_ns / (double)seq->count,
                          .clock_ghz = warm.clock_ghz,
+                         .adds_per_cycle = warm.adds_per_cycle,
                          .cycles = warm.median_cycles / (double)seq->count,
                          .peak_live_bytes = seq->peak_live_bytes,
                          .peak_reserved_bytes = peak_reserved,

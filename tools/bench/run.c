@@ -118,6 +118,28 @@ double bench_host_clock_ghz(void) {
   return elapsed ? 3.0 * MULTIPLIES / (double)elapsed : 0;
 }
 
+double bench_host_adds_per_cycle(double clock_ghz) {
+  enum { ROUNDS = 1 << 15 };
+  uint64_t a0 = 1, a1 = 2, a2 = 3, a3 = 4, a4 = 5, a5 = 6, a6 = 7, a7 = 8;
+  uint64_t start = bench_now_ns();
+  for (uint64_t i = 0; i < ROUNDS; i++) {
+    /* Four chains of two: eight operations a round, each waiting only for its chain. */
+    a0 += i;
+    a1 ^= a0;
+    a2 += i;
+    a3 ^= a2;
+    a4 += i;
+    a5 ^= a4;
+    a6 += i;
+    a7 ^= a6;
+    __asm__ volatile(""
+                     : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3), "+r"(a4), "+r"(a5), "+r"(a6),
+                       "+r"(a7));
+  }
+  uint64_t elapsed = bench_now_ns() - start;
+  return elapsed && clock_ghz > 0 ? 8.0 * ROUNDS / (double)elapsed / clock_ghz : 0;
+}
+
 bench_pass_times bench_pass_times_of(const uint64_t *elapsed, int count) {
   double ns[BENCH_MAX_REPEAT];
   for (int i = 0; i < count; i++)
@@ -130,13 +152,16 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure) {
   uint64_t elapsed[BENCH_MAX_REPEAT];
-  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT];
+  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT], adds[BENCH_MAX_REPEAT];
   gpumem_status status = GPUMEM_OK;
   for (int i = 0; i < count && status == GPUMEM_OK; i++) {
     double before = bench_host_clock_ghz();
+    double adds_before = bench_host_adds_per_cycle(before);
     status = bench_run_pass(alloc, stream, seq, slots, phase, &elapsed[i], failure);
     /* The pass ends with the stream's synchronization; the clock is read after it. */
-    clock_ghz[i] = (before + bench_host_clock_ghz()) / 2;
+    double after = bench_host_clock_ghz();
+    clock_ghz[i] = (before + after) / 2;
+    adds[i] = (adds_before + bench_host_adds_per_cycle(after)) / 2;
     cycles[i] = (double)elapsed[i] * clock_ghz[i];
   }
   if (status != GPUMEM_OK)
@@ -144,6 +169,7 @@ gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
   *times = bench_pass_times_of(elapsed, count);
   times->clock_ghz = bench_median_of(clock_ghz, count);
   times->median_cycles = bench_median_of(cycles, count);
+  times->adds_per_cycle = bench_median_of(adds, count);
   return GPUMEM_OK;
 }
 
