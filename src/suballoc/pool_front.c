@@ -216,10 +216,10 @@ GPUMEM_COLD static bool ready_maps(pool_front *f) {
   return true;
 }
 
-/* The pool's fronts, made once and kept to its end: the slow paths read them again rather
- * than take them as an argument, so that the fast paths reach them in tail calls of at most
- * six arguments (registers), saving none of their own. */
-static inline pool_fronts *fronts_of(pool_resource *pool) {
+/* The pool's fronts, NULL until made, then kept to its end. The fronts' slow paths read
+ * them here rather than take them as an argument, so that the fast paths reach those in tail
+ * calls of at most six arguments (registers), saving none of their own. */
+static inline pool_fronts *fronts_of(const pool_resource *pool) {
   return atomic_load_explicit(&pool->fronts, memory_order_acquire);
 }
 
@@ -580,7 +580,7 @@ void gpumem__pool_free_fronts(pool_resource *pool) {
 }
 
 void gpumem__pool_flush_fronts(pool_resource *pool) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (!fronts)
     return;
   for (int i = 0; i < GPUMEM__THREAD_SLOTS; i++) {
@@ -595,7 +595,7 @@ void gpumem__pool_flush_fronts(pool_resource *pool) {
 }
 
 bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t size) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (!fronts)
     return false;
   bool front_sized = size <= GPUMEM__POOL_FRONT_TOP;
@@ -654,7 +654,7 @@ bool gpumem__pool_drain_fullest_front(pool_resource *pool, free_set *set, size_t
 }
 
 bool gpumem__pool_front_give_larger(pool_resource *pool, free_set *set, size_t size) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (!fronts || size >= GPUMEM__POOL_FRONT_TOP)
     return false;
   size_t above = gpumem__pool_front_class(front_size(size)) + 1, best_class = SIZE_MAX;
@@ -707,7 +707,7 @@ static void raise_peak(pool_resource *pool, pool_fronts *fronts) {
 
 gpumem_status gpumem__pool_front_counters(const pool_resource *pool, gpumem_query what,
                                           uint64_t *out) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (!fronts || (what != GPUMEM_QUERY_LIVE_BYTES && what != GPUMEM_QUERY_LIVE_COUNT &&
                   what != GPUMEM_QUERY_PEAK_LIVE_BYTES))
     return gpumem__counters_query(&pool->stats, what, out);
@@ -1212,7 +1212,7 @@ bool gpumem__pool_make_fronts(gpumem_resource *mr) {
   gpumem__biased_lock_take(&pool->lock);
   gpumem__pool_enable_fronts(pool);
   gpumem__biased_lock_release(&pool->lock);
-  return atomic_load_explicit(&pool->fronts, memory_order_acquire) != NULL;
+  return fronts_of(pool) != NULL;
 }
 
 bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_stats *out) {
