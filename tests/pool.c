@@ -1810,6 +1810,60 @@ static void test_front_queries_and_trim(void) {
   printf("pool(vmm) with fronts: free-memory queries and trim take their blocks back\n");
 }
 
+/* A trim that gives back a region's last chunk, unlinked from the chunk below (an earlier
+ * trim gave back the chunk between), moves the region's growth point to the highest block
+ * left, which here is a block a thread's front handed out: the fronts' maps hold it, not the
+ * pool's live map. The large region: a 2 MiB chunk of a locked-path block and, carved whole
+ * from the chunk's free rest, a front's block of 223.75 KiB (the top of a 200 KiB request's
+ * class), live through both trims; above it two chunks of 2 MiB, the lower given back by a
+ * first trim, then the upper by a second. Growth then continues right after the front's
+ * block. */
+enum { highest_request = 200 << 10, highest_front_block = 895 << 8 };
+static void *highest_front_ptr;
+
+static void *allocate_highest_front_block(void *arg) {
+  (void)arg;
+  CHECK_OK(gpumem_allocate(front_pool, highest_request, front_stream, &highest_front_ptr));
+  return NULL;
+}
+
+static void *free_highest_front_block(void *arg) {
+  (void)arg;
+  CHECK_OK(gpumem_deallocate(front_pool, highest_front_ptr, highest_request, front_stream));
+  return NULL;
+}
+
+static void test_front_block_highest_after_trims(void) {
+  enum { step = 2 << 20 };
+  CHECK_OK(gpumem_stream_create(0, &front_stream));
+  open_front_pool("pool(vmm, release_holes_over=never)", front_stream);
+  region *large = &((pool_resource *)front_pool)->regions[GPUMEM__POOL_REGION_LARGE];
+  char *below, *middle, *top, *grown;
+  CHECK_OK(gpumem_allocate(front_pool, step - highest_front_block, front_stream, (void **)&below));
+  on_another_thread(allocate_highest_front_block, NULL);
+  CHECK_PTR_EQ(highest_front_ptr, below + step - highest_front_block); /* the chunk's rest */
+  CHECK_OK(gpumem_allocate(front_pool, step, front_stream, (void **)&middle));
+  CHECK_OK(gpumem_allocate(front_pool, step, front_stream, (void **)&top));
+  CHECK_PTR_EQ(middle, below + step);
+  CHECK_PTR_EQ(top, middle + step);
+  CHECK_OK(gpumem_deallocate(front_pool, middle, step, front_stream));
+  CHECK_OK(gpumem_resource_trim(front_pool, NULL));
+  CHECK_OK(gpumem__validate(front_pool));
+  CHECK_OK(gpumem_deallocate(front_pool, top, step, front_stream));
+  CHECK_OK(gpumem_resource_trim(front_pool, NULL));
+  CHECK_U64_EQ(check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES), step);
+  CHECK_OK(gpumem__validate(front_pool));
+  CHECK(large->tail != NULL);
+  CHECK_PTR_EQ(large->tail->addr, highest_front_ptr);
+  CHECK_OK(gpumem_allocate(front_pool, step, front_stream, (void **)&grown));
+  CHECK_PTR_EQ(grown, below + step); /* in place, right after the front's block */
+  CHECK_OK(gpumem_deallocate(front_pool, grown, step, front_stream));
+  CHECK_OK(gpumem_deallocate(front_pool, below, step - highest_front_block, front_stream));
+  on_another_thread(free_highest_front_block, NULL);
+  close_emptied_front_pool();
+  printf("pool(vmm) with fronts: a trim's growth point is a front's block when it is highest\n");
+}
+
 /* A thread that allocates what another frees on a stream of its own (a producer and its
  * consumer) gets the blocks back in batches, not through the pool: its stream waits for the
  * consumer's frees (no hazard), and the pool does not grow after the first rounds (the
@@ -2181,6 +2235,7 @@ int main(void) {
     printf("pool(vmm) with fronts: the working reserve's check counts the simulated device's "
            "calls: not run on a GPU\n");
   test_front_queries_and_trim();
+  test_front_block_highest_after_trims();
   test_front_returns();
   test_fronts_reached_into();
   test_fronts_crowd();

@@ -76,6 +76,14 @@ bool gpumem__front_map_reserve(front_map *map, size_t extra) {
   return true;
 }
 
+void gpumem__front_map_each(const front_map *map, void (*fn)(gpumem__block *block, void *user),
+                            void *user) {
+  const front_table *t = gpumem__front_map_table(map);
+  for (size_t i = 0; t && i <= t->mask; i++)
+    if (gpumem__front_slot_addr(&t->slots[i]))
+      fn(atomic_load_explicit(&t->slots[i].block, memory_order_relaxed), user);
+}
+
 bool gpumem__front_map_check(const front_map *map, bool (*fn)(gpumem__block *block, void *user),
                              void *user, char *why, size_t why_size) {
   const front_table *t = gpumem__front_map_table(map);

@@ -53,6 +53,9 @@ GPUMEM_COLD bool gpumem__front_map_grow(front_map *map);
 /* Grows the made map until `extra` more blocks go in without growing; false when host
  * memory is exhausted. Under the writers' lock. */
 bool gpumem__front_map_reserve(front_map *map, size_t extra);
+/* Calls fn on every block of the map (its writers stopped). */
+void gpumem__front_map_each(const front_map *map, void (*fn)(gpumem__block *block, void *user),
+                            void *user);
 /* Checks the map as gpumem__block_map_check does (every writer and reader stopped). */
 bool gpumem__front_map_check(const front_map *map, bool (*fn)(gpumem__block *block, void *user),
                              void *user, char *why, size_t why_size);

@@ -48,7 +48,11 @@ static void note_highest(gpumem__block *block, void *user) {
  * every block: only a trim that gives back a region's last chunk, one not linked to the
  * chunk before it (a chunk between them was given back earlier), comes here. A trim has
  * folded every free block into the fresh set first (the caches merged, the other sets
- * dropped), so the live map and the fresh set's indexes hold them all. */
+ * dropped, the thread fronts emptied), so the live map and the fresh set's indexes hold
+ * them all but the blocks that fronts handed out (and blocks on their way back to a front),
+ * which the fronts' maps hold. Those maps change only in calls that take the pool's lock
+ * first, which the trim holds, and in a refill filing its batch, which the fronts' flush
+ * waited out. */
 GPUMEM_COLD static gpumem__block *highest_block(pool_resource *pool, uint8_t ri,
                                                 const gpumem__block *skip) {
   highest_context h = {ri, skip, NULL};
@@ -59,6 +63,10 @@ GPUMEM_COLD static gpumem__block *highest_block(pool_resource *pool, uint8_t ri,
     gpumem__free_index_each(&pool->fresh.open[r], note_highest, &h);
     gpumem__free_index_each(&pool->fresh.sealed[r], note_highest, &h);
   }
+  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  for (int i = 0; fronts && i < GPUMEM__THREAD_SLOTS; i++)
+    for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
+      gpumem__front_map_each(&fronts->fronts[i].shards[k].map, note_highest, &h);
   return h.found;
 }
 
