@@ -1756,7 +1756,7 @@ static void *free_under_writer(void *arg) {
   (void)arg;
   void *ptr;
   CHECK_OK(gpumem_allocate(front_pool, front_block_bytes, front_stream, &ptr));
-  pool_fronts *fronts = atomic_load(&((pool_resource *)front_pool)->fronts);
+  pool_fronts *fronts = fronts_of((pool_resource *)front_pool);
   spoiled_front = &fronts->fronts[gpumem__thread_slot(&fronts->slots)];
   atomic_store(&spoiled_step, 1);
   while (atomic_load(&spoiled_step) != 2)

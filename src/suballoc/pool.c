@@ -412,7 +412,7 @@ gpumem_status gpumem__pool_allocate_locked(pool_resource *pool, size_t bytes, gp
 GPUMEM_NOINLINE static gpumem_status allocate_shared(pool_resource *pool, size_t bytes,
                                                      size_t alignment, gpumem_stream stream,
                                                      void **ptr) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (fronts && alignment == GPUMEM_DEFAULT_ALIGNMENT && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT)
     return gpumem__pool_front_allocate(pool, fronts, bytes, stream, ptr);
   return allocate_locked(pool, bytes, alignment, stream, ptr, fronts != NULL);
@@ -463,7 +463,7 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
 GPUMEM_COLD static gpumem_status refuse_free_then_unlock(pool_resource *pool, gpumem__block *block,
                                                          void *ptr, size_t bytes, bool *owned) {
   size_t requested = block ? block->requested : 0;
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
     gpumem__block_map_insert(&pool->live, block);
   else if (fronts) /* a front's block, freed with a size no front serves */
@@ -532,7 +532,7 @@ gpumem_status gpumem__pool_deallocate_locked(pool_resource *pool, void *ptr, siz
 /* As allocate_shared: through the fronts once made, each way a tail call. */
 GPUMEM_NOINLINE static gpumem_status deallocate_shared(pool_resource *pool, void *ptr, size_t bytes,
                                                        gpumem_stream stream, bool *owned) {
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (fronts && bytes - 1 < GPUMEM__POOL_FRONT_LIMIT)
     return gpumem__pool_front_deallocate(pool, fronts, ptr, bytes, stream, owned);
   return deallocate_locked(pool, ptr, bytes, stream, owned, fronts != NULL);

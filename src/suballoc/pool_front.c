@@ -216,13 +216,6 @@ GPUMEM_COLD static bool ready_maps(pool_front *f) {
   return true;
 }
 
-/* The pool's fronts, NULL until made, then kept to its end. The fronts' slow paths read
- * them here rather than take them as an argument, so that the fast paths reach those in tail
- * calls of at most six arguments (registers), saving none of their own. */
-static inline pool_fronts *fronts_of(const pool_resource *pool) {
-  return atomic_load_explicit(&pool->fronts, memory_order_acquire);
-}
-
 /* The front whose map holds `block`, one of the fronts' (state GPUMEM__BLOCK_FRONT). */
 static inline pool_front *holder_of(const gpumem__block *block) {
   return (pool_front *)block->owner;
@@ -1219,7 +1212,7 @@ bool gpumem__pool_front_stats_of(const gpumem_resource *mr, gpumem__pool_front_s
   *out = (gpumem__pool_front_stats){0};
   if (!gpumem__is_pool(mr))
     return false;
-  pool_fronts *fronts = atomic_load_explicit(&((pool_resource *)mr)->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of((const pool_resource *)mr);
   if (!fronts)
     return false;
   out->flushes = atomic_load_explicit(&fronts->flushes, memory_order_relaxed);

@@ -313,6 +313,13 @@ typedef struct pool_resource {
   unsigned window_takes, window_waits;
 } pool_resource;
 
+/* The pool's thread fronts, NULL until made (acquire: made whole before published). The
+ * fronts' slow paths read them here rather than take them as an argument, so that the fast
+ * paths reach those in tail calls of at most six arguments (registers). */
+static inline pool_fronts *fronts_of(const pool_resource *pool) {
+  return atomic_load_explicit(&pool->fronts, memory_order_acquire);
+}
+
 /* Whether the pool keeps the sizes it serves: only the default's gate asks for them, and
  * only where holes go back (growth in place, in pieces). */
 static inline bool keeps_served_sizes(const pool_resource *pool) {

@@ -63,7 +63,7 @@ GPUMEM_COLD static gpumem__block *highest_block(pool_resource *pool, uint8_t ri,
     gpumem__free_index_each(&pool->fresh.open[r], note_highest, &h);
     gpumem__free_index_each(&pool->fresh.sealed[r], note_highest, &h);
   }
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   for (int i = 0; fronts && i < GPUMEM__THREAD_SLOTS; i++)
     for (size_t k = 0; k < GPUMEM__POOL_LIVE_SHARDS; k++)
       gpumem__front_map_each(&fronts->fronts[i].shards[k].map, note_highest, &h);

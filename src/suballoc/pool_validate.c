@@ -362,7 +362,7 @@ static bool gather(walk *w) {
   }
   if (!last_found)
     return complain(w, "the last call's free set is not one of the pool's sets");
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   return !fronts || gather_fronts(w, fronts);
 }
 
@@ -472,7 +472,7 @@ static bool check_regions_and_counters(walk *w) {
     if (!found || *found != tail || tail->region != r || tail->next_addr)
       return complain(w, "region %zu: its growth point is not a last block of the region", r);
   }
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   uint64_t live_count, live_bytes;
   /* With fronts, the counters' sums (the fronts' locks held, so exact) against every live
    * block; the peak is raised only now and then (pool_front.c), so it is not checked. */
@@ -552,7 +552,7 @@ static void lock_fronts(pool_fronts *fronts, bool take) {
 gpumem_status gpumem__pool_validate(const gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   gpumem__biased_lock_take(&pool->lock);
-  pool_fronts *fronts = atomic_load_explicit(&pool->fronts, memory_order_acquire);
+  pool_fronts *fronts = fronts_of(pool);
   if (fronts)
     lock_fronts(fronts, true);
   gpumem_status status = validate_locked(pool);
