@@ -132,6 +132,16 @@ static inline void gpumem__cpu_relax(void) {
 #endif
 }
 
+/* A spinning waiter's pause at its `spins`th look at a short hold (a few stores): the
+ * processor's pause, then, past 64 looks, the processor given up to a holder that may have
+ * been preempted. */
+static inline void gpumem__spin_pause(unsigned spins) {
+  if (spins < 64)
+    gpumem__cpu_relax();
+  else
+    sched_yield();
+}
+
 /* Enters through the bias named by `word`, an owner word naming the calling thread read
  * from the lock; false (nothing held, nothing of another thread's touched) when that bias
  * was revoked since. Split from gpumem__biased_lock_try_as_owner for a test of a word read

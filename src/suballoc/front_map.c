@@ -2,7 +2,6 @@
  * a writer, making the map, growing it, freeing it, and checking it. */
 #include "suballoc/front_map.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -19,13 +18,8 @@ static front_table *new_table(unsigned log2) {
 
 gpumem__block *gpumem__front_map_lookup_again(const front_map *map, uintptr_t addr) {
   gpumem__block *found;
-  for (unsigned spins = 0; !gpumem__front_map_read(map, addr, &found); spins++) {
-    /* A writer mid-change: a few stores, unless it was preempted. */
-    if (spins < 64)
-      gpumem__cpu_relax();
-    else
-      sched_yield();
-  }
+  for (unsigned spins = 0; !gpumem__front_map_read(map, addr, &found); spins++)
+    gpumem__spin_pause(spins); /* a writer mid-change */
   return found;
 }
 

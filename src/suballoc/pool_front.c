@@ -99,7 +99,6 @@
  * between them. */
 #include "suballoc/pool_internal.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,10 +145,7 @@ GPUMEM_NOINLINE static void spin_lock_slow(atomic_int *lock) {
   for (unsigned spins = 0;; spins++) {
     if (!atomic_load_explicit(lock, memory_order_relaxed) && spin_try_lock(lock))
       return;
-    if (spins < 64)
-      gpumem__cpu_relax();
-    else
-      sched_yield();
+    gpumem__spin_pause(spins);
   }
 }
 
@@ -299,9 +295,11 @@ static inline gpumem__block *claim_own(pool_live_shard *shard, gpumem__block *bl
     return try_claim(block, ptr, bytes, held);
   /* Only this thread wrote it since it was handed out, and its map names it by its address. */
   size_t requested = __atomic_load_n(&block->requested, __ATOMIC_RELAXED);
-  *held = requested == bytes ? 0 : requested;
-  if (requested != bytes)
+  if (requested != bytes) {
+    *held = requested;
     return NULL;
+  }
+  *held = 0;
   __atomic_store_n(&block->requested, 0, __ATOMIC_RELAXED);
   return block;
 }
@@ -323,12 +321,8 @@ static inline bool claims_shared(pool_front *holder, uintptr_t addr) {
 GPUMEM_COLD static void share_claims(pool_front *holder, uintptr_t addr) {
   pool_live_shard *shard = shard_of(holder, addr);
   atomic_store_explicit(&shard->claims, GPUMEM__CLAIMS_ANNOUNCED, memory_order_seq_cst);
-  for (unsigned spins = 0; atomic_load_explicit(&holder->lock, memory_order_seq_cst); spins++) {
-    if (spins < 64)
-      gpumem__cpu_relax();
-    else
-      sched_yield();
-  }
+  for (unsigned spins = 0; atomic_load_explicit(&holder->lock, memory_order_seq_cst); spins++)
+    gpumem__spin_pause(spins);
   atomic_store_explicit(&shard->claims, GPUMEM__CLAIMS_SHARED, memory_order_release);
 }
 
@@ -339,6 +333,15 @@ static gpumem__block *claim(gpumem__block *block, void *ptr, size_t bytes, gpume
   block = try_claim(block, ptr, bytes, &held);
   *status = held ? refuse_claim(ptr, bytes, held) : GPUMEM_OK;
   return block;
+}
+
+/* claim by a thread that holds no front's lock, of a block of `holder`'s maps: shares that
+ * map's claims first where no other thread has. */
+static gpumem__block *claim_other(pool_front *holder, gpumem__block *block, void *ptr, size_t bytes,
+                                  gpumem_status *status) {
+  if (!claims_shared(holder, (uintptr_t)ptr))
+    share_claims(holder, (uintptr_t)ptr);
+  return claim(block, ptr, bytes, status);
 }
 
 /* Takes a block that leaves the fronts out of the maps holding it (under the map's lock, a
@@ -870,17 +873,17 @@ GPUMEM_NOINLINE static gpumem_status allocate_missed(pool_resource *pool, pool_f
                                                      size_t bytes, gpumem_stream stream,
                                                      void **ptr) {
   pool_fronts *fronts = fronts_of(pool);
-  size_t c = request_class(bytes);
+  size_t c = request_class(bytes), size = front_size(bytes);
   spin_lock(&f->lock);
   gpumem__block *block = NULL;
   if (f->set && f->stream == stream &&
       ((block = front_pop(f, c)) || (block = pop_returned(pool, fronts, f, c)))) {
     if (hand_out_then_unlock(f, block, bytes, ptr))
-      give_back_batch(pool, f, front_size(bytes));
+      give_back_batch(pool, f, size);
     return GPUMEM_OK;
   }
   spin_unlock(&f->lock);
-  if (refill_and_allocate(pool, fronts, f, bytes, front_size(bytes), stream, ptr))
+  if (refill_and_allocate(pool, fronts, f, bytes, size, stream, ptr))
     return GPUMEM_OK;
   bump(&f->pool_locks);
   return gpumem__pool_allocate_locked(pool, bytes, stream, ptr);
@@ -970,8 +973,7 @@ GPUMEM_COLD static gpumem_status free_unslotted(pool_resource *pool, pool_fronts
   gpumem_status status = set_for(pool, stream, &set);
   bool handled = status != GPUMEM_OK;
   if (!handled && (block = find_mapped(fronts, NULL, (uintptr_t)ptr, true, &holder)) &&
-      (claims_shared(holder, (uintptr_t)ptr) || (share_claims(holder, (uintptr_t)ptr), true)) &&
-      (block = claim(block, ptr, bytes, &status))) {
+      (block = claim_other(holder, block, ptr, bytes, &status))) {
     atomic_fetch_sub_explicit(&fronts->unslotted_live_bytes, (int64_t)bytes, memory_order_relaxed);
     atomic_fetch_sub_explicit(&fronts->unslotted_live_count, 1, memory_order_relaxed);
     forget(block);
@@ -1057,10 +1059,11 @@ static inline gpumem_status free_claimed_then_unlock(pool_resource *pool, pool_f
 }
 
 /* A free that front `f` (its lock held, bound to the call's stream) did not claim from its
- * own maps at first: claimed there after all when a foreign claim raced it; another front's
- * block goes into f's return batch for it (absorb_foreign); a block of f live with another
- * size is a misuse; anything else goes the pool's locked way (a block not live, which it
- * names; a block no front holds). Releases f's lock. */
+ * own maps at first: looked up again, through a writer's change that spoiled the first
+ * reading, and claimed there if it is f's; another front's block goes into f's return batch
+ * for it (absorb_foreign); a block of f live with another size is a misuse; anything else
+ * goes the pool's locked way (a block not live, which it names; a block no front holds).
+ * Releases f's lock. */
 GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *pool, pool_front *f,
                                                                 void *ptr, size_t bytes,
                                                                 gpumem_stream stream, bool *owned) {
@@ -1090,20 +1093,6 @@ GPUMEM_NOINLINE static gpumem_status free_unclaimed_then_unlock(pool_resource *p
   return free_done(pool, ptr, bytes, stream, owned, block || status != GPUMEM_OK, status);
 }
 
-/* free_bound_then_unlock past a reading of the map that a writer spoiled: the same, reading
- * again until a reading holds. */
-GPUMEM_NOINLINE static gpumem_status free_read_again_then_unlock(pool_resource *pool, pool_front *f,
-                                                                 void *ptr, size_t bytes,
-                                                                 gpumem_stream stream,
-                                                                 bool *owned) {
-  pool_live_shard *shard = shard_of(f, (uintptr_t)ptr);
-  gpumem__block *mine = gpumem__front_map_lookup_again(&shard->map, (uintptr_t)ptr), *block;
-  size_t held;
-  if (!mine || !(block = claim_own(shard, mine, bytes, ptr, &held)))
-    return free_unclaimed_then_unlock(pool, f, ptr, bytes, stream, owned);
-  return free_claimed_then_unlock(pool, f, block, bytes, owned);
-}
-
 /* A free of `ptr` into front `f`, its lock held and bound to the call's stream: a block of
  * f's maps claimed and into its list (free_claimed_then_unlock); anything else out of line.
  * Releases f's lock. Each way out is a tail call. */
@@ -1113,9 +1102,8 @@ static inline gpumem_status free_bound_then_unlock(pool_resource *pool, pool_fro
   pool_live_shard *shard = shard_of(f, (uintptr_t)ptr);
   gpumem__block *mine, *block;
   size_t held;
-  if (GPUMEM_UNLIKELY(!gpumem__front_map_read(&shard->map, (uintptr_t)ptr, &mine)))
-    return free_read_again_then_unlock(pool, f, ptr, bytes, stream, owned);
-  if (GPUMEM_UNLIKELY(!mine || !(block = claim_own(shard, mine, bytes, ptr, &held))))
+  if (GPUMEM_UNLIKELY(!gpumem__front_map_read(&shard->map, (uintptr_t)ptr, &mine) || !mine ||
+                      !(block = claim_own(shard, mine, bytes, ptr, &held))))
     return free_unclaimed_then_unlock(pool, f, ptr, bytes, stream, owned);
   return free_claimed_then_unlock(pool, f, block, bytes, owned);
 }
