@@ -163,6 +163,21 @@ double bench_host_clock_ghz(void);
  * workloads (docs/gpu-runs.md, twenty-sixth session, run 6). 0 where clock_ghz is. */
 double bench_host_adds_per_cycle(double clock_ghz);
 
+/* The host beside a pass: its clock in GHz and its core's adds a cycle, each the mean of a
+ * reading before the pass and one after. */
+typedef struct bench_host_reading {
+  double clock_ghz, adds_per_cycle;
+} bench_host_reading;
+
+/* A reading of the host now, before a pass. */
+bench_host_reading bench_read_host(void);
+/* The host across a pass that began at `before`: the mean of it and a reading now. */
+bench_host_reading bench_host_across(bench_host_reading before);
+/* bench_pass_times_of, with the medians of the host's readings across the passes and of
+ * each pass's cycles of its clock. */
+bench_pass_times bench_pass_times_beside(const uint64_t *elapsed, const bench_host_reading *host,
+                                         int count);
+
 /* The median of `count` values (at least 1), which it sorts. */
 double bench_median_of(double *values, int count);
 

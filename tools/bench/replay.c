@@ -348,29 +348,22 @@ static void replay_tracking_reserved(const bench_context *ctx, const char *label
   bench_close_or_die(alloc);
 }
 
-/* `count` warm passes, with the host's clock measured before and after each, as
+/* `count` warm passes, with the host read before and after each, as
  * bench_run_passes does for a sequence. */
 static void replay_warm_passes(bench_allocator *alloc, const bench_trace *trace,
                                gpumem_stream *streams, void **slots, int count, const char *name,
                                bench_pass_times *times) {
   uint64_t elapsed[BENCH_MAX_REPEAT];
-  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT], adds[BENCH_MAX_REPEAT];
+  bench_host_reading host[BENCH_MAX_REPEAT];
   for (int i = 0; i < count; i++) {
     bench_failure failure = {0};
-    double before = bench_host_clock_ghz();
-    double adds_before = bench_host_adds_per_cycle(before);
+    bench_host_reading before = bench_read_host();
     if (bench_replay_pass(alloc, trace, streams, slots, "warm pass", NULL, &elapsed[i], &failure,
                           name))
       bench_die_failure("replay", alloc->label, name, &failure);
-    double after = bench_host_clock_ghz();
-    clock_ghz[i] = (before + after) / 2;
-    adds[i] = (adds_before + bench_host_adds_per_cycle(after)) / 2;
-    cycles[i] = (double)elapsed[i] * clock_ghz[i];
+    host[i] = bench_host_across(before);
   }
-  *times = bench_pass_times_of(elapsed, count);
-  times->clock_ghz = bench_median_of(clock_ghz, count);
-  times->median_cycles = bench_median_of(cycles, count);
-  times->adds_per_cycle = bench_median_of(adds, count);
+  *times = bench_pass_times_beside(elapsed, host, count);
 }
 
 static void replay_one(const bench_context *ctx, const char *label, const char *name,

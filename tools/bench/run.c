@@ -149,28 +149,47 @@ bench_pass_times bench_pass_times_of(const uint64_t *elapsed, int count) {
   return (bench_pass_times){.median_ns = median, .min_ns = ns[0], .max_ns = ns[count - 1]};
 }
 
+bench_host_reading bench_read_host(void) {
+  double clock_ghz = bench_host_clock_ghz();
+  return (bench_host_reading){clock_ghz, bench_host_adds_per_cycle(clock_ghz)};
+}
+
+bench_host_reading bench_host_across(bench_host_reading before) {
+  bench_host_reading after = bench_read_host();
+  return (bench_host_reading){(before.clock_ghz + after.clock_ghz) / 2,
+                              (before.adds_per_cycle + after.adds_per_cycle) / 2};
+}
+
+bench_pass_times bench_pass_times_beside(const uint64_t *elapsed, const bench_host_reading *host,
+                                         int count) {
+  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT], adds[BENCH_MAX_REPEAT];
+  for (int i = 0; i < count; i++) {
+    clock_ghz[i] = host[i].clock_ghz;
+    adds[i] = host[i].adds_per_cycle;
+    cycles[i] = (double)elapsed[i] * host[i].clock_ghz;
+  }
+  bench_pass_times times = bench_pass_times_of(elapsed, count);
+  times.clock_ghz = bench_median_of(clock_ghz, count);
+  times.median_cycles = bench_median_of(cycles, count);
+  times.adds_per_cycle = bench_median_of(adds, count);
+  return times;
+}
+
 gpumem_status bench_run_passes(bench_allocator *alloc, gpumem_stream stream,
                                const bench_sequence *seq, void **slots, const char *phase,
                                int count, bench_pass_times *times, bench_failure *failure) {
   uint64_t elapsed[BENCH_MAX_REPEAT];
-  double clock_ghz[BENCH_MAX_REPEAT], cycles[BENCH_MAX_REPEAT], adds[BENCH_MAX_REPEAT];
+  bench_host_reading host[BENCH_MAX_REPEAT];
   gpumem_status status = GPUMEM_OK;
   for (int i = 0; i < count && status == GPUMEM_OK; i++) {
-    double before = bench_host_clock_ghz();
-    double adds_before = bench_host_adds_per_cycle(before);
+    bench_host_reading before = bench_read_host();
     status = bench_run_pass(alloc, stream, seq, slots, phase, &elapsed[i], failure);
-    /* The pass ends with the stream's synchronization; the clock is read after it. */
-    double after = bench_host_clock_ghz();
-    clock_ghz[i] = (before + after) / 2;
-    adds[i] = (adds_before + bench_host_adds_per_cycle(after)) / 2;
-    cycles[i] = (double)elapsed[i] * clock_ghz[i];
+    /* The pass ends with the stream's synchronization; the host is read after it. */
+    host[i] = bench_host_across(before);
   }
   if (status != GPUMEM_OK)
     return status;
-  *times = bench_pass_times_of(elapsed, count);
-  times->clock_ghz = bench_median_of(clock_ghz, count);
-  times->median_cycles = bench_median_of(cycles, count);
-  times->adds_per_cycle = bench_median_of(adds, count);
+  *times = bench_pass_times_beside(elapsed, host, count);
   return GPUMEM_OK;
 }
 
