@@ -285,17 +285,49 @@ static void test_vmm_held_pieces(bool sim) {
     CHECK_OK(gpumem_allocate(vmm, 2 * MiB, NULL, (void **)&first));
   }
   CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
-  if (sim) { /* a device out of memory gets held memory of other sizes back first */
+  if (sim) {
+    /* Held memory of sizes a growth does not map goes before it makes new memory, so that the
+     * device never has both: 4 MiB held, 2 MiB wanted, 4 MiB at the peak, not 6. */
     gpumem_resource *big;
-    char *four, *two;
+    char *four, *two, *six;
+    uint64_t others; /* what the first vmm maps */
+    CHECK_OK(gpumem_sim_device_used(0, &others));
     CHECK_OK(gpumem_resource_from_spec("vmm(piece=4MiB)", &big));
     CHECK_OK(gpumem_allocate(big, 4 * MiB, NULL, (void **)&four));
     gpumem__hold_pieces(big, true);
     CHECK_OK(gpumem_deallocate(big, four, 4 * MiB, NULL));
-    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_CREATE, 1));
     CHECK_OK(gpumem_allocate(big, 2 * MiB, NULL, (void **)&two));
     CHECK_U64_EQ(check_query(big, GPUMEM_QUERY_RESERVED_BYTES), 2 * MiB);
+    CHECK_U64_EQ(check_query(big, GPUMEM_QUERY_PEAK_RESERVED_BYTES), 4 * MiB);
+    CHECK_OK(gpumem_sim_device_used(0, &mapped));
+    CHECK_U64_EQ(mapped - others, 2 * MiB);
     gpumem__hold_pieces(big, false);
+    CHECK_OK(gpumem_deallocate(big, two, 2 * MiB, NULL));
+    /* A run that maps one held piece again and makes another keeps the one it maps: 4 + 2
+     * held, 4 + 4 wanted, 8 MiB at the peak, not 10, and one piece made. */
+    CHECK_OK(gpumem_allocate(big, 6 * MiB, NULL, (void **)&six));
+    gpumem__hold_pieces(big, true);
+    CHECK_OK(gpumem_deallocate(big, six, 6 * MiB, NULL));
+    uint64_t peak = check_query(big, GPUMEM_QUERY_PEAK_RESERVED_BYTES);
+    creates = gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE);
+    CHECK_OK(gpumem_allocate(big, 8 * MiB, NULL, (void **)&six));
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 1);
+    CHECK_U64_EQ(check_query(big, GPUMEM_QUERY_RESERVED_BYTES), 8 * MiB);
+    CHECK_U64_EQ(check_query(big, GPUMEM_QUERY_PEAK_RESERVED_BYTES),
+                 peak > 8 * MiB ? peak : 8 * MiB);
+    gpumem__hold_pieces(big, false);
+    CHECK_OK(gpumem_deallocate(big, six, 8 * MiB, NULL));
+    /* A device out of memory gets held memory back before a growth fails: 4 MiB held for the
+     * run's second piece, its first (2 MiB, after a live block) refused once. */
+    CHECK_OK(gpumem_allocate(big, 4 * MiB, NULL, (void **)&four));
+    CHECK_OK(gpumem_allocate(big, 2 * MiB, NULL, (void **)&two));
+    gpumem__hold_pieces(big, true);
+    CHECK_OK(gpumem_deallocate(big, four, 4 * MiB, NULL));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_CREATE, 1));
+    CHECK_OK(gpumem_allocate(big, 6 * MiB, NULL, (void **)&six));
+    CHECK_U64_EQ(check_query(big, GPUMEM_QUERY_RESERVED_BYTES), 8 * MiB);
+    gpumem__hold_pieces(big, false);
+    CHECK_OK(gpumem_deallocate(big, six, 6 * MiB, NULL));
     CHECK_OK(gpumem_deallocate(big, two, 2 * MiB, NULL));
     CHECK_OK(gpumem_resource_release(big));
   }

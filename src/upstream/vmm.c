@@ -215,6 +215,37 @@ static gpumem_status piece_memory(vmm_resource *self, size_t size, gpumem__vmm_h
   return status;
 }
 
+/* Before a run of pieces [addr, end) makes new physical memory, frees the held memory it
+ * will not map again: kept while new pieces are made, it would take more of the device than
+ * the holder counts as reserved (on the simulated device, GPT-2 generation's replay took
+ * 1.327 times its live peak where its pool counted 1.205). Held pieces of the run's sizes
+ * stay for it; where the run makes nothing new, all stay until the hold ends. */
+static void free_held_unneeded(vmm_resource *self, uintptr_t addr, uintptr_t end) {
+  bool needed[MOST_HELD] = {false};
+  bool makes_new = false;
+  for (uintptr_t cursor = addr, next; cursor < end; cursor = next) {
+    next = piece_end(self, cursor, end);
+    size_t i = 0;
+    while (i < self->held_count && (needed[i] || self->held[i].size != next - cursor))
+      i++;
+    if (i < self->held_count)
+      needed[i] = true;
+    else
+      makes_new = true;
+  }
+  if (!makes_new)
+    return;
+  size_t kept = 0;
+  for (size_t i = 0; i < self->held_count; i++)
+    if (needed[i]) {
+      self->held[kept++] = self->held[i];
+    } else {
+      self->header.dev->vmm_destroy(self->held[i].handle);
+      gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
+    }
+  self->held_count = kept;
+}
+
 /* Maps physical memory at [addr, addr+size) piece by piece and files the pieces as one
  * allocation of `bytes`; undoes its own steps on failure. The caller made room for the
  * pieces' records. If the undo's unmap fails too, the pieces mapped so far stay mapped and
@@ -232,6 +263,8 @@ static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size,
   /* One move of the records above for the whole run, not one per piece. */
   size_t at = gpumem__sorted_lower_bound(&self->mappings, addr), count = 0;
   mapping *filed = gpumem__sorted_open_gap(&self->mappings, at, pieces);
+  if (self->held_count > 0)
+    free_held_unneeded(self, addr, end);
   gpumem_status status = GPUMEM_OK;
   for (uintptr_t cursor = addr; cursor < end && status == GPUMEM_OK;) {
     uintptr_t next = piece_end(self, cursor, end);
