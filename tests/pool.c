@@ -893,6 +893,31 @@ static void test_release_holes(void) {
   CHECK_OK(gpumem_resource_release(mr));
   check_mapped(0);
 
+  /* Over 4 MiB pieces, two holes of a piece each between pins, and a 6 MiB request: both
+   * go back (the second whole, for the 2 MiB the first lacks), and the growth after the
+   * last pin takes a 2 MiB piece (to the grid) and a 4 MiB one: one held piece is mapped
+   * again, the other freed before the 2 MiB piece is made, so that the device never holds
+   * more than the pool counts (vmm's peak was 16 MiB, the pool's 14, before). */
+  static const size_t holes_of_a_piece[] = {4, 4, 4, 2};
+  char *y[4];
+  gpumem_resource *four;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=4MiB), release_holes_over=110)", &four));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(four, holes_of_a_piece[i] * MiB, NULL, (void **)&y[i]));
+  CHECK_OK(gpumem_deallocate(four, y[0], 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(four, y[2], 4 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(four, 6 * MiB, NULL, (void **)&grown));
+  CHECK_PTR_EQ(grown, y[3] + 2 * MiB);
+  CHECK_U64_EQ(check_query(four, GPUMEM_QUERY_RESERVED_BYTES), 12 * MiB);
+  CHECK_U64_EQ(check_query(four, GPUMEM_QUERY_PEAK_RESERVED_BYTES), 14 * MiB);
+  CHECK_U64_EQ(check_query(four->upstream, GPUMEM_QUERY_PEAK_RESERVED_BYTES), 14 * MiB);
+  check_mapped(12 * MiB);
+  CHECK_OK(gpumem__validate(four));
+  CHECK_OK(gpumem_deallocate(four, grown, 6 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(four, y[1], 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(four, y[3], 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(four));
+
   mr = holes_pool(300, hole_then_pin, 2, NULL, x); /* under the threshold: nothing moves */
   CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
   CHECK(release_holes_for(mr, 12 * MiB) == 0); /* nothing charged */
