@@ -12,6 +12,8 @@
 #   TRACE_RESOURCES      gpumem resources to judge, as bash words (default "pool(vmm)"),
 #                        e.g. TRACE_RESOURCES='"pool(vmm)" "arena(vmm)"'
 #   TRACE_WORKLOADS      comma-separated workloads to record (default: all)
+#   TRACE_WORKLOADS_FROM a file of more workloads (record_traces.py --workloads-from),
+#                        e.g. tools/python/heldout_workloads.py
 #   TRACE_BUDGET         seconds of steps per workload (default 25)
 #   TRACE_JOBS           workloads recorded at once (default 4)
 # Output in $OUT (or ./gpu-out), at most six files: summary-traces.txt, compare.txt (the
@@ -58,6 +60,7 @@ fi
 
 only=()
 [ -n "${TRACE_WORKLOADS:-}" ] && only=(--only "$TRACE_WORKLOADS")
+[ -n "${TRACE_WORKLOADS_FROM:-}" ] && only+=(--workloads-from "$TRACE_WORKLOADS_FROM")
 # Each workload stops stepping at its budget and is killed 60 s past it; the whole
 # recording is cut at 300 s.
 timeout 300 "$python" tools/python/record_traces.py --out "$work" --jobs "${TRACE_JOBS:-4}" \
