@@ -187,6 +187,20 @@ def test_every_workload_is_described():
     assert all(w.name in listed and w.description in listed for w in workloads)
 
 
+def test_the_held_out_workloads_load_apart_and_are_described():
+    # They register through --workloads-from only: the built-in list stays the tuned-on set.
+    heldout = TOOLS / "heldout_workloads.py"
+    built_in = run_tool("record_traces.py", "--list").stdout
+    listed = run_tool("record_traces.py", "--workloads-from", heldout, "--list").stdout
+    names = {"t5_generate_beam", "dlrm_train", "r2plus1d_train", "vit_train_accum",
+             "maskrcnn_train", "wav2vec2_ctc_train", "roberta_ckpt_varlen", "mixtral_generate"}
+    rows = {line.split()[0]: line.split()[1:3] for line in listed.splitlines() if line.strip()}
+    assert names <= set(rows)
+    assert not any(name in built_in for name in names)
+    assert {rows[name][0] for name in names} == {"training", "inference"}
+    assert {rows[name][1] for name in names} == {"fixed", "varying"}
+
+
 # A stand-in for PyTorch: what the recorder and the comparison touch, no more. Its caching
 # allocator counts bytes as PyTorch's does (blocks of 512 bytes), reserves in 2 MiB steps
 # (all it holds with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, else never less than

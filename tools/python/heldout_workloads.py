@@ -111,16 +111,10 @@ def r2plus1d_train(ctx):
           "classification with gradient accumulation: four micro-batches of 32 at 224 x 224 "
           "a step, bf16 autocast, AdamW")
 def vit_train_accum(ctx):
+    from record_traces import vision_transformer
+
     torch = ctx.torch
-    try:
-        import timm
-
-        model = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000)
-    except ImportError:
-        import torchvision
-
-        model = torchvision.models.vit_b_16(weights=None)
-    model = model.to(ctx.device).train()
+    model = vision_transformer("vit_small_patch16_224", 1000).to(ctx.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     micro, side, parts = ctx.size(32, 2), 224, 4
     loss = None

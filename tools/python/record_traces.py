@@ -328,6 +328,18 @@ def bert_finetune_varlen(ctx):
 # ---- vision ----
 
 
+def vision_transformer(timm_name, num_classes):
+    """A ViT by timm's name (random weights), or torchvision's ViT-B/16 where timm is missing."""
+    try:
+        import timm
+
+        return timm.create_model(timm_name, pretrained=False, num_classes=num_classes)
+    except ImportError:
+        import torchvision
+
+        return torchvision.models.vit_b_16(weights=None, num_classes=num_classes)
+
+
 def _unet(ctx):
     """A small diffusion UNet: residual blocks with GroupNorm, SiLU and a time embedding,
     three resolutions with skip connections, self-attention at the lowest."""
@@ -486,14 +498,7 @@ def swin_train_amp(ctx):
           "serving, fp16: each request a random batch (1 to 64) at 224 x 224")
 def vit_infer_varbatch(ctx):
     torch = ctx.torch
-    try:
-        import timm
-
-        model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=1000)
-    except ImportError:
-        import torchvision
-
-        model = torchvision.models.vit_b_16(weights=None)
+    model = vision_transformer("vit_base_patch16_224", 1000)
     model = model.to(ctx.device).to(torch.float16 if ctx.cuda else torch.float32).eval()
     with torch.inference_mode():
         for _ in ctx.steps(40):
@@ -739,14 +744,7 @@ def clip_train(ctx):
     torch = ctx.torch
     nn = torch.nn
     vocab, width, length = 8192, ctx.size(512, 32), ctx.size(64, 8)
-    try:
-        import timm
-
-        vision = timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=width)
-    except ImportError:
-        import torchvision
-
-        vision = torchvision.models.vit_b_16(weights=None, num_classes=width)
+    vision = vision_transformer("vit_small_patch16_224", width)
 
     class Clip(nn.Module):
         def __init__(self):
