@@ -861,6 +861,35 @@ static int child_bad_environment(void) {
   return 0;
 }
 
+/* GPUMEM_SIM_VMM_CALL_US: each vmm call that makes, maps, sets access to, unmaps or
+ * destroys memory takes at least that long; more than a second is refused. */
+static int child_vmm_call_too_long(void) {
+  setenv("GPUMEM_SIM_VMM_CALL_US", "1000001", 1);
+  CHECK_OK(gpumem_sim_configure(NULL));
+  CHECK_FAILS_WITH(gpumem_init(), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "GPUMEM_SIM_VMM_CALL_US=1000001; at most 1000000");
+  return 0;
+}
+
+static int child_vmm_call_time(void) {
+  setenv("GPUMEM_SIM_VMM_CALL_US", "3000", 1);
+  CHECK_OK(gpumem_sim_configure(NULL));
+  CHECK_OK(gpumem_init());
+  dev = gpumem__device_get(NULL);
+  void *va = NULL;
+  gpumem__vmm_handle handle = 0;
+  CHECK_OK(dev->vmm_reserve(0, GRAIN, 0, &va));
+  uint64_t start = gpumem__now_ns();
+  CHECK_OK(dev->vmm_create(0, GRAIN, &handle));
+  CHECK_OK(dev->vmm_map(va, GRAIN, handle));
+  CHECK_OK(dev->vmm_set_access(va, GRAIN, 0));
+  CHECK_OK(dev->vmm_unmap(va, GRAIN));
+  CHECK_OK(dev->vmm_destroy(handle));
+  CHECK(gpumem__now_ns() - start >= 5 * 3000 * 1000ull);
+  CHECK_OK(dev->vmm_release(va, GRAIN));
+  return 0;
+}
+
 /* Config fields win over the environment; a hazard aborts when asked to. */
 static int child_abort_on_hazard(void) {
   setenv("GPUMEM_SIM_DEVICES", "5", 1);
@@ -907,6 +936,10 @@ static void test_children(void) {
   int status = in_child(child_environment);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   status = in_child(child_bad_environment);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  status = in_child(child_vmm_call_too_long);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  status = in_child(child_vmm_call_time);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   printf("(a HAZARD line and an abort message on stderr are expected next)\n");
   status = in_child(child_abort_on_hazard);

@@ -469,8 +469,9 @@ typedef enum gpumem__option {
   GPUMEM__OPT_SIM_HAZARD,   /* GPUMEM_SIM_HAZARD: count | abort | off */
   /* GPUMEM_SIM_MANAGED_POOLS */
   GPUMEM__OPT_SIM_MANAGED_POOLS,
-  GPUMEM__OPT_DEBUG,       /* GPUMEM_DEBUG: 0 to 3, up to the compiled level */
-  GPUMEM__OPT_DEBUG_EVERY, /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
+  GPUMEM__OPT_SIM_VMM_CALL_US, /* GPUMEM_SIM_VMM_CALL_US: time each vmm call takes */
+  GPUMEM__OPT_DEBUG,           /* GPUMEM_DEBUG: 0 to 3, up to the compiled level */
+  GPUMEM__OPT_DEBUG_EVERY,     /* GPUMEM_DEBUG_EVERY: at level 2, validate every N-th call */
   /* GPUMEM_DEBUG_QUARANTINE and _BLOCKS: level 3's quarantine, in bytes and in blocks */
   GPUMEM__OPT_DEBUG_QUARANTINE,
   GPUMEM__OPT_DEBUG_QUARANTINE_BLOCKS,

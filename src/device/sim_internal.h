@@ -181,6 +181,9 @@ typedef struct sim_state {
   bool vmm_supported;
   bool managed_pools; /* default pools of managed memory (CUDA 13) */
   bool abort_on_hazard;
+  /* What each vmm call (create, destroy, map, unmap, access) takes, spent before it: a
+   * policy bounded by time, as a pool's release of holes, meets the driver's cost. */
+  uint64_t vmm_call_ns;
   uint64_t used[GPUMEM_MAX_DEVICES];         /* device memory in use */
   uint64_t managed_used[GPUMEM_MAX_DEVICES]; /* managed memory in use */
   sim_stream *default_stream[GPUMEM_MAX_DEVICES];

@@ -17,6 +17,17 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* The time a driver's vmm call takes (GPUMEM_SIM_VMM_CALL_US; 0 by default), spent
+ * spinning, outside the lock, as a thread blocked in the driver spends it. */
+static void spend_call_time(void) {
+  uint64_t ns = gpumem__sim.vmm_call_ns;
+  if (ns == 0)
+    return;
+  uint64_t until = gpumem__now_ns() + ns;
+  while (gpumem__now_ns() < until) {
+  }
+}
+
 typedef struct sim_physical {
   uint64_t handle;
   int device;
@@ -193,6 +204,7 @@ static gpumem_status create(int device, size_t bytes, gpumem__vmm_handle *handle
 }
 
 gpumem_status gpumem__sim_vmm_create(int device, size_t bytes, gpumem__vmm_handle *handle) {
+  spend_call_time();
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_CREATE, "vmm_create", bytes);
   if (status == GPUMEM_OK)
@@ -221,6 +233,7 @@ static void forget_physical(sim_physical *physical) {
 }
 
 gpumem_status gpumem__sim_vmm_destroy(gpumem__vmm_handle handle) {
+  spend_call_time();
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_physical *physical = NULL;
   gpumem_status status = check_supported("vmm_destroy");
@@ -299,6 +312,7 @@ static gpumem_status map(void *va, size_t bytes, gpumem__vmm_handle handle) {
 }
 
 gpumem_status gpumem__sim_vmm_map(void *va, size_t bytes, gpumem__vmm_handle handle) {
+  spend_call_time();
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_MAP, "vmm_map", bytes);
   if (status == GPUMEM_OK)
@@ -343,6 +357,7 @@ static gpumem_status set_access(void *va, size_t bytes) {
 }
 
 gpumem_status gpumem__sim_vmm_set_access(void *va, size_t bytes, int device) {
+  spend_call_time();
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_SET_ACCESS, "vmm_set_access", bytes);
   if (status == GPUMEM_OK)
@@ -381,6 +396,7 @@ static gpumem_status unmap(void *va, size_t bytes) {
 }
 
 gpumem_status gpumem__sim_vmm_unmap(void *va, size_t bytes) {
+  spend_call_time();
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_UNMAP, "vmm_unmap", bytes);
   if (status == GPUMEM_OK)
