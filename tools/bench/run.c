@@ -103,31 +103,17 @@ double bench_median_of(double *values, int count) {
   return (values[(count - 1) / 2] + values[count / 2]) / 2;
 }
 
-/* The shortest of a few tries: a try the thread was preempted in reads long, which made the
- * clock read low and the adds a cycle high (118 under ctest -j8 on the CI-like host). */
-enum { HOST_TRIES = 3 };
-
-static uint64_t multiplies_ns(int multiplies) {
+static uint64_t multiplies_ns(uint64_t multiplies) {
   /* Multiplies only: an add after each multiply costs a cycle of its own on some processors
    * (AMD's) and none on others (the Xeon of the GPU host). Odd by odd stays odd, so the
    * value never sticks at zero. */
   uint64_t value = 3, start = bench_now_ns();
-  for (int i = 0; i < multiplies; i++) {
+  for (uint64_t i = 0; i < multiplies; i++) {
     value *= 0x9E3779B97F4A7C15u;
     /* Keeps each multiply in the loop, waiting for the one before. */
     __asm__ volatile("" : "+r"(value));
   }
   return bench_now_ns() - start;
-}
-
-double bench_host_clock_ghz(void) {
-  enum { MULTIPLIES = 1 << 17 };
-  uint64_t shortest = UINT64_MAX;
-  for (int t = 0; t < HOST_TRIES; t++) {
-    uint64_t elapsed = multiplies_ns(MULTIPLIES);
-    shortest = elapsed < shortest ? elapsed : shortest;
-  }
-  return shortest ? 3.0 * MULTIPLIES / (double)shortest : 0;
 }
 
 static uint64_t adds_ns(uint64_t rounds) {
@@ -151,14 +137,28 @@ static uint64_t adds_ns(uint64_t rounds) {
   return bench_now_ns() - start;
 }
 
-double bench_host_adds_per_cycle(double clock_ghz) {
-  enum { ROUNDS = 1 << 15 };
+/* The shortest of three timings of `loop` over `work`: a try the thread was preempted in
+ * reads long, which made the clock read low and the adds a cycle high (118 under ctest -j8
+ * on the CI-like host). */
+static uint64_t shortest_ns(uint64_t (*loop)(uint64_t), uint64_t work) {
   uint64_t shortest = UINT64_MAX;
-  for (int t = 0; t < HOST_TRIES; t++) {
-    uint64_t elapsed = adds_ns(ROUNDS);
+  for (int t = 0; t < 3; t++) {
+    uint64_t elapsed = loop(work);
     shortest = elapsed < shortest ? elapsed : shortest;
   }
-  return shortest && clock_ghz > 0 ? 8.0 * ROUNDS / (double)shortest / clock_ghz : 0;
+  return shortest;
+}
+
+double bench_host_clock_ghz(void) {
+  enum { MULTIPLIES = 1 << 17 };
+  uint64_t elapsed = shortest_ns(multiplies_ns, MULTIPLIES);
+  return elapsed ? 3.0 * MULTIPLIES / (double)elapsed : 0;
+}
+
+double bench_host_adds_per_cycle(double clock_ghz) {
+  enum { ROUNDS = 1 << 15 };
+  uint64_t elapsed = shortest_ns(adds_ns, ROUNDS);
+  return elapsed && clock_ghz > 0 ? 8.0 * ROUNDS / (double)elapsed / clock_ghz : 0;
 }
 
 bench_pass_times bench_pass_times_of(const uint64_t *elapsed, int count) {
