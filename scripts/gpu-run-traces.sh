@@ -58,13 +58,13 @@ else
   exit 1
 fi
 
-only=()
-[ -n "${TRACE_WORKLOADS:-}" ] && only=(--only "$TRACE_WORKLOADS")
-[ -n "${TRACE_WORKLOADS_FROM:-}" ] && only+=(--workloads-from "$TRACE_WORKLOADS_FROM")
+selection=()
+[ -n "${TRACE_WORKLOADS:-}" ] && selection=(--only "$TRACE_WORKLOADS")
+[ -n "${TRACE_WORKLOADS_FROM:-}" ] && selection+=(--workloads-from "$TRACE_WORKLOADS_FROM")
 # Each workload stops stepping at its budget and is killed 60 s past it; the whole
 # recording is cut at 300 s.
 timeout 300 "$python" tools/python/record_traces.py --out "$work" --jobs "${TRACE_JOBS:-4}" \
-  --budget "${TRACE_BUDGET:-25}" --import-allowance 60 "${only[@]}" | tee "$out/record.txt"
+  --budget "${TRACE_BUDGET:-25}" --import-allowance 60 "${selection[@]}" | tee "$out/record.txt"
 record_rc=${PIPESTATUS[0]}
 traces=(data/*.csv)
 recorded=0

@@ -73,7 +73,6 @@ def dlrm_train(ctx):
     dense_optimizer = torch.optim.Adam(
         list(model.bottom.parameters()) + list(model.top.parameters()), lr=1e-3)
     offsets = torch.arange(0, batch * bag, bag, device=ctx.device)
-    loss = None
     for _ in ctx.steps(30):
         features = torch.randn(batch, dense, device=ctx.device)
         indices = torch.randint(0, rows, (tables, batch * bag), device=ctx.device)
