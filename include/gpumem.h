@@ -776,11 +776,11 @@ typedef struct gpumem_pool_options {
    * unmap and map calls, so releases and every growth past N% (what a release costs later)
    * draw on a budget of time, to which the time between them adds a third of its length,
    * up to 20 ms: a burst of releases (a first pass, a generation step) runs whole, and over
-   * the long run they take at most a quarter of the time; no release starts while the
-   * budget is spent, and its memory gains shrink with it (docs/internals.md has the
-   * figures). The physical memory a release unmaps is mapped again by the growth after it
-   * where sizes match, rather than freed and made anew. A request that fails after
-   * holes were given back leaves them given back, as a trim would.
+   * the long run they take at most a quarter of the time (release_holes_time); no release
+   * starts while the budget is spent, and its memory gains shrink with it
+   * (docs/internals.md has the figures). The physical memory a release unmaps is mapped
+   * again by the growth after it where sizes match, rather than freed and made anew. A
+   * request that fails after holes were given back leaves them given back, as a trim would.
    * 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT (110), but only for a
    * request of at least half the live peak so far and no more than it (a copy of most of
    * what a program holds: a cache copied into a larger one), or, once the live peak so far
@@ -790,6 +790,18 @@ typedef struct gpumem_pool_options {
    * program still climbing to its working set, keep the holes. Chosen on 24 real traces
    * (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
+  /* The time side of release_holes_over's trade: the most percentage of the pool's time, P
+   * from 1 to 100, that its releases of holes and the growths past the threshold take over
+   * the long run; the time between them refills the budget by P / (100 - P) of its length
+   * (a third at 25%), up to its 20 ms burst. 100: no budget, every growth past the threshold gives
+   * back holes first. 0, the default: GPUMEM_POOL_RELEASE_HOLES_TIME_DEFAULT (25), which
+   * keeps a replay of a training loop with no kernels in between under 100 ns an event;
+   * where steps run kernels for milliseconds the budget refills between them anyway. More
+   * buys less memory for a loop that frees and fills the same holes every step (on an H200
+   * an LSTM's warm passes hold 1.228 times their live bytes at 95 ns an event, 1.168 at 50%,
+   * 1.038 at 100% and 4,900 ns, where the driver's pool holds 1.119 at 4,700:
+   * docs/internals.md). */
+  unsigned release_holes_time;
 } gpumem_pool_options;
 
 /* gpumem_pool_options.release_holes_over: the percentage of the live peak its default uses
@@ -797,6 +809,8 @@ typedef struct gpumem_pool_options {
  * the value that keeps holes mapped. */
 #define GPUMEM_POOL_RELEASE_HOLES_DEFAULT 110u
 #define GPUMEM_POOL_KEEP_HOLES 0xFFFFFFFFu
+/* gpumem_pool_options.release_holes_time's default: a quarter of the time. */
+#define GPUMEM_POOL_RELEASE_HOLES_TIME_DEFAULT 25u
 
 GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
                                             const gpumem_pool_options *opts, gpumem_resource **out);

@@ -269,10 +269,12 @@ public:
     return adopt(mr);
   }
   /* release_holes_over: 0 the default (110% for dominant and recurring requests),
-   * GPUMEM_POOL_KEEP_HOLES never (gpumem.h). */
+   * GPUMEM_POOL_KEEP_HOLES never; release_holes_time: the most percentage of the time
+   * releases take, 0 the default (25), 100 no budget (gpumem.h). */
   static resource pool(const resource &upstream, std::size_t initial_size = 0,
-                       std::size_t maximum_size = 0, unsigned release_holes_over = 0) {
-    gpumem_pool_options opts{initial_size, maximum_size, release_holes_over};
+                       std::size_t maximum_size = 0, unsigned release_holes_over = 0,
+                       unsigned release_holes_time = 0) {
+    gpumem_pool_options opts{initial_size, maximum_size, release_holes_over, release_holes_time};
     gpumem_resource *mr = nullptr;
     check(gpumem_pool_create(upstream.get(), &opts, &mr));
     return adopt(mr);

@@ -32,6 +32,7 @@ static const char *const default_specs[] = {
     "vmm",
     "pool(vmm)",
     "pool(vmm(piece=2MiB), release_holes_over=100)",
+    "pool(vmm(piece=2MiB), release_holes_over=100, release_holes_time=100)",
     "pool(cuda, initial=64MiB)",
     "pool(cuda, initial=1)",
     "pool(async)",

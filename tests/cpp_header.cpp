@@ -194,8 +194,8 @@ static void test_resource_queries() {
   CHECK_U64_EQ(pool.reserved_bytes(), 4 << 20);
   CHECK(!pool.query(GPUMEM_QUERY_LIMIT_BYTES).has_value());
   /* The pool's last option reaches the pool, and its spec says so. */
-  resource releasing = resource::pool(resource::vmm(), 0, 0, 110);
-  CHECK_TEXT_HAS(releasing.spec(), "release_holes_over=110");
+  resource releasing = resource::pool(resource::vmm(), 0, 0, 110, 100);
+  CHECK_TEXT_HAS(releasing.spec(), "release_holes_over=110, release_holes_time=100");
 
   void *p = pool.allocate(3000, s);
   CHECK(p != nullptr);

@@ -308,6 +308,8 @@ int main(int argc, char **argv) {
                                       "arena(vmm)",
                                       "pool(vmm(piece=2MiB))",
                                       "pool(vmm(piece=2MiB), release_holes_over=100)",
+                                      ("pool(vmm(piece=2MiB), release_holes_over=100, "
+                                       "release_holes_time=100)"),
                                       "fixed_size(vmm, block=4MiB, prealloc=2)",
                                       "binning(pool(cuda, initial=1), min=10, max=16)",
                                       "retry(cuda)",

@@ -318,12 +318,14 @@ static void check_multi_thread(void) {
   char default_spec[128];
   gpumem_reinitialize_options options = {.pool_allocator = 1};
   CHECK_OK(gpumem_reinitialize_spec(&options, 0, default_spec, sizeof default_spec));
-  const char *const specs[] = {default_spec,
-                               "pool(vmm)",
-                               "pool(cuda)",
-                               "arena(vmm)",
-                               "pool(limit(vmm, max=1GiB))",
-                               "pool(vmm(piece=2MiB), release_holes_over=100)"};
+  const char *const specs[] = {
+      default_spec,
+      "pool(vmm)",
+      "pool(cuda)",
+      "arena(vmm)",
+      "pool(limit(vmm, max=1GiB))",
+      "pool(vmm(piece=2MiB), release_holes_over=100)",
+      "pool(vmm(piece=2MiB), release_holes_over=100, release_holes_time=100)"};
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     /* Threads' fronts keep what their stream freed, and how the threads interleave is the
      * host's choice, so one workload may reuse no other stream's block: at least two run,
@@ -437,6 +439,8 @@ int main(void) {
                                       "pool(vmm)",
                                       "pool(vmm, max=80MiB)",
                                       "pool(vmm(piece=2MiB), release_holes_over=100)",
+                                      ("pool(vmm(piece=2MiB), release_holes_over=100, "
+                                       "release_holes_time=100)"),
                                       "binning(pool(vmm))",
                                       "arena(vmm)",
                                       "fixed_size(cuda, block=4MiB, prealloc=4)",

@@ -1050,6 +1050,37 @@ static void test_release_holes(void) {
   CHECK(((pool_resource *)mr)->holes_gated && ((pool_resource *)mr)->served_sizes.closed);
   CHECK_OK(gpumem_resource_release(mr));
 
+  /* release_holes_time: the budget's share of the time. Spent, as above, at 100% (no
+   * budget) the pool still gives the hole back. With 12 ms to refill a budget 10 ms short,
+   * the default 25% (a third of the time between: 4 ms) starts no release; 50% (all 12)
+   * does. */
+  static const struct {
+    const char *spec;
+    unsigned share;
+    int64_t budget_ms, since_ms;
+    size_t reserved_mib; /* after the release, before the growth */
+  } shares[] = {
+      {"pool(vmm(piece=2MiB), release_holes_over=110, release_holes_time=100)", 100,
+       -GPUMEM__POOL_HOLES_BURST_NS / 1000 * 1000, 0, 2},
+      {"pool(vmm(piece=2MiB), release_holes_over=110)", 25, -10, 12, 10},
+      {"pool(vmm(piece=2MiB), release_holes_over=110, release_holes_time=50)", 50, -10, 12, 2},
+  };
+  for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
+    CHECK_OK(gpumem_resource_from_spec(shares[i].spec, &mr));
+    pool_resource *shared = (pool_resource *)mr;
+    CHECK_U64_EQ(shared->options.release_holes_time, shares[i].share);
+    for (int k = 0; k < 2; k++)
+      CHECK_OK(gpumem_allocate(mr, hole_then_pin[k] * MiB, NULL, (void **)&x[k]));
+    CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+    shared->holes_budget_ns = shares[i].budget_ms * 1000 * 1000;
+    shared->holes_budget_at_ns = gpumem__now_ns() - (uint64_t)shares[i].since_ms * 1000 * 1000;
+    CHECK(release_holes_for(mr, 12 * MiB) != 0);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), shares[i].reserved_mib * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+
   /* A percentage under 100 is refused, in a spec and in the options. */
   CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(vmm, release_holes_over=99)", &mr),
                    GPUMEM_ERR_INVALID_ARGUMENT, "release_holes_over is 99");
@@ -1058,6 +1089,14 @@ static void test_release_holes(void) {
   gpumem_pool_options options = {.release_holes_over = 10001};
   CHECK_FAILS_WITH(gpumem_pool_create(vmm, &options, &mr), GPUMEM_ERR_INVALID_ARGUMENT,
                    "from 100 to 10000");
+  /* So is a share of time over 100%; nothing is built either way. */
+  options = (gpumem_pool_options){.release_holes_time = 101};
+  mr = NULL;
+  CHECK_FAILS_WITH(gpumem_pool_create(vmm, &options, &mr), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "release_holes_time is 101");
+  CHECK(mr == NULL);
+  CHECK_FAILS_WITH(gpumem_resource_from_spec("pool(vmm, release_holes_time=101)", &mr),
+                   GPUMEM_ERR_INVALID_ARGUMENT, "from 1 to 100");
   CHECK_OK(gpumem_resource_release(vmm));
   printf("holes given back before growth past release_holes_over\n");
 }

@@ -97,6 +97,9 @@ static void test_parameters(void) {
   check_describe("pool(retry(faulty(cuda), attempts=2))", "pool(retry(faulty(cuda");
   check_describe("pool(vmm, release_holes_over=never)", "release_holes_over=never)");
   check_describe("pool(vmm, release_holes_over=150)", "release_holes_over=150)");
+  check_describe("pool(vmm, release_holes_time=100)", "release_holes_time=100)");
+  check_describe("pool(vmm, release_holes_over=120, release_holes_time=60)",
+                 "release_holes_over=120, release_holes_time=60)");
   check_describe("limit(cuda, max=3GiB)", "limit(cuda, max=3221225472)");
   check_describe("limit(pool(vmm), max=50%)", "max=4294967296)");
   check_describe("aligned(cuda)", "aligned(cuda, alignment=256, threshold=0)");
@@ -132,6 +135,7 @@ static void test_parameters(void) {
       "prefetch(aligned(limit(pool(managed), max=2GiB), alignment=64KiB, threshold=1MiB))",
       "pool(vmm, release_holes_over=never)",
       "pool(vmm, release_holes_over=200)",
+      "pool(vmm, release_holes_time=100)",
   };
   for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
     char text[1024];
@@ -144,6 +148,8 @@ static void test_parameters(void) {
 
 static void test_whitespace(void) {
   const char *compact = "faulty(cuda,fail_at=3,status=cuda)";
+  /* A pool's default share of time for releases is left out of its description. */
+  check_same("pool(vmm)", "pool(vmm, release_holes_time=25)");
   check_same(compact, "  faulty ( cuda , fail_at = 3 , status = cuda )  ");
   check_same(compact, "faulty(\n\tcuda,\n\tfail_at=3,\n\tstatus=cuda\n)\n");
   check_same(compact, "faulty(status=cuda, fail_at=3, cuda)");
@@ -243,6 +249,8 @@ static void test_errors(void) {
   check_error("faulty(cuda, fail_at=-1)", "expected a count", 21);
   check_error("pool(vmm, release_holes_over=sometimes)",
               "expected a count from 0 to 10000, or never", 29);
+  check_error("pool(vmm, release_holes_time=0)", "expected a count from 1 to 100", 29);
+  check_error("pool(vmm, release_holes_time=101)", "expected a count from 1 to 100", 29);
   check_error("faulty(cuda, fail_at=)", "bad value for 'fail_at'", 21);
   check_error("faulty(cuda, fail_at=99999999999999999999)", "expected a count", 21);
   check_error("faulty", "missing upstream for 'faulty'", 0);

@@ -54,6 +54,7 @@ static void test_sound(void) {
   const char *specs[] = {"pool(cuda, initial=8MiB)",
                          "pool(vmm)",
                          "pool(vmm(piece=2MiB), release_holes_over=100)",
+                         "pool(vmm(piece=2MiB), release_holes_over=100, release_holes_time=100)",
                          "arena(vmm)",
                          "binning(pool(vmm))",
                          "fixed_size(cuda, block=4096, prealloc=16)",

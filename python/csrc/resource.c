@@ -341,13 +341,14 @@ static PyObject *py_init_base(PyObject *module, PyObject *args) {
 /* Creates a resource of `kind` over `up`; GPUMEM_ERR_UNSUPPORTED with *known 0 for a kind
  * it does not know. */
 static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsigned long long a,
-                                    unsigned long long b, unsigned long long c, int *known,
-                                    gpumem_resource **mr) {
+                                    unsigned long long b, unsigned long long c,
+                                    unsigned long long d, int *known, gpumem_resource **mr) {
   *known = 1;
   if (!strcmp(kind, "pool")) {
     gpumem_pool_options options = {.initial_size = (size_t)a,
                                    .maximum_size = (size_t)b,
-                                   .release_holes_over = c > UINT_MAX ? UINT_MAX : (unsigned)c};
+                                   .release_holes_over = c > UINT_MAX ? UINT_MAX : (unsigned)c,
+                                   .release_holes_time = d > UINT_MAX ? UINT_MAX : (unsigned)d};
     return gpumem_pool_create(up, &options, mr);
   }
   if (!strcmp(kind, "arena")) {
@@ -392,21 +393,21 @@ static gpumem_status create_adaptor(const char *kind, gpumem_resource *up, unsig
   return GPUMEM_ERR_UNSUPPORTED;
 }
 
-/* init_adaptor(self, kind, upstream, a, b, c): the resources over an upstream. Creating one
+/* init_adaptor(self, kind, upstream, a, b, c, d): the resources over an upstream. Creating one
  * may allocate from the upstream (a pool's initial size), which may run Python callbacks. */
 static PyObject *py_init_adaptor(PyObject *module, PyObject *args) {
   PyObject *object, *upstream_object;
   const char *kind;
-  unsigned long long a = 0, b = 0, c = 0;
+  unsigned long long a = 0, b = 0, c = 0, d = 0;
   gpumem_py_resource *self;
   gpumem_resource *up;
-  if (!PyArg_ParseTuple(args, "OsO|KKK", &object, &kind, &upstream_object, &a, &b, &c) ||
+  if (!PyArg_ParseTuple(args, "OsO|KKKK", &object, &kind, &upstream_object, &a, &b, &c, &d) ||
       !(self = empty_resource(object)) || !(up = gpumem_py_resource_handle(upstream_object)))
     return NULL;
   gpumem_resource *mr = NULL;
   gpumem_status status;
   int known;
-  GPUMEM_PY_CALL(status, create_adaptor(kind, up, a, b, c, &known, &mr));
+  GPUMEM_PY_CALL(status, create_adaptor(kind, up, a, b, c, d, &known, &mr));
   if (!known)
     return PyErr_Format(gpumem_py_invalid_error, "unknown resource %s", kind);
   return store(self, status, mr);
@@ -543,7 +544,7 @@ PyMethodDef gpumem_py_resource_functions[] = {
     {"spec_define", py_spec_define, METH_VARARGS, "spec_define(name, mr or None)"},
     {"init_spec", py_init_spec, METH_VARARGS, "init_spec(mr, spec, device)"},
     {"init_base", py_init_base, METH_VARARGS, "init_base(mr, kind, device, a, b, c)"},
-    {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c)"},
+    {"init_adaptor", py_init_adaptor, METH_VARARGS, "init_adaptor(mr, kind, upstream, a, b, c, d)"},
     {"binning_add_bin", py_binning_add_bin, METH_VARARGS, "binning_add_bin(mr, size, bin)"},
     {"limit_bytes", py_limit_bytes, METH_VARARGS,
      "limit_bytes(limit, which) -> allocated bytes (0) or the limit (1)"},

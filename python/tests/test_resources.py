@@ -277,6 +277,23 @@ def test_pool_gives_holes_back_before_growing():
         mr.PoolMemoryResource(vmm, release_holes_over=99)
 
 
+def test_pool_takes_the_share_of_time_its_releases_may_spend():
+    # release_holes_time=100: no budget of time; the release is the same as the default's
+    # on a fresh pool, and the option shows in the spec (the default 25 does not).
+    vmm = mr.VmmMemoryResource(reserve_size="1GiB", piece_size="2MiB")
+    pool = mr.PoolMemoryResource(vmm, release_holes_over=110, release_holes_time=100)
+    assert pool.spec.endswith("release_holes_over=110, release_holes_time=100)")
+    assert "release_holes_time" not in mr.PoolMemoryResource(vmm, release_holes_time=25).spec
+    hole, pin = pool.allocate(8 * MiB), pool.allocate(2 * MiB)
+    pool.deallocate(hole, 8 * MiB)
+    grown = pool.allocate(12 * MiB)
+    assert pool.reserved_bytes == 14 * MiB
+    for ptr, size in ((grown, 12 * MiB), (pin, 2 * MiB)):
+        pool.deallocate(ptr, size)
+    with pytest.raises(gpumem.InvalidArgumentError, match="release_holes_time is 101"):
+        mr.PoolMemoryResource(vmm, release_holes_time=101)
+
+
 @pytest.mark.parametrize("option, request_mib, reserved_mib, named", [
     (None, 9, 12, ""),  # half the live peak (10 MiB) up to all of it: the hole goes back
     (None, 12, 22, ""),  # past the live peak: the program still climbs, the hole stays

@@ -208,7 +208,7 @@ static gpumem_status build_retry(int device, gpumem_resource *upstream, const sp
 
 /* ---- pool ---- */
 
-enum { POOL_INITIAL, POOL_MAX, POOL_RELEASE_HOLES_OVER };
+enum { POOL_INITIAL, POOL_MAX, POOL_RELEASE_HOLES_OVER, POOL_RELEASE_HOLES_TIME };
 
 /* release_holes_over=never: holes stay mapped. */
 static const spec_word keep_holes_words[] = {{"never", GPUMEM_POOL_KEEP_HOLES}, {NULL, 0}};
@@ -219,6 +219,7 @@ static gpumem_status build_pool(int device, gpumem_resource *upstream, const spe
   opts.initial_size = (size_t)value_or(values, POOL_INITIAL, 0);
   opts.maximum_size = (size_t)value_or(values, POOL_MAX, 0);
   opts.release_holes_over = (unsigned)value_or(values, POOL_RELEASE_HOLES_OVER, 0);
+  opts.release_holes_time = (unsigned)value_or(values, POOL_RELEASE_HOLES_TIME, 0);
   return gpumem_pool_create(upstream, &opts, out);
 }
 
@@ -395,6 +396,7 @@ static const spec_kind spec_kinds[] = {
          [POOL_INITIAL] = {"initial", SPEC_SIZE},
          [POOL_MAX] = {"max", SPEC_SIZE},
          [POOL_RELEASE_HOLES_OVER] = {"release_holes_over", SPEC_COUNT, keep_holes_words, 0, 10000},
+         [POOL_RELEASE_HOLES_TIME] = {"release_holes_time", SPEC_COUNT, NULL, 1, 100},
      },
      "coalescing pool with per-stream free lists over the resource it wraps",
      build_pool},

@@ -599,14 +599,16 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
 
 static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const pool_resource *pool = (const pool_resource *)mr;
-  char holes[48] = ""; /* named only when not the default, so that most pools' specs read
-                        * as before */
+  char holes[48] = "", time[32] = ""; /* named only when not the default, so that most pools'
+                                       * specs read as before */
   if (!pool->options.release_holes_over)
     snprintf(holes, sizeof holes, ", release_holes_over=never");
   else if (!pool->holes_gated)
     snprintf(holes, sizeof holes, ", release_holes_over=%u", pool->options.release_holes_over);
-  gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu%s", pool->options.initial_size,
-                        pool->options.maximum_size, holes);
+  if (pool->options.release_holes_time != GPUMEM_POOL_RELEASE_HOLES_TIME_DEFAULT)
+    snprintf(time, sizeof time, ", release_holes_time=%u", pool->options.release_holes_time);
+  gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu%s%s", pool->options.initial_size,
+                        pool->options.maximum_size, holes, time);
 }
 
 static void free_structures(pool_resource *pool) {
@@ -714,6 +716,14 @@ gpumem_status gpumem__pool_create_rounded(gpumem_resource *upstream,
                         "GPUMEM_POOL_KEEP_HOLES (never)",
                         options.release_holes_over, GPUMEM__POOL_HOLES_MOST,
                         GPUMEM_POOL_RELEASE_HOLES_DEFAULT);
+  if (options.release_holes_time > 100)
+    return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
+                        "gpumem_pool_create: release_holes_time is %u; it is the most "
+                        "percentage of the time releases of holes take, from 1 to 100, or 0 "
+                        "(the default, %u)",
+                        options.release_holes_time, GPUMEM_POOL_RELEASE_HOLES_TIME_DEFAULT);
+  if (options.release_holes_time == 0)
+    options.release_holes_time = GPUMEM_POOL_RELEASE_HOLES_TIME_DEFAULT;
   /* Held as the pool's paths read it: the percentage, or 0 for never; the default's limits
    * on the request are the pool's holes_gated. */
   bool gated = options.release_holes_over == 0;

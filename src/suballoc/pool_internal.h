@@ -59,13 +59,12 @@ enum {
  * nothing measurable on the traces (docs/gpu-runs.md, fifteenth session). */
 #define GPUMEM__POOL_SMALL_LIMIT ((size_t)128 << 10)
 /* Releases of holes and the growths past release_holes_over's threshold (with a release
- * or after one) take at most 1 / (1 + this) of the time over the long run: they draw on a budget of
- * time, to which the time between them adds 1 / this of its length, up to
- * GPUMEM__POOL_HOLES_BURST_NS, and none starts while it is spent. A training loop that frees and
- * fills the same holes every step would otherwise spend most of its allocation time in the driver
- * (docs/gpu-runs.md, sixteenth session); a program whose steps run kernels for milliseconds never
- * waits. */
-#define GPUMEM__POOL_HOLES_PACE 3
+ * or after one) take at most release_holes_time percent of the time over the long run: they
+ * draw on a budget of time, to which the time between them adds that share of its length
+ * over the rest (a third at the default 25%), up to GPUMEM__POOL_HOLES_BURST_NS, and none
+ * starts while it is spent. A training loop that frees and fills the same holes every step
+ * would otherwise spend most of its allocation time in the driver (docs/gpu-runs.md,
+ * sixteenth session); a program whose steps run kernels for milliseconds never waits. */
 /* What the budget holds at most, and at first: a burst of releases (a first pass that
  * leaves holes its later passes never fill, a generation step that outgrows its cache)
  * runs whole, where waiting three times each release's time after it would leave most of
@@ -279,8 +278,8 @@ typedef struct pool_resource {
   /* release_holes_over left at its default: holes go back only for a request of half the
    * live peak up to all of it, or of a size served before (gpumem__pool_release_holes). */
   bool holes_gated;
-  /* release_holes_over's budget of time (GPUMEM__POOL_HOLES_PACE), as it stood at
-   * holes_budget_at_ns. */
+  /* release_holes_over's budget of time (options.release_holes_time, resolved: 100 for no
+   * budget), as it stood at holes_budget_at_ns. */
   int64_t holes_budget_ns;
   uint64_t holes_budget_at_ns;
   free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
@@ -662,7 +661,7 @@ gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
 /* Where the pool's option release_holes_over asks it, before region `ri` of `set` grows
  * for `size` bytes: gives back whole free pieces in holes, as many bytes as the growth
  * takes, after waiting for the device (gpumem_pool_options says when and why), at most a
- * share of the time (GPUMEM__POOL_HOLES_PACE). Returns when it began, past the threshold
+ * share of the time (release_holes_time). Returns when it began, past the threshold
  * (whether it gave anything back or not: the growth is charged either way), or 0 under it.
  * A failure only leaves the holes mapped: the pool grows as it would have. */
 uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size);

@@ -253,9 +253,13 @@ static bool is_a_tail(const pool_resource *pool, const gpumem__block *block) {
 }
 
 /* Refills release_holes_over's budget for the time since it was last charged or refilled,
- * up to its most; whether any is left. */
+ * by release_holes_time's share of it over the rest, up to its most; whether any is left.
+ * At 100% there is no budget. */
 static bool holes_budget_left(pool_resource *pool, uint64_t now) {
-  int64_t refill = (int64_t)((now - pool->holes_budget_at_ns) / GPUMEM__POOL_HOLES_PACE);
+  unsigned share = pool->options.release_holes_time;
+  if (share >= 100)
+    return true;
+  int64_t refill = (int64_t)((now - pool->holes_budget_at_ns) * share / (100 - share));
   int64_t room = GPUMEM__POOL_HOLES_BURST_NS - pool->holes_budget_ns;
   pool->holes_budget_ns += refill < room ? refill : room;
   pool->holes_budget_at_ns = now;
@@ -328,7 +332,7 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
 }
 
 /* The budget refills only between charges: over the long run releases and growth past the
- * threshold take 1 / (1 + GPUMEM__POOL_HOLES_PACE) of the time, not 1 / that. */
+ * threshold take release_holes_time percent of the time, not that share over the rest. */
 void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns) {
   uint64_t now = gpumem__now_ns();
   pool->holes_budget_ns -= (int64_t)(now - started_ns);

@@ -85,8 +85,10 @@ static const resource_row resources[] = {
     /* The device's default pool of managed memory, shared by every input. */
     {.spec = "async(managed=true)"},
     {.spec = "pool(async(managed=true), initial=1)"},
-    /* A pool that gives back the pieces of its holes before each growth past its live peak. */
+    /* A pool that gives back the pieces of its holes before each growth past its live peak;
+     * with no budget of time, before every one. */
     {.spec = "pool(vmm(piece=2MiB), release_holes_over=100)"},
+    {.spec = "pool(vmm(piece=2MiB), release_holes_over=100, release_holes_time=100)"},
 };
 #define RESOURCE_COUNT (sizeof resources / sizeof resources[0])
 
