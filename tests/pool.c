@@ -1053,7 +1053,7 @@ static void test_release_holes(void) {
   /* release_holes_time: the budget's share of the time. Spent, as above, at 100% (no
    * budget) the pool still gives the hole back. With 12 ms to refill a budget 10 ms short,
    * the default 25% (a third of the time between: 4 ms) starts no release; 50% (all 12)
-   * does. */
+   * does. At 1%, a pool idle since the host started (since_ms -1) has its burst back. */
   static const struct {
     const char *spec;
     unsigned share;
@@ -1064,6 +1064,7 @@ static void test_release_holes(void) {
        -GPUMEM__POOL_HOLES_BURST_NS / 1000 * 1000, 0, 2},
       {"pool(vmm(piece=2MiB), release_holes_over=110)", 25, -10, 12, 10},
       {"pool(vmm(piece=2MiB), release_holes_over=110, release_holes_time=50)", 50, -10, 12, 2},
+      {"pool(vmm(piece=2MiB), release_holes_over=110, release_holes_time=1)", 1, -19, -1, 2},
   };
   for (size_t i = 0; i < sizeof shares / sizeof shares[0]; i++) {
     CHECK_OK(gpumem_resource_from_spec(shares[i].spec, &mr));
@@ -1073,7 +1074,8 @@ static void test_release_holes(void) {
       CHECK_OK(gpumem_allocate(mr, hole_then_pin[k] * MiB, NULL, (void **)&x[k]));
     CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
     shared->holes_budget_ns = shares[i].budget_ms * 1000 * 1000;
-    shared->holes_budget_at_ns = gpumem__now_ns() - (uint64_t)shares[i].since_ms * 1000 * 1000;
+    shared->holes_budget_at_ns =
+        shares[i].since_ms < 0 ? 0 : gpumem__now_ns() - (uint64_t)shares[i].since_ms * 1000 * 1000;
     CHECK(release_holes_for(mr, 12 * MiB) != 0);
     CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), shares[i].reserved_mib * MiB);
     CHECK_OK(gpumem__validate(mr));

@@ -259,7 +259,12 @@ static bool holes_budget_left(pool_resource *pool, uint64_t now) {
   unsigned share = pool->options.release_holes_time;
   if (share >= 100)
     return true;
-  int64_t refill = (int64_t)((now - pool->holes_budget_at_ns) * share / (100 - share));
+  /* A wait of 100 s refills the whole burst at any share; the cap keeps the product in
+   * range however long the pool sat idle. */
+  uint64_t waited = now - pool->holes_budget_at_ns, most = (uint64_t)100 * 1000 * 1000 * 1000;
+  if (waited > most)
+    waited = most;
+  int64_t refill = (int64_t)(waited * share / (100 - share));
   int64_t room = GPUMEM__POOL_HOLES_BURST_NS - pool->holes_budget_ns;
   pool->holes_budget_ns += refill < room ? refill : room;
   pool->holes_budget_at_ns = now;
