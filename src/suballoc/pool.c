@@ -599,16 +599,16 @@ static gpumem_status pool_query(const gpumem_resource *mr, gpumem_query what, ui
 
 static void pool_describe(const gpumem_resource *mr, char *buf, size_t size) {
   const pool_resource *pool = (const pool_resource *)mr;
-  char holes[48] = "", time[32] = ""; /* named only when not the default, so that most pools'
-                                       * specs read as before */
+  char holes[48] = "", share[32] = ""; /* named only when not the default, so that most
+                                        * pools' specs read as before */
   if (!pool->options.release_holes_over)
     snprintf(holes, sizeof holes, ", release_holes_over=never");
   else if (!pool->holes_gated)
     snprintf(holes, sizeof holes, ", release_holes_over=%u", pool->options.release_holes_over);
   if (pool->options.release_holes_time != GPUMEM_POOL_RELEASE_HOLES_TIME_DEFAULT)
-    snprintf(time, sizeof time, ", release_holes_time=%u", pool->options.release_holes_time);
+    snprintf(share, sizeof share, ", release_holes_time=%u", pool->options.release_holes_time);
   gpumem__describe_over(mr, buf, size, ", initial=%zu, max=%zu%s%s", pool->options.initial_size,
-                        pool->options.maximum_size, holes, time);
+                        pool->options.maximum_size, holes, share);
 }
 
 static void free_structures(pool_resource *pool) {
