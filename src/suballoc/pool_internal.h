@@ -64,8 +64,8 @@ enum {
  * over the rest (a third at the default 25%), up to GPUMEM__POOL_HOLES_BURST_NS, and none
  * starts while it is spent. A training loop that frees and fills the same holes every step
  * would otherwise spend most of its allocation time in the driver (docs/gpu-runs.md,
- * sixteenth session); a program whose steps run kernels for milliseconds never waits. */
-/* What the budget holds at most, and at first: a burst of releases (a first pass that
+ * sixteenth session); a program whose steps run kernels for milliseconds never waits.
+ * This is what the budget holds at most, and at first: a burst of releases (a first pass that
  * leaves holes its later passes never fill, a generation step that outgrows its cache)
  * runs whole, where waiting three times each release's time after it would leave most of
  * the holes in place (docs/gpu-runs.md, twenty-first session). */

@@ -185,12 +185,17 @@ static gpumem_status unmap_pieces(vmm_resource *self, size_t at, size_t count, g
   return GPUMEM_OK;
 }
 
+/* Frees held piece `i`'s physical memory, no longer counted as reserved; the caller drops
+ * it from the list. */
+static void destroy_held(vmm_resource *self, size_t i) {
+  self->header.dev->vmm_destroy(self->held[i].handle);
+  gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
+}
+
 /* Frees the held memory not mapped again. */
 static void free_held(vmm_resource *self) {
-  for (size_t i = 0; i < self->held_count; i++) {
-    self->header.dev->vmm_destroy(self->held[i].handle);
-    gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
-  }
+  for (size_t i = 0; i < self->held_count; i++)
+    destroy_held(self, i);
   self->held_count = 0;
 }
 
@@ -237,12 +242,10 @@ static void free_held_unneeded(vmm_resource *self, uintptr_t addr, uintptr_t end
     return;
   size_t kept = 0;
   for (size_t i = 0; i < self->held_count; i++)
-    if (needed[i]) {
+    if (needed[i])
       self->held[kept++] = self->held[i];
-    } else {
-      self->header.dev->vmm_destroy(self->held[i].handle);
-      gpumem__counters_sub_reserved(&self->stats, self->held[i].size);
-    }
+    else
+      destroy_held(self, i);
   self->held_count = kept;
 }
 
