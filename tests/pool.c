@@ -356,6 +356,65 @@ static void test_growth_in_place_after_trims(void) {
   printf("growth in place after trims passed\n");
 }
 
+/* Over vmm with a 32 MiB range, the large region has its first 16 MiB. After a 4 MiB block
+ * and a 10 MiB one, the first freed and trimmed, a 4 MiB request would grow past the
+ * region's end: it goes to the lowest room in the region, where the first was; a 2 MiB one
+ * would then grow into the 10 MiB block's chunk: it goes after that chunk. With the region
+ * full, growth goes on past its end, as before. */
+static void test_growth_wraps_to_the_lowest_room(void) {
+  enum { MiB = 1 << 20 };
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec(
+      "pool(vmm(reserve=32MiB, piece=2MiB), release_holes_over=never)", &mr));
+  char *first, *second, *low, *after, *past;
+  size_t released = 0;
+  CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&first));
+  CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&second));
+  CHECK_PTR_EQ(second, first + 4 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, first, 4 * MiB, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_EQ(released, 4 * MiB);
+  CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&low));
+  CHECK_PTR_EQ(low, first);
+  CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, (void **)&after));
+  CHECK_PTR_EQ(after, second + 10 * MiB);
+  CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, (void **)&past));
+  CHECK_PTR_EQ(past, after + 2 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 18 * MiB);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, past, 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, after, 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, low, 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, second, 10 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* Two pools over one vmm: the room one pool finds lowest, the other took; its growth
+   * goes where the upstream puts it, and is served. */
+  gpumem_resource *vmm, *other;
+  CHECK_OK(gpumem_resource_from_spec("vmm(reserve=32MiB, piece=2MiB)", &vmm));
+  gpumem_pool_options options = {.release_holes_over = GPUMEM_POOL_KEEP_HOLES};
+  CHECK_OK(gpumem_pool_create(vmm, &options, &mr));
+  CHECK_OK(gpumem_pool_create(vmm, &options, &other));
+  char *theirs;
+  CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&first));
+  CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&second));
+  CHECK_OK(gpumem_deallocate(mr, first, 4 * MiB, NULL));
+  CHECK_OK(gpumem_pool_trim(mr, &released));
+  CHECK_OK(gpumem_allocate(other, 4 * MiB, NULL, (void **)&theirs));
+  CHECK_PTR_EQ(theirs, first);
+  CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&low));
+  CHECK_PTR_EQ(low, second + 10 * MiB);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem__validate(other));
+  CHECK_OK(gpumem_deallocate(mr, low, 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, second, 10 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(other, theirs, 4 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(other));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_OK(gpumem_resource_release(vmm));
+  printf("growth that would leave its region or meet a chunk goes to the lowest room\n");
+}
+
 /* One 10 MiB growth step over vmm with 2 MiB pieces; its middle 8 MiB freed between two
  * live 1 MiB blocks. A trim unmaps the three whole pieces inside ([2, 8) MiB), leaves the
  * two pieces the live blocks touch, and the live blocks stay usable. */
@@ -1101,6 +1160,42 @@ static void test_release_holes(void) {
                    GPUMEM_ERR_INVALID_ARGUMENT, "from 1 to 100");
   CHECK_OK(gpumem_resource_release(vmm));
   printf("holes given back before growth past release_holes_over\n");
+}
+
+/* A loop whose step frees a 4 MiB block and asks 6 and 8 MiB: each step gives back the hole
+ * the last one left and grows after its blocks, 4 MiB higher. In a 128 MiB range it climbs
+ * to the large region's end in a dozen steps and then starts again from the lowest room:
+ * for a hundred steps it holds what it held in the first (16 MiB), and never leaves its
+ * region (before, growth went on into the small region's half, and the pool held 20). */
+static void test_climbing_loop_stays_in_its_range(void) {
+  enum { MiB = 1 << 20, steps = 100 };
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(reserve=128MiB, piece=2MiB), "
+                                     "release_holes_over=110, release_holes_time=100)",
+                                     &mr));
+  char *pin, *held = NULL, *climbed = NULL;
+  CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, (void **)&pin));
+  for (int i = 0; i < steps; i++) {
+    char *a, *b;
+    CHECK_OK(gpumem_allocate(mr, 6 * MiB, NULL, (void **)&a));
+    if (held)
+      CHECK_OK(gpumem_deallocate(mr, held, 4 * MiB, NULL));
+    CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&b));
+    CHECK_OK(gpumem_deallocate(mr, a, 6 * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, b, 8 * MiB, NULL));
+    CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&held));
+    CHECK(b + 8 * MiB <= pin + 64 * MiB);
+    if (b > climbed)
+      climbed = b;
+  }
+  CHECK(climbed >= pin + 48 * MiB); /* it did climb to the end */
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_PEAK_RESERVED_BYTES), 16 * MiB);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, held, 4 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, pin, 2 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  check_mapped(0);
+  printf("a loop that gives back and grows every step stays in its range\n");
 }
 
 /* The hole's last user is a kernel still pending on another stream than the request's: the
@@ -2269,6 +2364,7 @@ int main(void) {
   test_cache();
   test_growth_in_place();
   test_growth_in_place_after_trims();
+  test_growth_wraps_to_the_lowest_room();
   test_maximum();
   test_trim();
   test_trim_pieces();
@@ -2280,6 +2376,7 @@ int main(void) {
   test_last_block_kept_for_growth();
   test_release_holes();
   test_release_holes_waits_and_fails_safe();
+  test_climbing_loop_stays_in_its_range();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");
   test_threads("arena(cuda, size=64MiB)");

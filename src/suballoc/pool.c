@@ -179,6 +179,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   /* The memory a release of holes unmaps is held by the upstream for the growth after it,
    * which maps it again where pieces' sizes match: no freeing and making it anew. */
   uint64_t releasing = 0;
+  if (status == GPUMEM_OK && !block)
+    gpumem__pool_wrap_growth(pool, ri, set, search);
   bool holding = status == GPUMEM_OK && !block && pool->options.release_holes_over;
   if (holding) {
     gpumem__hold_pieces(pool->header.upstream, true);

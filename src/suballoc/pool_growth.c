@@ -56,6 +56,73 @@ size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const fre
   return bytes;
 }
 
+/* Where the small region's growth starts: the middle of the upstream's range. */
+static uintptr_t small_region_start(const gpumem_resource *up) {
+  return up->caps.range_base +
+         up->caps.range_size / 2 / up->caps.granularity * up->caps.granularity;
+}
+
+/* Region `ri`'s part of the upstream's range: the large region's is the lower half while
+ * requests are split between the regions (the whole range otherwise), the small one's the
+ * upper half. */
+static void region_bounds(const pool_resource *pool, size_t ri, uintptr_t *start, uintptr_t *end) {
+  const gpumem_resource *up = pool->header.upstream;
+  *start = ri == GPUMEM__POOL_REGION_LARGE ? up->caps.range_base : small_region_start(up);
+  *end = ri == GPUMEM__POOL_REGION_LARGE && pool->split_regions
+             ? small_region_start(up)
+             : up->caps.range_base + up->caps.range_size;
+}
+
+/* The lowest stretch of [start, end) that none of the pool's chunks covers and that holds
+ * `least` bytes; 0 when there is none. */
+static uintptr_t lowest_gap(const pool_resource *pool, uintptr_t start, uintptr_t end,
+                            size_t least) {
+  uintptr_t from = start;
+  size_t i = gpumem__sorted_lower_bound(&pool->chunks, start);
+  if (i > 0) { /* a chunk that starts below and reaches in */
+    const chunk *c = chunk_at(pool, i - 1);
+    if (c->addr + c->size > from)
+      from = c->addr + c->size;
+  }
+  for (; from < end; i++) {
+    const chunk *c = i < pool->chunks.count ? chunk_at(pool, i) : NULL;
+    uintptr_t to = c && c->addr < end ? c->addr : end;
+    if (to > from && to - from >= least)
+      return from;
+    if (!c || c->addr >= end)
+      break;
+    from = c->addr + c->size;
+  }
+  return 0;
+}
+
+void gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set, size_t size) {
+  region *r = &pool->regions[ri];
+  size_t wanted = 0, full = 0;
+  if (!pool->grows_in_place || growth_step(pool, size, &full))
+    return;
+  if (!tail_grows(pool, r, set, size, &wanted))
+    wanted = full;
+  uintptr_t next = r->tail ? r->tail->addr + r->tail->size : r->base, start, end;
+  region_bounds(pool, ri, &start, &end);
+  if (!next || next < start || next > end)
+    return; /* growth goes wherever the upstream puts it: nothing to keep in place */
+  size_t above = gpumem__sorted_lower_bound(&pool->chunks, next);
+  if (end - next >= wanted &&
+      (above == pool->chunks.count || chunk_at(pool, above)->addr - next >= wanted))
+    return; /* room right after the tail */
+  /* Room enough to climb through again for as long as it took to get here, or at least
+   * for this growth. */
+  size_t reserved = (size_t)gpumem__counters_reserved(&pool->stats);
+  uintptr_t gap = lowest_gap(pool, start, end, reserved > full ? reserved : full);
+  if (!gap && reserved > full)
+    gap = lowest_gap(pool, start, end, full);
+  if (!gap)
+    return;
+  r->tail = NULL;
+  r->base = gap;
+}
+
 /* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the
  * region's last block; if that block is free in `set` (open or sealed: new memory joins a
  * stream's set open, which unseals it), the two merge and only the shortfall is asked for.
@@ -171,10 +238,9 @@ void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstre
   /* Large requests grow up from the start of the upstream's range, small ones from its
    * middle; a pool of equal blocks has no small requests to keep apart. */
   uintptr_t base = upstream->caps.range_base;
-  size_t size = upstream->caps.range_size;
   pool->regions[GPUMEM__POOL_REGION_LARGE].base = base;
   pool->piece_origin = base;
   pool->piece_size = upstream->caps.piece_size;
-  pool->regions[GPUMEM__POOL_REGION_SMALL].base = base + size / 2 / granularity * granularity;
+  pool->regions[GPUMEM__POOL_REGION_SMALL].base = small_region_start(upstream);
   set_layout(pool, !fixed_block, pool->multi_stream);
 }

@@ -645,6 +645,15 @@ gpumem_status gpumem__pool_default_initial_size(const gpumem_resource *upstream,
  * out-of-memory message, and the thread's message starts with it (then the upstream's). */
 gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, size_t size,
                                 const char **why, gpumem__block **grown_block);
+/* Before a growth for `size` bytes in region `ri` of `set`: where growing in place would
+ * pass the region's end or run into a chunk of the pool's, the region's growth starts
+ * again at the lowest stretch of its part of the range that no chunk covers, one that holds
+ * what the pool has reserved if there is one, else the growth. Releases of holes leave their
+ * address ranges unused, so a loop that gives back and grows every step climbs through its
+ * range; without this, once at the end, its growths went wherever the upstream put them,
+ * unlinked, and the pool held more (docs/internals.md). Called before the release, so that
+ * the region's old last block, no longer where growth goes, is a hole like any other. */
+void gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set, size_t size);
 /* The bytes gpumem__pool_grow would take from the upstream for the same request: the
  * shortfall past a free last block it extends in place, else a whole growth step. */
 size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const free_set *set,
