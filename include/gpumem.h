@@ -785,8 +785,10 @@ typedef struct gpumem_pool_options {
    * request of at least half the live peak so far and no more than it (a copy of most of
    * what a program holds: a cache copied into a larger one), or, once the live peak so far
    * spans 32 pieces (1 GiB over the default pieces), for a request of 1 MiB or more of a
-   * size the pool has handed out before (a training loop's next step; the pool keeps up
-   * to 2,048 such sizes, and past that no size counts as seen). Other requests, of a
+   * size the pool has handed out before (a training loop's next step, also one whose shapes
+   * vary; the pool keeps up to 32,768 such sizes, and a program that draws most of its
+   * sizes anew, more than half of 1,024 large requests, is no loop: from then on no size
+   * counts as seen). Other requests, of a
    * program still climbing to its working set, keep the holes. Chosen on 24 real traces
    * (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;

@@ -1091,27 +1091,37 @@ static void test_release_holes(void) {
     CHECK_OK(gpumem_resource_release(mr));
   }
 
-  /* A program that asked for more distinct sizes than the pool keeps is no loop: the set
-   * closes, and a size served before no longer opens the gate. Sizes of 1 MiB and more
-   * served in the hole (which they fit: nothing grows) fill it; the 10 MiB request grows. */
-  mr = holes_pool(0, hole_then_served, 4, NULL, x);
-  pool_resource *pool = (pool_resource *)mr;
-  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
-  for (size_t k = 1; !pool->served_sizes.closed; k++) {
-    void *ptr;
-    CHECK(k <= GPUMEM__SIZE_SET_MOST);
-    CHECK_OK(gpumem_allocate(mr, MiB + k * GPUMEM__BLOCK_UNIT, NULL, &ptr));
-    CHECK_PTR_EQ(ptr, x[0]);
-    CHECK_OK(gpumem_deallocate(mr, ptr, MiB + k * GPUMEM__BLOCK_UNIT, NULL));
+  /* A program that draws most of its sizes anew is no loop: after a window of new sizes
+   * the set closes, and a size served before no longer opens the gate. Sizes of 1 MiB and
+   * more served in the hole (which they fit: nothing grows) close it; the 10 MiB request
+   * grows. A loop whose shapes vary asks for new sizes beside sizes it had: with each new
+   * size beside two of the 2 MiB blocks, 3,000 new sizes (more than the 2,048 that closed
+   * the set before) leave it open, and the 10 MiB request gives back the hole. */
+  for (int varying = 0; varying < 2; varying++) {
+    mr = holes_pool(0, hole_then_served, 4, NULL, x);
+    pool_resource *pool = (pool_resource *)mr;
+    CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, NULL));
+    for (size_t k = 1; varying ? k <= 3000 : !pool->served_sizes.closed; k++) {
+      void *ptr, *again;
+      CHECK(varying || k <= GPUMEM__SIZE_SET_WINDOW);
+      CHECK_OK(gpumem_allocate(mr, MiB + k * GPUMEM__BLOCK_UNIT, NULL, &ptr));
+      CHECK_PTR_EQ(ptr, x[0]);
+      CHECK_OK(gpumem_deallocate(mr, ptr, MiB + k * GPUMEM__BLOCK_UNIT, NULL));
+      for (int twice = 0; varying && twice < 2; twice++) {
+        CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, &again));
+        CHECK_OK(gpumem_deallocate(mr, again, 2 * MiB, NULL));
+      }
+    }
+    CHECK(pool->served_sizes.closed == !varying);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 68 * MiB);
+    CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&grown));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), (varying ? 70 : 78) * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, 10 * MiB, NULL));
+    for (int k = 1; k < 4; k++)
+      CHECK_OK(gpumem_deallocate(mr, x[k], hole_then_served[k] * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
   }
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 68 * MiB);
-  CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&grown));
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 78 * MiB);
-  CHECK_OK(gpumem__validate(mr));
-  CHECK_OK(gpumem_deallocate(mr, grown, 10 * MiB, NULL));
-  for (int k = 1; k < 4; k++)
-    CHECK_OK(gpumem_deallocate(mr, x[k], hole_then_served[k] * MiB, NULL));
-  CHECK_OK(gpumem_resource_release(mr));
   /* Not over vmm, nothing to give back: the pool keeps no sizes. */
   CHECK_OK(gpumem_resource_from_spec("pool(cuda)", &mr));
   CHECK(((pool_resource *)mr)->holes_gated && ((pool_resource *)mr)->served_sizes.closed);

@@ -5,13 +5,15 @@
  * - A size is held exactly: its neighbours one unit (256 bytes) away are not; adding it again
  *   changes nothing. Sizes the set cannot hold (not whole units, a TiB and more, 0) are
  *   neither added nor found.
- * - Every size added is found again, across probe runs that meet, up to the most it holds;
- *   a size it holds can still be added then (a loop's sizes keep coming) without closing it.
- * - A new size past the most closes the set for good: it holds nothing, frees its table, and
- *   adds nothing more.
+ * - Sizes that come with sizes held (a loop whose shapes vary) are all found again as the
+ *   table doubles, up to the most it holds; past that the set is full: it keeps them and
+ *   adds no more.
+ * - A window of requests more than half of which were new sizes (a random workload) closes
+ *   the set for good: it holds nothing, frees its table, and adds nothing more; half is not
+ *   more than half.
  * - Against a plain list over random sizes, the set answers as the list does.
  * - The check of its structure passes every state above, and finds a wrong count, a size out
- *   of its probe run, and a closed set that kept its table. */
+ *   of its probe run, a closed set that kept its table and a full set short of the most. */
 #include "check.h"
 #include "core/size_set.h"
 
@@ -43,41 +45,87 @@ static void test_exact(void) {
   printf("sizes held exactly, the ones it cannot hold refused\n");
 }
 
-static void test_most_then_closed(void) {
+/* Each new size comes with two held ones: a third of the requests are new, as in no real
+ * trace's window (at most a fifth). */
+static void add_with_held(gpumem__size_set *set, size_t size) {
+  gpumem__size_set_add(set, size);
+  gpumem__size_set_add(set, 1 << 20);
+  gpumem__size_set_add(set, 1 << 20);
+}
+
+static size_t nth_size(size_t i) {
+  return ((size_t)2 << 20) + i * unit;
+}
+
+static void test_grows_then_full(void) {
   gpumem__size_set set = {0};
-  /* Filled to the most, half its slots: many probe runs meet, and every size is found. */
-  for (size_t i = 0; i < GPUMEM__SIZE_SET_MOST; i++)
-    gpumem__size_set_add(&set, ((size_t)1 << 20) + i * unit * GPUMEM__SIZE_SET_SLOTS);
+  add_with_held(&set, 1 << 20);
+  for (size_t i = 0; set.count < GPUMEM__SIZE_SET_MOST; i++) {
+    add_with_held(&set, nth_size(i));
+    if (set.count == 2049) /* past half the first table: it doubled */
+      CHECK_EQ(set.slots_log2, GPUMEM__SIZE_SET_FIRST_LOG2 + 1);
+  }
+  CHECK(!set.closed && !set.full);
+  CHECK_EQ(set.slots_log2, GPUMEM__SIZE_SET_MOST_LOG2);
+  for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_MOST; i++)
+    CHECK(gpumem__size_set_contains(&set, nth_size(i)));
+  size_t next = nth_size(GPUMEM__SIZE_SET_MOST - 1); /* a new one past the most */
+  add_with_held(&set, next);
+  CHECK(set.full && !set.closed && !gpumem__size_set_adds(&set));
   CHECK_EQ(set.count, GPUMEM__SIZE_SET_MOST);
-  for (size_t i = 0; i < GPUMEM__SIZE_SET_MOST; i++)
-    CHECK(gpumem__size_set_contains(&set, ((size_t)1 << 20) + i * unit * GPUMEM__SIZE_SET_SLOTS));
-  gpumem__size_set_add(&set, 1 << 20); /* held already: the set stays open */
+  CHECK(!gpumem__size_set_contains(&set, next));
+  CHECK(gpumem__size_set_contains(&set, 1 << 20) && gpumem__size_set_contains(&set, nth_size(0)));
+  gpumem__size_set_close(&set);
+  CHECK(set.closed && set.slots == NULL && !set.full);
+  printf("%zu sizes found as the table doubled, then full: kept, no more added\n",
+         (size_t)GPUMEM__SIZE_SET_MOST);
+}
+
+static void test_closes_on_new_sizes(void) {
+  /* Every request a new size: the first new size once the window is full closes the set. */
+  gpumem__size_set set = {0};
+  for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_WINDOW; i++)
+    gpumem__size_set_add(&set, nth_size(i));
   CHECK(!set.closed);
-  CHECK_EQ(set.count, GPUMEM__SIZE_SET_MOST);
-  gpumem__size_set_add(&set, (1 << 20) + unit); /* a new one past the most */
+  CHECK_EQ(set.count, GPUMEM__SIZE_SET_WINDOW - 1);
+  gpumem__size_set_add(&set, nth_size(0)); /* the window's last, held: no judgment */
+  CHECK(!set.closed);
+  gpumem__size_set_add(&set, nth_size(GPUMEM__SIZE_SET_WINDOW));
   CHECK(set.closed && set.slots == NULL && set.count == 0);
-  CHECK(!gpumem__size_set_contains(&set, 1 << 20));
-  gpumem__size_set_add(&set, 1 << 20);
-  CHECK(set.closed && set.slots == NULL && !gpumem__size_set_contains(&set, 1 << 20));
+  CHECK(!gpumem__size_set_contains(&set, nth_size(0)));
+  gpumem__size_set_add(&set, nth_size(0));
+  CHECK(set.closed && set.slots == NULL && !gpumem__size_set_contains(&set, nth_size(0)));
   gpumem__size_set_close(&set); /* closing again changes nothing */
   CHECK(set.closed && set.slots == NULL);
+
+  /* Half new (512 of 1,024, the last new): the window passes, and the next begins. */
+  set = (gpumem__size_set){0};
+  for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_WINDOW / 2; i++) {
+    gpumem__size_set_add(&set, nth_size(i));
+    gpumem__size_set_add(&set, nth_size(0));
+  }
+  gpumem__size_set_add(&set, nth_size(0));
+  gpumem__size_set_add(&set, nth_size(GPUMEM__SIZE_SET_WINDOW));
+  CHECK(!set.closed);
+  CHECK_EQ(set.window_requests, 0);
+  CHECK_EQ(set.count, GPUMEM__SIZE_SET_WINDOW / 2);
+  gpumem__size_set_close(&set);
 
   gpumem__size_set never_used = {0}; /* a set closed before its first size */
   gpumem__size_set_close(&never_used);
   gpumem__size_set_add(&never_used, 1 << 20);
   CHECK(never_used.slots == NULL && !gpumem__size_set_contains(&never_used, 1 << 20));
-  printf("%zu sizes found across meeting probe runs, then closed at a new one\n",
-         (size_t)GPUMEM__SIZE_SET_MOST);
+  printf("a window of new sizes closes the set; half new does not\n");
 }
 
 /* Random sizes from a small range (so that many repeat), against a list of those added. */
 static void test_random(void) {
-  enum { tries = 20000, range = 3000 };
+  enum { tries = 20000, range = 400 };
   static bool added[range];
   gpumem__size_set set = {0};
   uint64_t x = 0x9E3779B97F4A7C15ull;
   size_t distinct = 0;
-  for (int t = 0; t < tries && distinct < GPUMEM__SIZE_SET_MOST; t++) {
+  for (int t = 0; t < tries; t++) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     size_t k = x % range, size = ((size_t)1 << 20) + k * unit;
     if (x >> 63) {
@@ -88,6 +136,7 @@ static void test_random(void) {
     }
     CHECK(gpumem__size_set_contains(&set, size) == added[k]);
   }
+  CHECK(!set.closed); /* the first window's new sizes are under half of it */
   gpumem__size_set_close(&set);
   printf("random sizes: %zu distinct, answered as a list does\n", distinct);
 }
@@ -116,29 +165,37 @@ static void test_check(void) {
   /* A size moved to an empty slot elsewhere: the probe from its home stops at the slot it
    * left, empty now (every slot from its home to there was full when it went in). */
   uint32_t units = (uint32_t)(((size_t)1 << 20) >> GPUMEM__SIZE_SET_UNIT_SHIFT);
-  size_t at = gpumem__size_set_home(units), far = at;
+  size_t mask = gpumem__size_set_slots(&set) - 1;
+  size_t at = gpumem__size_set_home(units, set.slots_log2), far = at;
   while (set.slots[at] != units)
-    at = (at + 1) % GPUMEM__SIZE_SET_SLOTS;
+    at = (at + 1) & mask;
   while (set.slots[far])
-    far = (far + 1) % GPUMEM__SIZE_SET_SLOTS;
+    far = (far + 1) & mask;
   set.slots[far] = units;
   set.slots[at] = 0;
   check_unsound(&set, "out of its probe run");
   set.slots[at] = units;
   set.slots[far] = 0;
   check_sound(&set);
+  set.full = true;
+  check_unsound(&set, "counts 100, its table holds 100 (at most 2048, full)");
+  set.full = false;
   set.closed = true;
   check_unsound(&set, "a closed set of sizes keeps its table");
   set.closed = false;
   gpumem__size_set_close(&set);
   check_sound(&set);
-  printf("the check finds a wrong count, a size out of place, a closed set with a table\n");
+  gpumem__size_set tableless = {.full = true};
+  check_unsound(&tableless, "a tableless set of sizes is full");
+  printf("the check finds a wrong count, a size out of place, a closed set with a table, a "
+         "full set short of the most\n");
 }
 
 int main(void) {
   test_exact();
   test_check();
-  test_most_then_closed();
+  test_grows_then_full();
+  test_closes_on_new_sizes();
   test_random();
   return 0;
 }

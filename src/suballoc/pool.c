@@ -266,9 +266,9 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
     return false;
   }
   gpumem__counters_allocated(&pool->stats, bytes);
-  /* The set first: once closed (a random workload's sizes close it), the test is the same
-   * every time, where one on the size alone is not. */
-  if (!pool->served_sizes.closed && bytes >= GPUMEM__POOL_RECURRING_LEAST)
+  /* The set first: once closed (a random workload's sizes close it) or full, the test is
+   * the same every time, where one on the size alone is not. */
+  if (gpumem__size_set_adds(&pool->served_sizes) && bytes >= GPUMEM__POOL_RECURRING_LEAST)
     gpumem__size_set_add(&pool->served_sizes, gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT));
   return true;
 }
