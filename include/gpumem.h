@@ -786,9 +786,9 @@ typedef struct gpumem_pool_options {
    * what a program holds: a cache copied into a larger one), or, once the live peak so far
    * spans 32 pieces (1 GiB over the default pieces), for a request of 1 MiB or more of a
    * size the pool has handed out before (a training loop's next step, also one whose shapes
-   * vary; the pool keeps up to 32,768 such sizes, and a program that draws most of its
-   * sizes anew, more than half of 1,024 large requests, is no loop: from then on no size
-   * counts as seen). Other requests, of a
+   * vary; the pool keeps up to 32,768 such sizes, and a program that, past 2,048 of them,
+   * draws most of its sizes anew, more than half of 1,024 large requests, is no loop: from
+   * then on no size counts as seen). Other requests, of a
    * program still climbing to its working set, keep the holes. Chosen on 24 real traces
    * (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;

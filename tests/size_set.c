@@ -8,9 +8,9 @@
  * - Sizes that come with sizes held (a loop whose shapes vary) are all found again as the
  *   table doubles, up to the most it holds; past that the set is full: it keeps them and
  *   adds no more.
- * - A window of requests more than half of which were new sizes (a random workload) closes
- *   the set for good: it holds nothing, frees its table, and adds nothing more; half is not
- *   more than half.
+ * - Once the set holds 2,048 sizes (never before), a window of requests more than half of
+ *   which were new sizes (a random workload) closes the set for good: it holds nothing, frees
+ *   its table, and adds nothing more; half is not more than half.
  * - Against a plain list over random sizes, the set answers as the list does.
  * - The check of its structure passes every state above, and finds a wrong count, a size out
  *   of its probe run, a closed set that kept its table and a full set short of the most. */
@@ -81,16 +81,28 @@ static void test_grows_then_full(void) {
          (size_t)GPUMEM__SIZE_SET_MOST);
 }
 
-static void test_closes_on_new_sizes(void) {
-  /* Every request a new size: the first new size once the window is full closes the set. */
+/* A set holding GPUMEM__SIZE_SET_JUDGED_FROM sizes, all of them new when added (no window
+ * is judged before), its window just begun. */
+static gpumem__size_set set_judged_from_now(void) {
   gpumem__size_set set = {0};
-  for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_WINDOW; i++)
+  for (size_t i = 0; i < GPUMEM__SIZE_SET_JUDGED_FROM; i++)
     gpumem__size_set_add(&set, nth_size(i));
   CHECK(!set.closed);
-  CHECK_EQ(set.count, GPUMEM__SIZE_SET_WINDOW - 1);
+  CHECK_EQ(set.count, GPUMEM__SIZE_SET_JUDGED_FROM);
+  set.window_requests = set.window_new = 0;
+  return set;
+}
+
+static void test_closes_on_new_sizes(void) {
+  /* Every request a new size: the first new size once the window is full closes the set. */
+  gpumem__size_set set = set_judged_from_now();
+  size_t next = GPUMEM__SIZE_SET_JUDGED_FROM;
+  for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_WINDOW; i++)
+    gpumem__size_set_add(&set, nth_size(next++));
+  CHECK(!set.closed);
   gpumem__size_set_add(&set, nth_size(0)); /* the window's last, held: no judgment */
   CHECK(!set.closed);
-  gpumem__size_set_add(&set, nth_size(GPUMEM__SIZE_SET_WINDOW));
+  gpumem__size_set_add(&set, nth_size(next++));
   CHECK(set.closed && set.slots == NULL && set.count == 0);
   CHECK(!gpumem__size_set_contains(&set, nth_size(0)));
   gpumem__size_set_add(&set, nth_size(0));
@@ -99,23 +111,32 @@ static void test_closes_on_new_sizes(void) {
   CHECK(set.closed && set.slots == NULL);
 
   /* Half new (512 of 1,024, the last new): the window passes, and the next begins. */
-  set = (gpumem__size_set){0};
+  set = set_judged_from_now();
+  next = GPUMEM__SIZE_SET_JUDGED_FROM;
   for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_WINDOW / 2; i++) {
-    gpumem__size_set_add(&set, nth_size(i));
+    gpumem__size_set_add(&set, nth_size(next++));
     gpumem__size_set_add(&set, nth_size(0));
   }
   gpumem__size_set_add(&set, nth_size(0));
-  gpumem__size_set_add(&set, nth_size(GPUMEM__SIZE_SET_WINDOW));
+  gpumem__size_set_add(&set, nth_size(next++));
   CHECK(!set.closed);
   CHECK_EQ(set.window_requests, 0);
-  CHECK_EQ(set.count, GPUMEM__SIZE_SET_WINDOW / 2);
+  CHECK_EQ(set.count, GPUMEM__SIZE_SET_JUDGED_FROM + GPUMEM__SIZE_SET_WINDOW / 2);
+  gpumem__size_set_close(&set);
+
+  /* Before it holds that many, a window of new sizes is not judged. */
+  set = (gpumem__size_set){0};
+  for (size_t i = 0; i + 1 < GPUMEM__SIZE_SET_JUDGED_FROM; i++)
+    gpumem__size_set_add(&set, nth_size(i));
+  CHECK(!set.closed);
+  CHECK_EQ(set.count, GPUMEM__SIZE_SET_JUDGED_FROM - 1);
   gpumem__size_set_close(&set);
 
   gpumem__size_set never_used = {0}; /* a set closed before its first size */
   gpumem__size_set_close(&never_used);
   gpumem__size_set_add(&never_used, 1 << 20);
   CHECK(never_used.slots == NULL && !gpumem__size_set_contains(&never_used, 1 << 20));
-  printf("a window of new sizes closes the set; half new does not\n");
+  printf("a window of new sizes closes a set of 2,048; half new does not, nor before 2,048\n");
 }
 
 /* Random sizes from a small range (so that many repeat), against a list of those added. */

@@ -39,7 +39,8 @@ void gpumem__size_set_insert(gpumem__size_set *set, uint32_t units) {
    * none, and one that draws every size anew reaches the judgment at once. */
   set->window_new++;
   if (set->window_requests >= GPUMEM__SIZE_SET_WINDOW) {
-    if ((uint64_t)set->window_new * 2 > set->window_requests) {
+    if (set->count >= GPUMEM__SIZE_SET_JUDGED_FROM &&
+        (uint64_t)set->window_new * 2 > set->window_requests) {
       gpumem__size_set_close(set);
       return;
     }

@@ -4,9 +4,10 @@
  * 256-byte units; the table is made at the first size and doubles as it fills, up to
  * GPUMEM__SIZE_SET_MOST sizes, past which the set holds what it has and adds nothing more.
  * A program that draws most of its sizes anew is not repeating a loop's shapes (a random
- * workload), and a set that followed it would cost ever more: where more than half of a
- * window of GPUMEM__SIZE_SET_WINDOW requests were new sizes, the set closes for good, frees
- * its table and holds nothing from then on. A loop whose shapes vary (random lengths, graphs
+ * workload), and a set that followed it would cost ever more: once it holds
+ * GPUMEM__SIZE_SET_JUDGED_FROM sizes, where more than half of a window of
+ * GPUMEM__SIZE_SET_WINDOW requests were new sizes, the set closes for good, frees its table
+ * and holds nothing from then on. A loop whose shapes vary (random lengths, graphs
  * of random sizes) asks for a few new sizes a step, and over a long run for thousands: on
  * the 32 recorded traces at most 20% of a window of 512 were new. No locking: the owner
  * locks. */
@@ -20,6 +21,10 @@
 /* Half the slots: probe runs stay short. */
 #define GPUMEM__SIZE_SET_MOST (((size_t)1 << GPUMEM__SIZE_SET_MOST_LOG2) / 2)
 #define GPUMEM__SIZE_SET_WINDOW 1024u
+/* Windows are judged only once the set holds this many sizes, the most it held before it
+ * grew: no program's set closes sooner than it did then (a model load of many shapes, then
+ * a loop). */
+#define GPUMEM__SIZE_SET_JUDGED_FROM 2048u
 #define GPUMEM__SIZE_SET_UNIT_SHIFT 8
 
 typedef struct gpumem__size_set {
