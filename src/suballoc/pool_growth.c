@@ -98,14 +98,13 @@ static uintptr_t lowest_gap(const pool_resource *pool, uintptr_t start, uintptr_
 
 void gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set, size_t size) {
   region *r = &pool->regions[ri];
-  size_t wanted = 0, full = 0;
+  size_t full = 0;
   if (!pool->grows_in_place || growth_step(pool, size, &full))
     return;
-  if (!tail_grows(pool, r, set, size, &wanted))
-    wanted = full;
+  size_t wanted = gpumem__pool_growth_bytes(pool, ri, set, size);
   uintptr_t next = r->tail ? r->tail->addr + r->tail->size : r->base, start, end;
   region_bounds(pool, ri, &start, &end);
-  if (!next || next < start || next > end)
+  if (next < start || next > end)
     return; /* growth goes wherever the upstream puts it: nothing to keep in place */
   size_t above = gpumem__sorted_lower_bound(&pool->chunks, next);
   if (end - next >= wanted &&
