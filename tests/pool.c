@@ -206,6 +206,13 @@ static void test_cache(void) {
   CHECK_PTR_EQ(p, q[1]);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), 0);
   CHECK_OK(gpumem_deallocate(mr, p, 65 << 10, NULL));
+  /* Cached, it keeps its slot in the live map (marked cached): freed again, with its size or
+   * another, it is refused as no live allocation, and stays cached for the request below. */
+  CHECK_FAILS_WITH(gpumem_deallocate(mr, p, 65 << 10, NULL), GPUMEM_ERR_MISUSE,
+                   "not a live allocation");
+  CHECK_FAILS_WITH(gpumem_deallocate(mr, p, 4096, NULL), GPUMEM_ERR_MISUSE,
+                   "not a live allocation");
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 3 + fillers);
 
   /* A request of a smaller class, with nothing in the free index: it is cut from the larger
    * cached block instead of growing the pool. */

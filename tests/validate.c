@@ -5,7 +5,8 @@
  *   blocks on several streams, after trims, validate.
  * - Each corruption a bug could make is found, with a message naming it: a free block's
  *   size, a free index entry gone, a live block not marked allocated, a broken address
- *   link, unmerged free neighbours, the live, reserved and cache counters, the set of sizes
+ *   link, unmerged free neighbours, the live, reserved and cache counters, a cached block
+ *   out of the live map or a block the map holds as cached in no cache, the set of sizes
  *   served (kept where no release asks for it, or miscounted). Undone, the pool validates
  *   again.
  * - Where assertions are on (built in, and GPUMEM_DEBUG not 0), a free that would take a
@@ -149,6 +150,17 @@ static void test_corruptions(void) {
   set->cached[GPUMEM__POOL_CACHE_CLASSES] = &sentinel_filled;
   check_invalid(mr, "in the list past the last class");
   set->cached[GPUMEM__POOL_CACHE_CLASSES] = NULL;
+  check_valid(mr);
+  /* A cached block keeps its slot in the live map: one without it is found, and so is a
+   * slot whose block is marked cached but is in no cache. */
+  gpumem__block *cached = gpumem__block_map_take(&pool->live, (uintptr_t)ptrs[1]);
+  CHECK(cached && cached->state == GPUMEM__BLOCK_CACHED);
+  check_invalid(mr, "is not in the live map");
+  gpumem__block_map_put(&pool->live, cached);
+  check_valid(mr);
+  live->state = GPUMEM__BLOCK_CACHED;
+  check_invalid(mr, "the live map holds 4 cached blocks, the caches 3");
+  live->state = GPUMEM__BLOCK_ALLOCATED;
   check_valid(mr);
 
   /* Two free neighbours of one set left apart: a merge that did not happen. Blocks 1 and 2

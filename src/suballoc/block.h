@@ -264,14 +264,10 @@ static inline bool gpumem__block_map_insert(gpumem__block_map *map, gpumem__bloc
   return true;
 }
 
-/* The block at addr, removed from the map; NULL when absent. */
-static inline gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
+/* Empties slot `hole` (which holds a block). Backward-shift deletion keeps probe runs
+ * unbroken without tombstones. */
+static inline void gpumem__block_map_remove_at(gpumem__block_map *map, size_t hole) {
   size_t mask = map->capacity - 1;
-  size_t hole = gpumem__block_map_slot_of(map, addr);
-  gpumem__block *found = map->slots[hole].block;
-  if (!map->slots[hole].addr)
-    return NULL;
-  /* Backward-shift deletion keeps probe runs unbroken without tombstones. */
   size_t i = hole;
   for (;;) {
     i = (i + 1) & mask;
@@ -287,6 +283,15 @@ static inline gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uint
   }
   map->slots[hole] = (gpumem__block_map_slot){0, NULL};
   map->count--;
+}
+
+/* The block at addr, removed from the map; NULL when absent. */
+static inline gpumem__block *gpumem__block_map_take(gpumem__block_map *map, uintptr_t addr) {
+  size_t hole = gpumem__block_map_slot_of(map, addr);
+  gpumem__block *found = map->slots[hole].block;
+  if (!map->slots[hole].addr)
+    return NULL;
+  gpumem__block_map_remove_at(map, hole);
   return found;
 }
 

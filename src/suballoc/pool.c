@@ -211,7 +211,8 @@ gpumem_status gpumem__pool_take_block(pool_resource *pool, free_set *set, size_t
                                       bool may_grow, gpumem__block **out, const char **why) {
   gpumem__block *block = cache_pop(pool, set, size);
   gpumem_status status = GPUMEM_OK;
-  if (block) {
+  if (block) { /* for a front, whose own maps file it: out of the pool's */
+    gpumem__block_map_take(&pool->live, block->addr);
     block->state = GPUMEM__BLOCK_ALLOCATED;
     *out = block;
     return GPUMEM_OK;
@@ -243,25 +244,23 @@ size_t gpumem__pool_take_run(pool_resource *pool, free_set *set, size_t size, si
   return n;
 }
 
-/* A block that could not be handed out, back where it came from, as it was (`was`: its state
- * before it was taken): the cache, or the free index, where it merges again with what it
- * was cut from (filed open, a block cut from sealed memory would unseal the rest). Out of
- * line: the allocation paths then neither carry release_block's merging (in line in
- * pool_internal.h) nor save the registers it needs. */
+/* A block from the free index that could not be handed out, back where it came from, as it
+ * was (`was`: its state before it was taken), where it merges again with what it was cut
+ * from (filed open, a block cut from sealed memory would unseal the rest). Out of line: the
+ * allocation paths then neither carry release_block's merging (in line in pool_internal.h)
+ * nor save the registers it needs. */
 GPUMEM_COLD static void take_back(pool_resource *pool, free_set *set, gpumem__block *block,
                                   gpumem__block_state was) {
-  if (was == GPUMEM__BLOCK_CACHED)
-    cache_insert(set, block);
-  else
-    release_block(pool, set, block, was);
+  release_block(pool, set, block, was);
 }
 
-/* Files an allocated `block` in the live map and counts it; false when the map cannot grow
- * (the block is back as it `was` then). */
+/* Files an allocated `block` in the live map (a cached one is there already) and counts it;
+ * false when the map cannot grow (the block is back as it `was` then). */
 static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *block, size_t bytes,
                             gpumem__block_state was) {
   block->requested = bytes;
-  if (GPUMEM_UNLIKELY(!gpumem__block_map_insert(&pool->live, block))) {
+  if (was != GPUMEM__BLOCK_CACHED &&
+      GPUMEM_UNLIKELY(!gpumem__block_map_insert(&pool->live, block))) {
     take_back(pool, set, block, was);
     return false;
   }
@@ -323,15 +322,6 @@ static gpumem_status allocate_from_index_then_unlock(pool_resource *pool, free_s
   return allocate_slow_then_unlock(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
 }
 
-/* A cached block back to the cache it came from, when the live map must grow first. */
-GPUMEM_COLD static gpumem_status unpop_and_allocate_then_unlock(pool_resource *pool, free_set *set,
-                                                                gpumem__block *block, size_t bytes,
-                                                                size_t size, gpumem_stream stream,
-                                                                void **ptr) {
-  cache_insert(set, block);
-  return allocate_slow_then_unlock(pool, bytes, size, GPUMEM_DEFAULT_ALIGNMENT, stream, ptr);
-}
-
 /* Allocation with the lock held, which it releases. The common cases come first: the
  * stream of the last call with default alignment, from the cache; every call in this
  * function is its last act, so the path through the cache saves no registers. */
@@ -345,11 +335,9 @@ static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t byt
   gpumem__block *block = cache_pop(pool, set, size);
   if (!block)
     return allocate_from_index_then_unlock(pool, set, bytes, size, stream, ptr);
-  if (GPUMEM_UNLIKELY(!gpumem__block_map_has_room(&pool->live))) /* the map must grow */
-    return unpop_and_allocate_then_unlock(pool, set, block, bytes, size, stream, ptr);
+  /* A cached block is in the live map already (see deallocate_then_unlock). */
   block->state = GPUMEM__BLOCK_ALLOCATED;
   block->requested = bytes;
-  gpumem__block_map_put(&pool->live, block);
   gpumem__counters_allocated(&pool->stats, bytes);
   gpumem__biased_lock_release(&pool->lock);
   *ptr = (void *)block->addr;
@@ -428,10 +416,11 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
   return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
-/* Frees `block` (taken from the live map, its size checked) on `stream`; on failure puts
- * it back in the live map, so that nothing changes. Called with the lock held. */
-static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block, size_t bytes,
-                                       gpumem_stream stream) {
+/* Frees `block` (in slot `slot` of the live map, its size checked) on `stream`: into the
+ * cache, where it keeps its slot, or out of the map into the free index. On failure nothing
+ * has changed. Called with the lock held. */
+static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem__block *block,
+                                       size_t bytes, gpumem_stream stream) {
   free_set *set = NULL;
   gpumem_status status = set_for(pool, stream, &set);
   /* A seal is due: record the event first, so that if it fails nothing has changed. */
@@ -439,15 +428,14 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
       status == GPUMEM_OK && pool->multi_stream && set->open_frees + 1 >= GPUMEM__POOL_SEAL_EVERY;
   if (sealing)
     status = gpumem__pool_seal(pool, set);
-  if (GPUMEM_UNLIKELY(status != GPUMEM_OK)) {
-    gpumem__block_map_insert(&pool->live, block);
+  if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
     return status;
-  }
   count_freed(pool, bytes);
   if (cacheable(pool, block)) {
     cache_push(pool, set, block);
     return GPUMEM_OK;
   }
+  gpumem__block_map_remove_at(&pool->live, slot); /* nothing changed the map since the find */
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
   release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
@@ -460,17 +448,16 @@ static inline gpumem_status free_block(pool_resource *pool, gpumem__block *block
   return GPUMEM_OK;
 }
 
-/* A free the pool refuses: `block` (taken from the live map, or NULL) was not allocated
- * with `bytes`. Called with the lock held; releases it. */
+/* A free the pool refuses: `block` (found in the live map: allocated, or free in a cache; or
+ * NULL) is not a live allocation of `bytes`. Called with the lock held; releases it. */
 GPUMEM_COLD static gpumem_status refuse_free_then_unlock(pool_resource *pool, gpumem__block *block,
                                                          void *ptr, size_t bytes, bool *owned) {
-  size_t requested = block ? block->requested : 0;
+  bool live = block && block->state == GPUMEM__BLOCK_ALLOCATED;
+  size_t requested = live ? block->requested : 0;
   pool_fronts *fronts = fronts_of(pool);
-  if (block) /* a wrong size: the block stays live (the map has room: it was just there) */
-    gpumem__block_map_insert(&pool->live, block);
-  else if (fronts) /* a front's block, freed with a size no front serves */
+  if (!block && fronts) /* a front's block, freed with a size no front serves */
     requested = gpumem__pool_front_requested(fronts, ptr);
-  bool found = block || requested;
+  bool found = live || requested;
   gpumem__biased_lock_release(&pool->lock);
   if (owned)
     *owned = found;
@@ -488,9 +475,9 @@ GPUMEM_COLD static gpumem_status refuse_free_then_unlock(pool_resource *pool, gp
 }
 
 /* Frees `block` (its size checked) through free_block, then releases the lock. */
-static gpumem_status free_and_unlock(pool_resource *pool, gpumem__block *block, size_t bytes,
-                                     gpumem_stream stream, bool *owned) {
-  gpumem_status status = free_block(pool, block, bytes, stream);
+static gpumem_status free_and_unlock(pool_resource *pool, size_t slot, gpumem__block *block,
+                                     size_t bytes, gpumem_stream stream, bool *owned) {
+  gpumem_status status = free_block(pool, slot, block, bytes, stream);
   gpumem__biased_lock_release(&pool->lock);
   if (owned)
     *owned = true;
@@ -499,17 +486,21 @@ static gpumem_status free_and_unlock(pool_resource *pool, gpumem__block *block, 
 
 /* deallocate with the lock held, which it releases. The common case, a small block freed
  * on the stream of the last call, goes into the cache without a call; every other call is
- * the function's last act. */
+ * the function's last act. A cached block keeps its place in the live map (marked cached),
+ * so that freeing it and handing it out again write no slot of the map: where two threads
+ * take turns, the slot then stays in both processors' caches rather than moving between
+ * them at each use. */
 static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *ptr, size_t bytes,
                                                    gpumem_stream stream, bool *owned) {
-  gpumem__block *block = gpumem__block_map_take(&pool->live, (uintptr_t)ptr);
-  if (GPUMEM_UNLIKELY(!block || block->requested != bytes))
+  size_t slot = gpumem__block_map_slot_of(&pool->live, (uintptr_t)ptr);
+  gpumem__block *block = pool->live.slots[slot].addr ? pool->live.slots[slot].block : NULL;
+  /* The state first: a cached block's `requested` is its link in the cache. */
+  if (GPUMEM_UNLIKELY(!block || block->state != GPUMEM__BLOCK_ALLOCATED ||
+                      block->requested != bytes))
     return refuse_free_then_unlock(pool, block, ptr, bytes, owned);
-  GPUMEM__ASSERT(&pool->header, block->state == GPUMEM__BLOCK_ALLOCATED,
-                 "a block in the live map is allocated");
   free_set *set = pool->last_set;
   if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
-    return free_and_unlock(pool, block, bytes, stream, owned);
+    return free_and_unlock(pool, slot, block, bytes, stream, owned);
   count_freed(pool, bytes);
   cache_insert(set, block);
   gpumem__biased_lock_release(&pool->lock);

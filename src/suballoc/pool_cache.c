@@ -10,6 +10,7 @@ void gpumem__pool_flush_cache(pool_resource *pool, free_set *set) {
     gpumem__block *block = set->cached[c];
     while (block) {
       gpumem__block *next = block->next_free;
+      gpumem__block_map_take(&pool->live, block->addr); /* cached blocks keep their slot */
       release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
       set->cached_count--;
       block = next;
@@ -28,6 +29,7 @@ gpumem__block *gpumem__pool_uncache_larger(pool_resource *pool, free_set *set, s
     if (block) {
       set->cached[c] = block->next_free;
       set->cached_count--;
+      gpumem__block_map_take(&pool->live, block->addr);
       return release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
     }
   }

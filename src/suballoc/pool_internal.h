@@ -290,6 +290,7 @@ typedef struct pool_resource {
   region regions[GPUMEM__POOL_REGION_COUNT];
   bool split_regions; /* small requests have a region of their own (when growing in place) */
   pool_limits limits; /* limits_of(split_regions, multi_stream), kept by set_layout */
+  /* Blocks handed out, and cached ones (marked cached: they keep their slot, pool.c). */
   gpumem__block_map live;
   gpumem__block_slab slab;
   gpumem__sorted chunks; /* of chunk, by address */

@@ -22,6 +22,7 @@ typedef struct walk {
   gpumem__block_state state;
   size_t region;
   uint64_t live_bytes;
+  size_t live_map_cached, cached; /* cached blocks the live map holds; in the caches' lists */
   uint64_t front_live_bytes, front_live_count; /* handed out by fronts, still live */
   int front;                                   /* whose map is being walked */
   /* Of each front, the free blocks its maps hold (requested 0), and the blocks in lists and
@@ -95,6 +96,10 @@ static bool check_live(walk *w, const gpumem__block *block, gpumem__block_state 
 
 static bool visit_live(gpumem__block *block, void *user) {
   walk *w = user;
+  if (block->state == GPUMEM__BLOCK_CACHED) { /* it keeps its slot; gather_cache finds it */
+    w->live_map_cached++;
+    return push(w, block);
+  }
   if (!check_live(w, block, GPUMEM__BLOCK_ALLOCATED, "live map"))
     return false;
   if (w->pool->fixed_block && block->size != w->pool->fixed_block)
@@ -137,9 +142,12 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
       if (b->size >= GPUMEM__POOL_CACHE_LIMIT || cache_class(b->size) != c)
         return complain(w, "set %zu cache: block at %#lx of %zu bytes is in class %zu", s,
                         (unsigned long)b->addr, b->size, c);
-      w->where = "cache";
-      if (!push(w, b))
-        return false;
+      /* The live map holds it (visit_live gathered it from there). */
+      size_t slot = gpumem__block_map_slot_of(&w->pool->live, b->addr);
+      if (w->pool->live.slots[slot].block != b)
+        return complain(w, "set %zu cache: block at %#lx is not in the live map", s,
+                        (unsigned long)b->addr);
+      w->cached++;
     }
   if (count != set->cached_count)
     return complain(w, "set %zu: cache count %u but %zu cached blocks", s, set->cached_count,
@@ -478,10 +486,14 @@ static bool check_regions_and_counters(walk *w) {
    * block; the peak is raised only now and then (pool_front.c), so it is not checked. */
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_COUNT, &live_count);
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live_bytes);
-  if (live_count != pool->live.count + w->front_live_count)
-    return complain(w, "the live count says %llu, the live maps hold %llu blocks",
-                    (unsigned long long)live_count,
-                    (unsigned long long)(pool->live.count + w->front_live_count));
+  if (w->live_map_cached != w->cached)
+    return complain(w, "the live map holds %zu cached blocks, the caches %zu", w->live_map_cached,
+                    w->cached);
+  if (live_count != pool->live.count - w->live_map_cached + w->front_live_count)
+    return complain(
+        w, "the live count says %llu, the live maps hold %llu blocks",
+        (unsigned long long)live_count,
+        (unsigned long long)(pool->live.count - w->live_map_cached + w->front_live_count));
   if (live_bytes != w->live_bytes + w->front_live_bytes)
     return complain(w,
                     "the live bytes counter says %llu, the live blocks were requested with "
