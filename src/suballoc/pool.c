@@ -435,7 +435,11 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
     cache_push(pool, set, block);
     return GPUMEM_OK;
   }
-  gpumem__block_map_remove_at(&pool->live, slot); /* nothing changed the map since the find */
+  /* A new stream's set merged the caches (set_for), whose blocks left the map: the slot
+   * may have moved. */
+  if (GPUMEM_UNLIKELY(pool->live.slots[slot].block != block))
+    slot = gpumem__block_map_slot_of(&pool->live, block->addr);
+  gpumem__block_map_remove_at(&pool->live, slot);
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
   release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
