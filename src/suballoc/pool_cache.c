@@ -10,7 +10,7 @@ void gpumem__pool_flush_cache(pool_resource *pool, free_set *set) {
     gpumem__block *block = set->cached[c];
     while (block) {
       gpumem__block *next = block->next_free;
-      gpumem__block_map_take(&pool->live, block->addr); /* cached blocks keep their slot */
+      gpumem__block_map_take(&pool->live, block->addr); /* out of the cache, out of the map */
       release_block(pool, set, block, GPUMEM__BLOCK_OPEN);
       set->cached_count--;
       block = next;
