@@ -193,7 +193,8 @@ bool gpumem__free_index_check(const gpumem__free_index *index,
 /* ---- map from address to allocated block (open addressing, linear probing) ---- */
 
 /* A slot keeps the address beside the block, so that probing never reads a block struct:
- * the probe run stays in the map's own cache lines. An empty slot has addr 0. */
+ * the probe run stays in the map's own cache lines. An empty slot has addr 0 and block NULL,
+ * so the slot a lookup ends at names the block found, or none. */
 typedef struct gpumem__block_map_slot {
   uintptr_t addr;
   gpumem__block *block;

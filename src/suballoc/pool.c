@@ -497,7 +497,7 @@ static gpumem_status free_and_unlock(pool_resource *pool, size_t slot, gpumem__b
 static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *ptr, size_t bytes,
                                                    gpumem_stream stream, bool *owned) {
   size_t slot = gpumem__block_map_slot_of(&pool->live, (uintptr_t)ptr);
-  gpumem__block *block = pool->live.slots[slot].addr ? pool->live.slots[slot].block : NULL;
+  gpumem__block *block = pool->live.slots[slot].block; /* NULL where the run ended empty */
   /* The state first: a cached block's `requested` is its link in the cache. */
   if (GPUMEM_UNLIKELY(!block || block->state != GPUMEM__BLOCK_ALLOCATED ||
                       block->requested != bytes))
