@@ -11,12 +11,14 @@
  *
  * Apart from the sweep: a pool's trim when no host array can grow still gives back whole
  * chunks and pieces at a chunk's ends (those need no new record), and a cut in the middle
- * of a chunk is left for a later trim, with the pool usable; and a pool's thread fronts
+ * of a chunk is left for a later trim, with the pool usable; a large block's place that
+ * needs a cut without host memory gives way to the best fit; and a pool's thread fronts
  * without host memory for a map's growth or a return batch still serve and free every
  * block, losing none. Simulated device only. */
 #include "check.h"
 #include "gpumem/sim.h"
 #include "suballoc/pool.h"
+#include "suballoc/pool_internal.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -208,6 +210,60 @@ static void trim_without_host_memory(void) {
   printf("trim without host memory passed\n");
 }
 
+/* A request that goes back to a large block's place in the middle of a free range, with no
+ * host memory for the struct that the cut needs, takes the best fit instead (the range's
+ * start, whole, as any carve without host memory does) and loses nothing; with host memory
+ * again, the place serves. The slab's spares are set aside and its page array made full, so
+ * that the next struct needs an array that cannot grow. */
+static void places_without_host_memory(void) {
+  const size_t size = GPUMEM__POOL_PLACES_LEAST;
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=never)", &mr));
+  pool_resource *pool = (pool_resource *)mr;
+  char *b[4], *pin, *x;
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
+  CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, (void **)&pin));
+  for (int round = 0; round < 2; round++) /* eight frees; b[1]'s place is the newest */
+    for (int i = 0; i < 4; i++) {
+      static const int free_order[4] = {3, 0, 2, 1};
+      if (round == 1)
+        CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
+      else
+        CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
+      if (round == 1 && i == 3)
+        for (int j = 0; j < 4; j++)
+          CHECK_OK(gpumem_deallocate(mr, b[free_order[j]], size, NULL));
+    }
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  gpumem__block *spares = pool->slab.spare;
+  size_t capacity = pool->slab.page_capacity;
+  pool->slab.spare = NULL;
+  pool->slab.page_capacity = pool->slab.page_count;
+  arrays_cannot_grow = true;
+  gpumem_status status = gpumem_allocate(mr, size, NULL, (void **)&x);
+  arrays_cannot_grow = false;
+  pool->slab.page_capacity = capacity;
+  pool->slab.spare = spares;
+  CHECK_OK(status);
+  CHECK_PTR_EQ(x, b[0]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem__validate(mr));
+  /* It held the whole range, so its free is of another size: the places are as they were. */
+  CHECK_OK(gpumem_deallocate(mr, x, size, NULL));
+  CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&x));
+  CHECK_PTR_EQ(x, b[1]); /* the newest place, cut out of the range's middle */
+  CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[0]));
+  CHECK_PTR_EQ(b[0], b[2]); /* b[1]'s in use: the next newest */
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, x, size, NULL));
+  CHECK_OK(gpumem_deallocate(mr, b[0], size, NULL));
+  CHECK_OK(gpumem_deallocate(mr, pin, 1 << 20, NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("a large block's place without host memory for the cut: the best fit, nothing lost\n");
+}
+
 /* A tracking adaptor with no host memory for a stack or to record a block (then it gives the
  * block back) fails the allocation with nothing kept: out of memory, verdict host_failure. */
 static void tracking_without_host_memory(void) {
@@ -344,6 +400,7 @@ int main(void) {
   check_init_backend();
   fronts_without_host_memory();
   trim_without_host_memory();
+  places_without_host_memory();
   tracking_without_host_memory();
   push_without_host_memory();
   static const char *const specs[] = {

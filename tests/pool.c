@@ -15,6 +15,8 @@
  *   a pool growing in place asks only for what its free last block lacks.
  * - Trim gives whole free chunks back, and over vmm whole free pieces of a chunk whose ends
  *   are in use; a trim whose unmap fails changes nothing.
+ * - Over vmm, a large size freed eight times goes back to where its last blocks were freed,
+ *   newest first, cut out of the middle of a free range where best fit would take its start.
  * - Over vmm with release_holes_over, holes' pieces go back before the pool grows past the
  *   threshold, as many as the growth takes, after a wait for the device; under it, before
  *   the pace allows the next release, or when the unmap fails, the pool grows as it would
@@ -947,6 +949,55 @@ static void test_last_block_kept_for_growth(void) {
   CHECK_OK(gpumem_deallocate(mr, x[2], sizes[2], NULL));
   CHECK_OK(gpumem_resource_release(mr));
   printf("the large region's last block is kept for what fits nowhere else\n");
+}
+
+/* ---- the places of a loop's large blocks ---- */
+
+/* Four 256 MiB blocks in a row and a pin after them, freed so that they make one free range.
+ * While the size has been freed fewer than eight times, a request of it takes the best fit,
+ * the range's start; from then on, where one of its last four blocks was freed, newest
+ * first, cut out of the middle of the range if need be, and a place in use is passed over.
+ * Over a pool that keeps its holes, so that no release moves anything. */
+static void test_large_blocks_keep_their_places(void) {
+  enum { MiB = 1 << 20 };
+  const size_t size = GPUMEM__POOL_PLACES_LEAST;
+  static const int free_order[4] = {3, 0, 2, 1};
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=never)", &mr));
+  char *b[4], *pin, *x;
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
+    if (i > 0)
+      CHECK_PTR_EQ(b[i], b[i - 1] + size);
+  }
+  CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, (void **)&pin));
+  for (int i = 0; i < 4; i++) /* four frees */
+    CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  for (int i = 0; i < 4; i++) { /* four more, each block the best fit: the range's start */
+    CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&x));
+    CHECK_PTR_EQ(x, b[0]);
+    CHECK_OK(gpumem_deallocate(mr, x, size, NULL));
+  }
+  for (int i = 0; i < 4; i++) { /* b[0]'s place first (freed last), then b[1]'s, ... */
+    CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&x));
+    CHECK_PTR_EQ(x, b[i]);
+  }
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
+  for (int i = 3; i >= 0; i--) { /* newest first: b[1]'s place, b[2]'s, b[0]'s, b[3]'s */
+    CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&x));
+    CHECK_PTR_EQ(x, b[free_order[i]]);
+  }
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem__validate(mr));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(mr, b[i], size, NULL));
+  CHECK_OK(gpumem_deallocate(mr, pin, 2 * MiB, NULL));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("a loop's large blocks go back to their places\n");
 }
 
 /* ---- holes given back before growth (release_holes_over) ---- */
@@ -2453,6 +2504,7 @@ int main(void) {
   test_large_unseal_seals_at_once();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
+  test_large_blocks_keep_their_places();
   test_release_holes();
   test_release_holes_waits_and_fails_safe();
   test_climbing_loop_stays_in_its_range();

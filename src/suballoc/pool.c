@@ -440,6 +440,8 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   if (GPUMEM_UNLIKELY(pool->live.slots[slot].block != block))
     slot = gpumem__block_map_slot_of(&pool->live, block->addr);
   gpumem__block_map_remove_at(&pool->live, slot);
+  if (GPUMEM_UNLIKELY(block->size >= GPUMEM__POOL_PLACES_LEAST) && keeps_places(pool, block))
+    gpumem__pool_note_place(pool, block);
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
   release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);

@@ -5,6 +5,7 @@
  *   pool_growth.c   chunks from the upstream and growth in place, over an upstream that
  *                   places memory at chosen addresses
  *   pool_trim.c     giving free chunks, and free pieces of them, back to the upstream
+ *   pool_places.c   the places of a loop's large blocks, where its next step puts them again
  *   pool_front.c    the per-thread fronts of a pool that several threads use
  *   pool_returns.c  the batches in which threads send blocks back to the front that
  *                   handed them out
@@ -88,6 +89,42 @@ enum {
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
+
+/* The places of a loop's large blocks (pool_places.c), in a pool that grows in place: sizes
+ * from GPUMEM__POOL_PLACES_LEAST up, once freed GPUMEM__POOL_PLACES_AFTER times, go back to
+ * where one of their last GPUMEM__POOL_PLACES_EACH blocks was freed, when it is free. Best
+ * fit left the LSTM's large blocks (512, 352 and 274.5 MiB) in holes that each next step's
+ * no longer fitted: its warm passes held 1.228 times their live peak with holes kept (the
+ * driver's pool 1.119), and giving holes back cost hundreds of pieces a pass. In place,
+ * on the simulated device, 1.034 in every pass, with no release after the first; LLaMA
+ * training 1.027 / 1.040 (1.041 / 1.0565), GPT-2 training 1.013 / 1.020 (1.023), the speech
+ * model's warm passes 1.099 (1.36 to 1.44); the other 28 traces the same. Smaller sizes
+ * lose: from 128 MiB BERT with random lengths, from 64 MiB eight of the 32 traces (blocks
+ * that a program has many of, whose old places are taken by others). Places taken before a
+ * size recurs lose GPT-2 at random lengths (1.088 for 1.043: each length's four blocks of a
+ * step sent to the places of its last step's, whose neighbours have changed). Four places a
+ * size hold what eight do; two lose LLaMA. */
+#define GPUMEM__POOL_PLACES_LEAST ((size_t)256 << 20)
+#define GPUMEM__POOL_PLACES_AFTER 8u
+#define GPUMEM__POOL_PLACES_EACH 4u
+#define GPUMEM__POOL_PLACES_SIZES 64u /* sizes remembered; the one freed longest ago goes */
+/* A place is found by walking down the large region's blocks from its last one: at most
+ * this many (the traces' walks take 5 to 42), so that a region of many blocks costs a
+ * request of 256 MiB at most a microsecond or so. */
+#define GPUMEM__POOL_PLACES_WALK 256u
+
+typedef struct pool_place {
+  size_t size;        /* 0: unused */
+  uint64_t last_free; /* the places' clock at the size's last free */
+  unsigned frees;     /* of blocks of the size, up to GPUMEM__POOL_PLACES_AFTER */
+  unsigned count;     /* of addresses, newest first */
+  uintptr_t addr[GPUMEM__POOL_PLACES_EACH];
+} pool_place;
+
+typedef struct pool_places {
+  pool_place sizes[GPUMEM__POOL_PLACES_SIZES];
+  uint64_t clock;
+} pool_places;
 
 typedef struct free_set {
   gpumem_stream stream;
@@ -311,6 +348,7 @@ typedef struct pool_resource {
   /* Shared-lock takes since a second thread came, in windows of GPUMEM__POOL_FRONT_WINDOW,
    * and how many of the window's found the lock held (pool.c, note_thread). */
   unsigned window_takes, window_waits;
+  pool_places places; /* of the large region's large blocks, where it grows in place */
 } pool_resource;
 
 /* The pool's thread fronts, NULL until made (acquire: made whole before published). The
@@ -469,6 +507,19 @@ static inline gpumem__block *find_in_set(const free_set *set, size_t r, size_t s
  * or `tail` when nothing else fits. */
 gpumem__block *gpumem__pool_fit_other_than_tail(free_set *set, gpumem__block *tail, size_t size);
 
+/* Remembers where large block `block`, being freed, lies (pool_places.c). */
+void gpumem__pool_note_place(pool_resource *pool, const gpumem__block *block);
+/* The free block of `set` that starts at one of the remembered places of blocks of `size`
+ * bytes, cut there out of a larger free block if need be; NULL when the size has none, or
+ * none free. */
+gpumem__block *gpumem__pool_fit_in_place(pool_resource *pool, free_set *set, size_t size);
+
+/* Where the large blocks of a pool that grows in place are remembered. */
+static inline bool keeps_places(const pool_resource *pool, const gpumem__block *block) {
+  return block->size >= GPUMEM__POOL_PLACES_LEAST && pool->split_regions &&
+         block->region == GPUMEM__POOL_REGION_LARGE;
+}
+
 /* Where a request of `size` bytes goes in region `ri` of `set`: its best fit, except that
  * the large region's last block, free, is taken only when no other block fits. Growth in
  * place extends that block by the shortfall alone, so it is the pool's room for a request
@@ -477,9 +528,13 @@ gpumem__block *gpumem__pool_fit_other_than_tail(free_set *set, gpumem__block *ta
  * simulated device), this keeps a training loop of varying shapes from growing on its next
  * pass (gpt2_train_varlen: 1.111 after the first pass, 1.319 after the second; 1.119 after
  * both with the rule) and holds less or the same on all but BERT varlen's first pass. */
-static inline gpumem__block *find_fit(const pool_resource *pool, free_set *set, size_t ri,
-                                      size_t size) {
-  gpumem__block *block = find_in_set(set, ri, size);
+static inline gpumem__block *find_fit(pool_resource *pool, free_set *set, size_t ri, size_t size) {
+  gpumem__block *block;
+  /* A loop's large blocks go back where its last step had them, if that is free. */
+  if (GPUMEM_UNLIKELY(size >= GPUMEM__POOL_PLACES_LEAST) && pool->split_regions &&
+      ri == GPUMEM__POOL_REGION_LARGE && (block = gpumem__pool_fit_in_place(pool, set, size)))
+    return block;
+  block = find_in_set(set, ri, size);
   /* The last block has no next neighbour: a field of the line carve reads anyway, tested
    * before anything the allocation would not touch. */
   if (GPUMEM_UNLIKELY(block && !block->next_addr) && ri == GPUMEM__POOL_REGION_LARGE &&
