@@ -102,10 +102,13 @@ enum {
  * lose: from 128 MiB BERT with random lengths, from 64 MiB eight of the 32 traces (blocks
  * that a program has many of, whose old places are taken by others). Places taken before a
  * size recurs lose GPT-2 at random lengths (1.088 for 1.043: each length's four blocks of a
- * step sent to the places of its last step's, whose neighbours have changed). Four places a
- * size hold what eight do; two lose LLaMA. */
+ * step sent to the places of its last step's, whose neighbours have changed), and a size
+ * that recurs only from pass to pass lost RoBERTa's warm passes on the GPU (1.346 for
+ * 1.040): hence the gap below. Four places a size hold what eight do; two lose LLaMA. */
 #define GPUMEM__POOL_PLACES_LEAST ((size_t)256 << 20)
 #define GPUMEM__POOL_PLACES_AFTER 8u
+/* ...with no more than this many frees of other large sizes between two of its own. */
+#define GPUMEM__POOL_PLACES_GAP 32u
 #define GPUMEM__POOL_PLACES_EACH 4u
 #define GPUMEM__POOL_PLACES_SIZES 64u /* sizes remembered; the one freed longest ago goes */
 /* A place is found by walking down the large region's blocks from its last one: at most

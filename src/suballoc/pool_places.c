@@ -28,6 +28,10 @@ void gpumem__pool_note_place(pool_resource *pool, const gpumem__block *block) {
     memset(place, 0, sizeof *place);
     place->size = block->size;
   }
+  /* A size that recurs only across passes (a loop of varying shapes that meets the same
+   * length again) has no last step's layout to go back to: its count starts over. */
+  if (places->clock - place->last_free > GPUMEM__POOL_PLACES_GAP)
+    place->frees = 0;
   place->last_free = ++places->clock;
   if (place->frees < GPUMEM__POOL_PLACES_AFTER)
     place->frees++;
