@@ -218,7 +218,7 @@ static void trim_without_host_memory(void) {
 static void places_without_host_memory(void) {
   const size_t size = GPUMEM__POOL_PLACES_LEAST;
   gpumem_resource *mr;
-  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=never)", &mr));
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=10000)", &mr));
   pool_resource *pool = (pool_resource *)mr;
   char *b[4], *pin, *x;
   for (int i = 0; i < 4; i++)

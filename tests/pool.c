@@ -957,13 +957,16 @@ static void test_last_block_kept_for_growth(void) {
  * While the size has been freed fewer than eight times, a request of it takes the best fit,
  * the range's start; from then on, where one of its last four blocks was freed, newest
  * first, cut out of the middle of the range if need be, and a place in use is passed over.
- * Over a pool that keeps its holes, so that no release moves anything. */
-static void test_large_blocks_keep_their_places(void) {
+ * Over a pool whose releases of holes start only past 100 times its live peak, so that none
+ * moves anything; a pool that keeps every hole (`keeps_holes`) keeps no places: best fit. */
+static void test_large_blocks_keep_their_places(bool keeps_holes) {
   enum { MiB = 1 << 20 };
   const size_t size = GPUMEM__POOL_PLACES_LEAST;
   static const int free_order[4] = {3, 0, 2, 1};
   gpumem_resource *mr;
-  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=never)", &mr));
+  CHECK_OK(gpumem_resource_from_spec(keeps_holes ? "pool(vmm, release_holes_over=never)"
+                                                 : "pool(vmm, release_holes_over=10000)",
+                                     &mr));
   char *b[4], *pin, *x;
   for (int i = 0; i < 4; i++) {
     CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
@@ -987,7 +990,7 @@ static void test_large_blocks_keep_their_places(void) {
     CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
   for (int i = 3; i >= 0; i--) { /* newest first: b[1]'s place, b[2]'s, b[0]'s, b[3]'s */
     CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&x));
-    CHECK_PTR_EQ(x, b[free_order[i]]);
+    CHECK_PTR_EQ(x, keeps_holes ? b[3 - i] : b[free_order[i]]);
   }
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
   CHECK_OK(gpumem__validate(mr));
@@ -997,7 +1000,8 @@ static void test_large_blocks_keep_their_places(void) {
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem__validate(mr));
   CHECK_OK(gpumem_resource_release(mr));
-  printf("a loop's large blocks go back to their places\n");
+  printf(keeps_holes ? "with every hole kept, a loop's large blocks take the best fit\n"
+                     : "a loop's large blocks go back to their places\n");
 }
 
 /* ---- holes given back before growth (release_holes_over) ---- */
@@ -2504,7 +2508,8 @@ int main(void) {
   test_large_unseal_seals_at_once();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
-  test_large_blocks_keep_their_places();
+  test_large_blocks_keep_their_places(false);
+  test_large_blocks_keep_their_places(true);
   test_release_holes();
   test_release_holes_waits_and_fails_safe();
   test_climbing_loop_stays_in_its_range();
