@@ -90,21 +90,23 @@ enum {
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
 
-/* The places of a loop's large blocks (pool_places.c), in a pool that grows in place: sizes
- * from GPUMEM__POOL_PLACES_LEAST up, once freed GPUMEM__POOL_PLACES_AFTER times, go back to
- * where one of their last GPUMEM__POOL_PLACES_EACH blocks was freed, when it is free. Best
- * fit left the LSTM's large blocks (512, 352 and 274.5 MiB) in holes that each next step's
- * no longer fitted: its warm passes held 1.228 times their live peak with holes kept (the
- * driver's pool 1.119), and giving holes back cost hundreds of pieces a pass. In place,
- * on the simulated device, 1.034 in every pass, with no release after the first; LLaMA
- * training 1.027 / 1.040 (1.041 / 1.0565), GPT-2 training 1.013 / 1.020 (1.023), the speech
- * model's warm passes 1.099 (1.36 to 1.44); the other 28 traces the same. Smaller sizes
- * lose: from 128 MiB BERT with random lengths, from 64 MiB eight of the 32 traces (blocks
- * that a program has many of, whose old places are taken by others). Places taken before a
- * size recurs lose GPT-2 at random lengths (1.088 for 1.043: each length's four blocks of a
- * step sent to the places of its last step's, whose neighbours have changed), and a size
- * that recurs only from pass to pass lost RoBERTa's warm passes on the GPU (1.346 for
- * 1.040): hence the gap below. Four places a size hold what eight do; two lose LLaMA. */
+/* The places of a loop's large blocks (pool_places.c), in a pool that grows in place and
+ * gives holes back: sizes from GPUMEM__POOL_PLACES_LEAST up, once freed
+ * GPUMEM__POOL_PLACES_AFTER times, go back to where one of their last
+ * GPUMEM__POOL_PLACES_EACH blocks was freed, when it is free. Best fit left the LSTM's
+ * large blocks (512, 352 and 274.5 MiB) in holes that each next step's no longer fitted:
+ * its warm passes held 1.157 to 1.223 times their live peak on an H200 (the driver's pool
+ * 1.119), and giving holes back cost hundreds of pieces a pass. In place, 1.034 in every
+ * pass, with no release after the first; LLaMA training 1.027 / 1.040 (1.041 / 1.0565),
+ * GPT-2 training 1.013 / 1.020 (1.023), the graph network's warm passes with no release;
+ * the other 28 traces the same (docs/gpu-runs.md, thirty-second session, run 5). On the
+ * simulated device, smaller sizes lose: from 128 MiB BERT with random lengths, from 64 MiB
+ * eight of the 32 traces (blocks that a program has many of, whose old places are taken by
+ * others). Places taken before a size recurs lose GPT-2 at random lengths (1.088 for 1.043:
+ * each length's four blocks of a step sent to the places of its last step's, whose
+ * neighbours have changed), and a size that recurs only from pass to pass lost RoBERTa's
+ * warm passes on the GPU (1.346 for 1.040): hence the gap below. Four places a size hold
+ * what eight do; two lose LLaMA. */
 #define GPUMEM__POOL_PLACES_LEAST ((size_t)256 << 20)
 #define GPUMEM__POOL_PLACES_AFTER 8u
 /* ...with no more than this many frees of other large sizes between two of its own. */

@@ -1,11 +1,12 @@
 /* pool_places.c: the places of a loop's large blocks. A pool that grows in place and gives
  * holes back remembers, for each size of GPUMEM__POOL_PLACES_LEAST and up, where its last
- * blocks were freed, and once a size recurs (GPUMEM__POOL_PLACES_AFTER frees) a request of
- * it goes back to one of those places when the memory there is free, cut out of the middle
- * of a larger free block if need be, rather than to the best fit. A training loop's step
- * then lays its large blocks out as the last step did, and a layout that fitted stays
- * fitted: best fit moves them step by step into holes that the next step's blocks no longer
- * fit (pool_internal.h says what it wins). */
+ * blocks were freed, and once a size recurs (GPUMEM__POOL_PLACES_AFTER frees, none more
+ * than GPUMEM__POOL_PLACES_GAP frees of other large sizes after the last) a request of it
+ * goes back to one of those places when the memory there is free, cut out of the middle of
+ * a larger free block if need be, rather than to the best fit. A training loop's step then
+ * lays its large blocks out as the last step did, and a layout that fitted stays fitted:
+ * best fit moves them step by step into holes that the next step's blocks no longer fit
+ * (pool_internal.h says what it wins). */
 #include "suballoc/pool_internal.h"
 
 #include <string.h>
