@@ -362,6 +362,8 @@ static size_t pick_size(run *r) {
     return (size_t)value * 1536 + 1; /* up to 96 MiB */
   case 5:
     return (size_t)1 << (30 + value % 31); /* 1 GiB to 1 EiB: out of memory */
+  case 6: /* 256, 272 or 288 MiB: sizes that recur, whose places a pool over vmm keeps */
+    return (256 + (size_t)(value % 3) * 16) * MiB;
   default:
     return (size_t)256 << (value % 11); /* 256 B to 256 KiB, exact powers of two */
   }
