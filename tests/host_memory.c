@@ -224,17 +224,15 @@ static void places_without_host_memory(void) {
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
   CHECK_OK(gpumem_allocate(mr, 1 << 20, NULL, (void **)&pin));
-  for (int round = 0; round < 2; round++) /* eight frees; b[1]'s place is the newest */
-    for (int i = 0; i < 4; i++) {
-      static const int free_order[4] = {3, 0, 2, 1};
-      if (round == 1)
-        CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
-      else
-        CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
-      if (round == 1 && i == 3)
-        for (int j = 0; j < 4; j++)
-          CHECK_OK(gpumem_deallocate(mr, b[free_order[j]], size, NULL));
-    }
+  /* Eight frees, four of them before the size has places, so that the four blocks are
+   * taken again in order; b[1]'s place is the newest. */
+  static const int free_order[4] = {3, 0, 2, 1};
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[i]));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(mr, b[free_order[i]], size, NULL));
   uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
   gpumem__block *spares = pool->slab.spare;
   size_t capacity = pool->slab.page_capacity;

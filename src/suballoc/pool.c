@@ -82,13 +82,7 @@ static gpumem__block *split_front(pool_resource *pool, gpumem__block *block, siz
  * start at multiples of the default alignment. */
 GPUMEM_COLD static gpumem__block *skip_to_alignment(pool_resource *pool, gpumem__free_index *index,
                                                     gpumem__block *block, size_t alignment) {
-  size_t old_size = block->size;
-  gpumem__block *rest = split(pool, block, gpumem__align_up(block->addr, alignment) - block->addr);
-  if (!rest)
-    return NULL;
-  gpumem__free_index_resized(index, block, old_size);
-  gpumem__free_index_insert(index, rest);
-  return rest;
+  return split_free(pool, index, block, gpumem__align_up(block->addr, alignment) - block->addr);
 }
 
 /* Cuts an allocation of `size` bytes at `alignment` out of the front of free block `block`
@@ -440,7 +434,7 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   if (GPUMEM_UNLIKELY(pool->live.slots[slot].block != block))
     slot = gpumem__block_map_slot_of(&pool->live, block->addr);
   gpumem__block_map_remove_at(&pool->live, slot);
-  if (GPUMEM_UNLIKELY(block->size >= GPUMEM__POOL_PLACES_LEAST) && keeps_places(pool, block))
+  if (keeps_places(pool, block->size, block->region))
     gpumem__pool_note_place(pool, block);
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */

@@ -409,6 +409,20 @@ static inline gpumem__block *split(pool_resource *pool, gpumem__block *block, si
   return rest;
 }
 
+/* Cuts free block `block` of `index` at `offset`: the front keeps the block's struct and
+ * index entry and stays free; returns the rest, filed in the index too. NULL when host
+ * memory for the split is exhausted (nothing changed then). */
+static inline gpumem__block *split_free(pool_resource *pool, gpumem__free_index *index,
+                                        gpumem__block *block, size_t offset) {
+  size_t old_size = block->size;
+  gpumem__block *rest = split(pool, block, offset);
+  if (!rest)
+    return NULL;
+  gpumem__free_index_resized(index, block, old_size);
+  gpumem__free_index_insert(index, rest);
+  return rest;
+}
+
 /* Joins `next` (the block right after `block`) into `block`. */
 static inline void merge_next(pool_resource *pool, gpumem__block *block, gpumem__block *next) {
   GPUMEM__ASSERT(&pool->header, block->next_addr == next && block->addr + block->size == next->addr,
@@ -519,12 +533,13 @@ void gpumem__pool_note_place(pool_resource *pool, const gpumem__block *block);
  * none free. */
 gpumem__block *gpumem__pool_fit_in_place(pool_resource *pool, free_set *set, size_t size);
 
-/* Where the large blocks of a pool are remembered: where it grows in place and gives holes
- * back. A layout that releases made fit is worth keeping; one that best fit made with every
- * hole kept is not (the graph network held 1.372 instead of 1.177 with holes kept). */
-static inline bool keeps_places(const pool_resource *pool, const gpumem__block *block) {
-  return block->size >= GPUMEM__POOL_PLACES_LEAST && pool->split_regions &&
-         pool->options.release_holes_over && block->region == GPUMEM__POOL_REGION_LARGE;
+/* Whether blocks of `size` bytes in region `ri` have places: large ones of a pool that grows
+ * in place and gives holes back. A layout that releases made fit is worth keeping; one that
+ * best fit made with every hole kept is not (the graph network held 1.372 instead of 1.177
+ * with holes kept). The size is tested first: one compare on the hot paths. */
+static inline bool keeps_places(const pool_resource *pool, size_t size, size_t ri) {
+  return GPUMEM_UNLIKELY(size >= GPUMEM__POOL_PLACES_LEAST) && pool->split_regions &&
+         pool->options.release_holes_over && ri == GPUMEM__POOL_REGION_LARGE;
 }
 
 /* Where a request of `size` bytes goes in region `ri` of `set`: its best fit, except that
@@ -538,8 +553,7 @@ static inline bool keeps_places(const pool_resource *pool, const gpumem__block *
 static inline gpumem__block *find_fit(pool_resource *pool, free_set *set, size_t ri, size_t size) {
   gpumem__block *block;
   /* A loop's large blocks go back where its last step had them, if that is free. */
-  if (GPUMEM_UNLIKELY(size >= GPUMEM__POOL_PLACES_LEAST) && pool->split_regions &&
-      ri == GPUMEM__POOL_REGION_LARGE && (block = gpumem__pool_fit_in_place(pool, set, size)))
+  if (keeps_places(pool, size, ri) && (block = gpumem__pool_fit_in_place(pool, set, size)))
     return block;
   block = find_in_set(set, ri, size);
   /* The last block has no next neighbour: a field of the line carve reads anyway, tested

@@ -74,15 +74,9 @@ gpumem__block *gpumem__pool_fit_in_place(pool_resource *pool, free_set *set, siz
       continue;
     if (block->addr == addr)
       return block;
-    /* What lies below the place stays free, in the block's struct and index entry. */
-    gpumem__free_index *index = index_of(set, block);
-    size_t old_size = block->size;
-    gpumem__block *rest = split(pool, block, addr - block->addr);
-    if (!rest)
-      return NULL; /* no host memory to cut it out: the best fit, which may need none */
-    gpumem__free_index_resized(index, block, old_size);
-    gpumem__free_index_insert(index, rest);
-    return rest;
+    /* What lies below the place stays free. Without host memory for the cut: NULL, and the
+     * best fit, which may need none. */
+    return split_free(pool, index_of(set, block), block, addr - block->addr);
   }
   return NULL;
 }
