@@ -583,6 +583,68 @@ def test_rmm_comes_from_the_folder_rmm_path_names(tmp_path):
     assert record["results"]["rmm:pool"]["peak_reserved_bytes"] >= 3 * MIB + 2048
 
 
+@pytest.mark.sim
+@needs_bench
+def test_references_from_an_earlier_run_stand_in_for_replaying_them(tmp_path, fake_torch):
+    done, [earlier] = compare(tmp_path, fake_torch)
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = tmp_path / "gpu.jsonl"
+    # The driver pool's figure made one no replay gives, to tell the file's from a replay's.
+    earlier["results"]["driver:async"]["peak_reserved_bytes"] = 7 * MIB
+    saved.write_text(json.dumps(earlier) + "\n")
+    # No stand-in PyTorch and no RMM on the path now: their figures can only come from the
+    # file.
+    done, [record] = compare(tmp_path, dict(os.environ, PYTHONPATH=""), "--references", saved,
+                             "--rmm-module", "no_such_rmm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"references from {saved}" in done.stdout.splitlines()[1]
+    assert record["warm_passes"] == 3 and record["problems"] == []
+    for label in ("driver:async", "torch:caching", "torch:expandable", "rmm:pool"):
+        for key in ("peak_reserved_bytes", "peak_reserved_bytes_warm"):
+            assert record["results"][label][key] == earlier["results"][label][key], (label, key)
+    assert record["results"]["driver:async"]["reserved_over_live"] == round(
+        7 * MIB / (3 * MIB + 2048), 4)
+    mine, before = record["results"]["pool(vmm)"], earlier["results"]["pool(vmm)"]
+    assert mine["peak_reserved_bytes"] == before["peak_reserved_bytes"]  # replayed again
+    assert mine["ns_per_event_warm"] > 0
+    for suffix in ("", "_warm"):
+        assert record["best_reference" + suffix] == earlier["best_reference" + suffix]
+        assert record["verdict" + suffix] == earlier["verdict" + suffix]
+    assert "skipped" not in done.stdout
+
+
+@pytest.mark.sim
+@needs_bench
+def test_references_of_another_recording_or_none_are_problems(tmp_path, fake_torch):
+    done, _ = compare(tmp_path, fake_torch, "--torch", "off", "--rmm-module", "off")
+    assert done.returncode == 0, done.stdout + done.stderr
+    saved = tmp_path / "gpu.jsonl"
+    (tmp_path / "compare.jsonl").rename(saved)
+    other = tmp_path / "again" / "small.csv"  # the same name, a block of 4 MiB where 3 was
+    other.parent.mkdir()
+    other.write_text(trace_text([(0, 0, "allocate", 0x10000000, 4 * MIB),
+                                 (0, 1, "free", 0x10000000, 4 * MIB)]))
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text(other.read_text())
+    done = run_tool("compare_allocators.py", "--bench", BENCH, "--references", saved, other,
+                    unknown, cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    peak = 3 * MIB + 2048
+    assert (f"PROBLEM small.csv: the references are of another recording: 6 events and a peak "
+            f"live of {peak} bytes, not 2 and {4 * MIB}") in done.stdout
+    assert "PROBLEM unknown.csv: no references for it in --references' file" in done.stdout
+
+
+@needs_bench
+def test_references_over_other_warm_passes_are_refused(tmp_path):
+    saved = tmp_path / "gpu.jsonl"
+    saved.write_text(json.dumps({"trace": "small.csv", "warm_passes": 3, "results": {}}) + "\n")
+    done = run_tool("compare_allocators.py", "--bench", BENCH, "--references", saved,
+                    "--repeat", "10", small_trace(tmp_path / "small.csv"))
+    assert done.returncode == 2
+    assert f"--references {saved} has warm passes [3]; --repeat must be the same" in done.stderr
+
+
 @needs_bench
 def test_a_resource_gpumem_bench_cannot_build_is_an_error(tmp_path):
     trace = small_trace(tmp_path / "small.csv")

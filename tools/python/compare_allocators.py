@@ -33,6 +33,13 @@ RMM's live peak (the first pass's; every pass frees all it allocates, so each ha
 A disagreement is printed and makes the exit status 1. The workers (PyTorch's and RMM's)
 time the cold pass only.
 
+With --references FILE, the references' figures come from an earlier run's --json file
+instead (matched by trace name; each trace's events and peak live bytes must be the file's,
+or the trace is of another recording and its row a problem), and only gpumem's resources
+replay here: screening a change on the simulated device against the figures of the driver
+pool, PyTorch and RMM taken on a GPU (docs/traces.md). --repeat then defaults to the file's
+warm passes and must equal them, since a warm figure depends on how many passes it spans.
+
 Output: a table (per trace: events, peak live, reserved/live cold/warm for each allocator,
 the best reference cold and warm, and pool(vmm)'s warm ns per event), then per gpumem
 resource the traces it loses on, cold and warm; --json writes one JSON line per trace (the
@@ -66,10 +73,11 @@ COLD, WARM = "", "_warm"
 # ---- replays in other processes ----
 
 
-def run_bench(bench, specs, repeat, traces, timeout):
-    """gpumem-bench replay's JSON lines, by (trace name, resource)."""
-    command = [bench, "replay", "--resource", DRIVER]
-    for spec in specs:
+def run_bench(bench, labels, repeat, traces, timeout):
+    """gpumem-bench replay's JSON lines, by (trace name, resource), for the resources and
+    references (the driver pool) that `labels` name."""
+    command = [bench, "replay"]
+    for spec in labels:
         command += ["--resource", spec]
     command += ["--repeat", str(repeat), *traces]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
@@ -258,10 +266,34 @@ def by_trace(lines, label, skipped, errors):
     return results
 
 
-def compare(traces, bench_results, references, specs, skipped, warm_passes):
+def read_references(path):
+    """An earlier run's --json records, by trace name."""
+    with open(path) as file:
+        records = [json.loads(line) for line in file if line.strip()]
+    return {record["trace"]: record for record in records}
+
+
+def references_from(recorded, skipped):
+    """The references' results by label and trace name, as the workers' lines give them,
+    from `recorded` (read_references); what the file's run skipped joins `skipped`."""
+    references = {label: {} for label in REFERENCES}
+    for record in recorded.values():
+        skipped.update(record.get("skipped", {}))
+        for label, result in record["results"].items():
+            if label in references:
+                references[label][record["trace"]] = {"trace": record["trace"], **result}
+    for label in [label for label, results in references.items() if not results]:
+        del references[label]
+    return references
+
+
+def compare(traces, bench_results, references, specs, skipped, warm_passes, bench_labels,
+            recorded=None):
     """One record per trace: every allocator's figures, the checks, the best reference and
     the verdict for each gpumem resource, cold and warm. `references` maps a reference label
-    to its results by trace name (the driver pool's come from bench_results)."""
+    to its results by trace name; `bench_labels` name what bench_results holds (the driver
+    pool's figures come from there unless they come from an earlier run). `recorded`, where the references come from an earlier run's
+    records (read_references), is checked against each trace."""
     records = []
     for path in traces:
         name = os.path.basename(path)
@@ -269,7 +301,16 @@ def compare(traces, bench_results, references, specs, skipped, warm_passes):
         record = {"bench": "trace_compare", "trace": name, "path": path, "events": events,
                   "streams": len(streams), "peak_live_bytes": peak, "results": {},
                   "skipped": dict(skipped), "problems": [], "warm_passes": warm_passes}
-        for label in (DRIVER, *specs):
+        if recorded is not None:
+            earlier = recorded.get(name)
+            if earlier is None:
+                record["problems"].append("no references for it in --references' file")
+            elif (earlier["events"], earlier["peak_live_bytes"]) != (events, peak):
+                record["problems"].append(
+                    f"the references are of another recording: {earlier['events']} events "
+                    f"and a peak live of {earlier['peak_live_bytes']} bytes, not {events} and "
+                    f"{peak}")
+        for label in bench_labels:
             line = bench_results.get((name, label))
             if line is None:
                 record["problems"].append(f"{label}: no gpumem-bench result")
@@ -400,6 +441,32 @@ def format_table(records, specs):
     return "\n".join(lines)
 
 
+def replay_references(args, skipped, errors):
+    """PyTorch's and RMM's results by label and trace name, each replayed in a worker
+    process; what is skipped or fails goes to `skipped` or `errors`."""
+    references = {}
+    if args.torch == "off":
+        for label in TORCH_CONFIGS:
+            skipped[label] = "--torch off"
+    else:
+        for label, conf in TORCH_CONFIGS.items():
+            env = {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
+            lines = run_worker("--torch-worker", args.traces, args.repeat, args.timeout, env)
+            references[label] = by_trace(lines, label, skipped, errors)
+    if args.rmm_module == "off":
+        skipped[RMM] = "--rmm-module off"
+    else:
+        env = {}
+        if args.rmm_path:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [os.path.abspath(args.rmm_path)] + [p for p in os.environ.get(
+                    "PYTHONPATH", "").split(os.pathsep) if p])
+        lines = run_worker("--rmm-worker", args.traces, args.repeat, args.timeout, env,
+                           [args.rmm_module])
+        references[RMM] = by_trace(lines, RMM, skipped, errors)
+    return references
+
+
 def default_bench():
     return os.path.join(ROOT, "build", "bin", "gpumem-bench")
 
@@ -418,9 +485,12 @@ def main(argv=None):
                         "build/bin/gpumem-bench of this tree)")
     parser.add_argument("--resource", action="append", dest="specs", metavar="SPEC",
                         help="a gpumem resource to judge; repeatable (default pool(vmm))")
-    parser.add_argument("--repeat", type=int, default=3,
+    parser.add_argument("--repeat", type=int,
                         help="warm passes per trace after the cold one, for every allocator "
-                        "(gpumem-bench's --repeat; default 3)")
+                        "(gpumem-bench's --repeat; default 3, or --references' own)")
+    parser.add_argument("--references", metavar="FILE",
+                        help="the references' figures from an earlier run's --json file, "
+                        "rather than replayed here")
     parser.add_argument("--torch", choices=("auto", "off"), default="auto",
                         help="PyTorch's caching allocator: auto (skipped without PyTorch or "
                         "a GPU) or off")
@@ -448,39 +518,41 @@ def main(argv=None):
         if summary.problem_count:
             parser.error(f"{path} does not replay as recorded: {summary.problems[0]} "
                          f"(record_traces.py --check tells all)")
-    errors, skipped, references = [], {}, {}
+    recorded = None
+    if args.references:
+        try:
+            recorded = read_references(args.references)
+        except (OSError, ValueError, KeyError) as error:
+            parser.error(f"--references {args.references}: {error}")
+        passes = {record.get("warm_passes") for record in recorded.values()}
+        if len(passes) != 1 or (args.repeat is not None and passes != {args.repeat}):
+            parser.error(f"--references {args.references} has warm passes {sorted(passes)}; "
+                         f"--repeat must be the same")
+        args.repeat = passes.pop()
+    elif args.repeat is None:
+        args.repeat = 3
+    errors, skipped = [], {}
+    bench_labels = specs if recorded is not None else [DRIVER, *specs]
     try:
-        bench_results, bench_stderr = run_bench(args.bench, specs, args.repeat, args.traces,
-                                                args.timeout)
+        bench_results, bench_stderr = run_bench(args.bench, bench_labels, args.repeat,
+                                                args.traces, args.timeout)
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
         print(f"ERROR gpumem-bench: {error}")
         return 1
-    if args.torch == "off":
-        for label in TORCH_CONFIGS:
-            skipped[label] = "--torch off"
+    if recorded is not None:
+        references = references_from(recorded, skipped)
     else:
-        for label, conf in TORCH_CONFIGS.items():
-            env = {"PYTORCH_CUDA_ALLOC_CONF": conf} if conf else {}
-            lines = run_worker("--torch-worker", args.traces, args.repeat, args.timeout, env)
-            references[label] = by_trace(lines, label, skipped, errors)
-    if args.rmm_module == "off":
-        skipped[RMM] = "--rmm-module off"
-    else:
-        env = {}
-        if args.rmm_path:
-            env["PYTHONPATH"] = os.pathsep.join(
-                [os.path.abspath(args.rmm_path)] + [p for p in os.environ.get(
-                    "PYTHONPATH", "").split(os.pathsep) if p])
-        lines = run_worker("--rmm-worker", args.traces, args.repeat, args.timeout, env,
-                           [args.rmm_module])
-        references[RMM] = by_trace(lines, RMM, skipped, errors)
-    records = compare(args.traces, bench_results, references, specs, skipped, args.repeat)
+        references = replay_references(args, skipped, errors)
+    records = compare(args.traces, bench_results, references, specs, skipped, args.repeat,
+                      bench_labels, recorded)
     if args.json:
         with open(args.json, "w") as file:
             for record in records:
                 file.write(json.dumps(record) + "\n")
     backend = bench_stderr.strip().splitlines()[0] if bench_stderr.strip() else ""
     print(f"gpumem-bench {backend}")
+    if recorded is not None:
+        print(f"references from {args.references}")
     print(format_table(records, specs))
     for error in errors:
         print(f"ERROR {error}")
