@@ -14,6 +14,8 @@
 #   TRACE_WORKLOADS      comma-separated workloads to record (default: all)
 #   TRACE_WORKLOADS_FROM a file of more workloads (record_traces.py --workloads-from),
 #                        e.g. tools/python/heldout_workloads.py
+#   TRACE_SEED           record_traces.py --seed: other lengths, batches and graphs
+#                        (default its own, 0)
 #   TRACE_BUDGET         seconds of steps per workload (default 25)
 #   TRACE_JOBS           workloads recorded at once (default 4)
 # Output in $OUT (or ./gpu-out), at most six files: summary-traces.txt, compare.txt (the
@@ -61,6 +63,7 @@ fi
 selection=()
 [ -n "${TRACE_WORKLOADS:-}" ] && selection=(--only "$TRACE_WORKLOADS")
 [ -n "${TRACE_WORKLOADS_FROM:-}" ] && selection+=(--workloads-from "$TRACE_WORKLOADS_FROM")
+[ -n "${TRACE_SEED:-}" ] && selection+=(--seed "$TRACE_SEED")
 # Each workload stops stepping at its budget and is killed 60 s past it; the whole
 # recording is cut at 300 s.
 timeout 300 "$python" tools/python/record_traces.py --out "$work" --jobs "${TRACE_JOBS:-4}" \
