@@ -281,7 +281,7 @@ def references_from(recorded, skipped):
         skipped.update(record.get("skipped", {}))
         for label, result in record["results"].items():
             if label in references:
-                references[label][record["trace"]] = {"trace": record["trace"], **result}
+                references[label][record["trace"]] = result
     for label in [label for label, results in references.items() if not results]:
         del references[label]
     return references
@@ -292,8 +292,9 @@ def compare(traces, bench_results, references, specs, skipped, warm_passes, benc
     """One record per trace: every allocator's figures, the checks, the best reference and
     the verdict for each gpumem resource, cold and warm. `references` maps a reference label
     to its results by trace name; `bench_labels` name what bench_results holds (the driver
-    pool's figures come from there unless they come from an earlier run). `recorded`, where the references come from an earlier run's
-    records (read_references), is checked against each trace."""
+    pool's figures come from there unless they come from an earlier run). `recorded`, where
+    the references come from an earlier run's records (read_references), is checked against
+    each trace."""
     records = []
     for path in traces:
         name = os.path.basename(path)
