@@ -1206,6 +1206,36 @@ static void test_release_holes(void) {
     CHECK_OK(gpumem_resource_release(mr));
   }
 
+  /* A dominant request is one of the current pass: after blocks of 12 and 8 MiB above a
+   * kept one of 2 MiB (a peak of 22) are freed, the live bytes (2) are under an eighth of
+   * the peak, so the next request starts a pass. In it, blocks of 6, 2 and 10 MiB (a pass
+   * peak of 20), the 6 freed, and a 10 MiB request: half the pass's peak, though not of 22,
+   * so the hole's three pieces go back (24 MiB, not 30). With 4 MiB kept (a peak of 24),
+   * the live bytes stay over an eighth: the peak stands, and the request grows (32). */
+  for (size_t kept_mib = 2; kept_mib <= 4; kept_mib += 2) {
+    static const size_t pass_sizes[] = {6, 2, 10};
+    char *kept, *first[2], *pass[3];
+    CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB))", &mr));
+    CHECK_OK(gpumem_allocate(mr, kept_mib * MiB, NULL, (void **)&kept));
+    CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&first[0]));
+    CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&first[1]));
+    CHECK_OK(gpumem_deallocate(mr, first[0], 12 * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, first[1], 8 * MiB, NULL));
+    for (int i = 0; i < 3; i++) {
+      CHECK_OK(gpumem_allocate(mr, pass_sizes[i] * MiB, NULL, (void **)&pass[i]));
+      CHECK_PTR_EQ(pass[i], i ? pass[i - 1] + pass_sizes[i - 1] * MiB : kept + kept_mib * MiB);
+    }
+    CHECK_OK(gpumem_deallocate(mr, pass[0], 6 * MiB, NULL));
+    CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&grown));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), (kept_mib == 2 ? 24 : 32) * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, 10 * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, pass[1], 2 * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, pass[2], 10 * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, kept, kept_mib * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+
   /* A program that draws most of its sizes anew is no loop: past 2,048 sizes, after a
    * window of new ones, the set closes, and a size served before no longer opens the gate.
    * Sizes of 1 MiB and more served in the hole (which they fit: nothing grows) close it; the

@@ -86,6 +86,17 @@ enum {
  * 1 GiB held the same otherwise (but for ResNet-50 serving at 384 MiB), 2 GiB lost the
  * graph network and llama (docs/gpu-runs.md, twenty-third session). */
 #define GPUMEM__POOL_RECURRING_PIECES 32
+/* A dominant request is measured against the live peak of the program's current pass: the
+ * peak since the live bytes, as a request from the free index found them, were last under
+ * this fraction of it (1/8). A program that lets go of nearly all it held (a generation
+ * finished, a replay's pass ended) climbs anew, and its first copies of a growing cache are
+ * most of what it holds again, though not half of the peak of the passes before: GPT-2
+ * generation recorded with another seed held 1.408 times its live peak in its warm passes
+ * against the driver pool's 1.192, and 1.088 with this (docs/gpu-runs.md, thirty-fourth
+ * session). From a half (a pass at every halving), the GRU's and the graph network's steps
+ * released too, at two to three times the time; a quarter held what an eighth does but for
+ * the graph network's time. */
+#define GPUMEM__POOL_PASS_EMPTY 8
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)
@@ -324,6 +335,9 @@ typedef struct pool_resource {
    * budget), as it stood at holes_budget_at_ns. */
   int64_t holes_budget_ns;
   uint64_t holes_budget_at_ns;
+  /* The live peak of the current pass (GPUMEM__POOL_PASS_EMPTY), kept by requests served
+   * from the free index, which a dominant request is measured against. */
+  uint64_t pass_peak_live;
   free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;

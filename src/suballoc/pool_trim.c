@@ -287,15 +287,17 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_PEAK_LIVE_BYTES, &peak_live);
   /* By default only a dominant or a recurring request releases. A dominant one is of half
-   * the live peak so far up to all of it, a copy of most of what the program holds (a cache
-   * copied into a larger one, GPT-2 generation: 1.320 to 1.069 / 1.205). Other requests
+   * the live peak of the program's pass so far up to all of it, a copy of most of what the
+   * program holds (a cache copied into a larger one, GPT-2 generation: 1.320 to 1.069 /
+   * 1.205; GPUMEM__POOL_PASS_EMPTY says where a pass begins). Other requests
    * release only where their size was served before, once the program holds enough
    * (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes it did
    * not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
    * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
-  bool opens = !pool->holes_gated || (size * 2 >= peak_live && size <= peak_live) ||
+  uint64_t pass_peak = pool->pass_peak_live;
+  bool opens = !pool->holes_gated || (size * 2 >= pass_peak && size <= pass_peak) ||
                (peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
                 gpumem__size_set_contains(&pool->served_sizes, size));
   if (!opens)
