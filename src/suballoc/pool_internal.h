@@ -92,10 +92,10 @@ enum {
  * finished, a replay's pass ended) climbs anew, and its first copies of a growing cache are
  * most of what it holds again, though not half of the peak of the passes before: GPT-2
  * generation recorded with another seed held 1.408 times its live peak in its warm passes
- * against the driver pool's 1.192, and 1.088 with this (docs/gpu-runs.md, thirty-fourth
- * session). From a half (a pass at every halving), the GRU's and the graph network's steps
- * released too, at two to three times the time; a quarter held what an eighth does but for
- * the graph network's time. */
+ * against the driver pool's 1.192, and 1.088 with this on an H200 (docs/gpu-runs.md,
+ * thirty-fourth session, run 4). From a half (a pass at every halving) the GRU's and the
+ * graph network's steps released too, at two to three times the time, and from a quarter
+ * the graph network's (run 2). */
 #define GPUMEM__POOL_PASS_EMPTY 8
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
