@@ -209,6 +209,12 @@ static void test_corruptions(void) {
   check_invalid(mr, "the set of sizes counts 2, its table holds 1");
   pool->served_sizes.count = 1;
   check_valid(mr);
+  /* The pass's live peak (a dominant request's measure) above the pool's own is found. */
+  CHECK_U64_EQ(pool->pass_peak_live, 3 * MiB);
+  pool->pass_peak_live = 3 * MiB + 1;
+  check_invalid(mr, "the pass's live peak (3145729) is above the pool's (3145728)");
+  pool->pass_peak_live = 3 * MiB;
+  check_valid(mr);
   CHECK_OK(gpumem_deallocate(mr, ptrs[0], 3 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
   printf("corruptions of a pool are found and named\n");

@@ -505,6 +505,12 @@ static bool check_regions_and_counters(walk *w) {
       atomic_load_explicit(&pool->stats.peak_reserved, memory_order_relaxed) <
           gpumem__counters_reserved(&pool->stats))
     return complain(w, "a peak counter is below its current value");
+  /* The pass's peak is one of the live bytes as the pool's own counter saw them, which the
+   * pool's peak was raised to in the same hand-out. */
+  uint64_t peak_live = atomic_load_explicit(&pool->stats.peak_live_bytes, memory_order_relaxed);
+  if (pool->pass_peak_live > peak_live)
+    return complain(w, "the pass's live peak (%llu) is above the pool's (%llu)",
+                    (unsigned long long)pool->pass_peak_live, (unsigned long long)peak_live);
   return true;
 }
 
