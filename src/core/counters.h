@@ -48,9 +48,12 @@ static inline void gpumem__counters_sub_reserved(gpumem__memory_counters *s, uin
   gpumem__counters_bump(&s->reserved, -bytes);
 }
 
-static inline void gpumem__counters_allocated(gpumem__memory_counters *s, uint64_t bytes) {
-  gpumem__counters_raise_peak(&s->peak_live_bytes, gpumem__counters_bump(&s->live_bytes, bytes));
+/* Counts an allocation of `bytes`; returns the live bytes now. */
+static inline uint64_t gpumem__counters_allocated(gpumem__memory_counters *s, uint64_t bytes) {
+  uint64_t live = gpumem__counters_bump(&s->live_bytes, bytes);
+  gpumem__counters_raise_peak(&s->peak_live_bytes, live);
   gpumem__counters_bump(&s->live_count, 1);
+  return live;
 }
 
 static inline void gpumem__counters_freed(gpumem__memory_counters *s, uint64_t bytes) {

@@ -248,15 +248,15 @@ GPUMEM_COLD static void take_back(pool_resource *pool, free_set *set, gpumem__bl
   release_block(pool, set, block, was);
 }
 
-/* Raises the current pass's live peak by a request of `bytes` from the free index, after
- * starting it over if the live bytes are under GPUMEM__POOL_PASS_EMPTY of it: a pass
- * begins. The cache's hand-outs are left out (they are small, and the hottest path). */
-static inline void note_pass_peak(pool_resource *pool, size_t bytes) {
-  uint64_t live = atomic_load_explicit(&pool->stats.live_bytes, memory_order_relaxed);
-  if (live < pool->pass_peak_live / GPUMEM__POOL_PASS_EMPTY)
+/* Raises the current pass's live peak to `live`, the live bytes after a request of `bytes`
+ * from the free index, after starting it over if the live bytes before it were under
+ * GPUMEM__POOL_PASS_EMPTY of it: a pass begins. The cache's hand-outs are left out (they are
+ * small, and the hottest path). */
+static inline void note_pass_peak(pool_resource *pool, uint64_t live, size_t bytes) {
+  if (live - bytes < pool->pass_peak_live / GPUMEM__POOL_PASS_EMPTY)
     pool->pass_peak_live = 0;
-  if (live + bytes > pool->pass_peak_live)
-    pool->pass_peak_live = live + bytes;
+  if (live > pool->pass_peak_live)
+    pool->pass_peak_live = live;
 }
 
 /* Files an allocated `block` in the live map (a cached one is there already) and counts it;
@@ -269,8 +269,7 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
     take_back(pool, set, block, was);
     return false;
   }
-  note_pass_peak(pool, bytes);
-  gpumem__counters_allocated(&pool->stats, bytes);
+  note_pass_peak(pool, gpumem__counters_allocated(&pool->stats, bytes), bytes);
   /* The set first: once closed (a random workload's sizes close it) or full, the test is
    * the same every time, where one on the size alone is not. */
   if (gpumem__size_set_adds(&pool->served_sizes) && bytes >= GPUMEM__POOL_RECURRING_LEAST)
