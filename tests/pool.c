@@ -1160,8 +1160,8 @@ static void test_release_holes(void) {
   CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
 
-  /* The default releases at 110%, but only for a request of half the live peak so far up
-   * to all of it, or of a size served before. After an 8 MiB hole before a 2 MiB block (a
+  /* The default releases at 110%, but only for a request of about half the live peak so
+   * far up to all of it, or of a size served before. After an 8 MiB hole before a 2 MiB block (a
    * live peak of 10 MiB), a 9 MiB request would hold 20 MiB: the hole goes back (12); a 12
    * MiB one is past the peak, and after a 4 MiB hole before 2 and 14 MiB (a peak of 20), a
    * 6 MiB one under half of it: both grow, where 110% for every request gives the holes
@@ -1169,8 +1169,11 @@ static void test_release_holes(void) {
    * served before, but the live peak spans fewer than GPUMEM__POOL_RECURRING_PIECES pieces:
    * it grows (32). After an 8 MiB hole before 2, 48 and 10 MiB (a peak of 68, 34 pieces), a
    * 10 MiB request gives back the hole (70, not 78); a 12 MiB one is new and grows (80).
-   * Never keeps them. */
+   * Never keeps them. The gate opens from GPUMEM__POOL_DOMINANT_PERCENT (45) of the peak:
+   * after a 6 MiB hole before 2 and 12 MiB (a peak of 20), a 9 MiB request gives the hole
+   * back (24, not 30), an 8 MiB one, 40%, grows (28). */
   static const size_t small_hole_then_pins[] = {4, 2, 14};
+  static const size_t hole_then_pins[] = {6, 2, 12};
   static const size_t small_hole_then_served[] = {4, 2, 14, 6};
   static const size_t hole_then_served[] = {8, 2, 48, 10};
   static const struct {
@@ -1185,6 +1188,7 @@ static void test_release_holes(void) {
       {0, small_hole_then_served, 4, 6, 32}, {110, small_hole_then_served, 4, 6, 28},
       {0, hole_then_served, 4, 10, 70},      {GPUMEM_POOL_KEEP_HOLES, hole_then_served, 4, 10, 78},
       {0, hole_then_served, 4, 12, 80},      {110, hole_then_served, 4, 12, 72},
+      {0, hole_then_pins, 3, 9, 24},         {0, hole_then_pins, 3, 8, 28},
   };
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
     mr = holes_pool(defaults[i].percent, defaults[i].sizes, defaults[i].count, NULL, x);

@@ -97,6 +97,15 @@ enum {
  * graph network's steps released too, at two to three times the time, and from a quarter
  * the graph network's (run 2). */
 #define GPUMEM__POOL_PASS_EMPTY 8
+/* A dominant request is of at least this percentage of its pass's live peak (and no more
+ * than it). A cache copied into a larger one is compared with a peak that held the last
+ * copy beside the cache it came from, and whatever else the program holds pulls the ratio
+ * under a half: GPT-2 generation recorded with a second seed copies 104 MiB at 47% of its
+ * pass's peak and held 1.154 / 1.302 (cold / warm) at a half, against the driver pool's
+ * 1.126, and 1.042 / 1.077 from 42 to 45%. From 40%, CuPy ETL releases while it still
+ * climbs (1.031 against 1.006). No other verdict of the 116 traces of four recorded sets
+ * moves from 42 to 48% (simulated device; docs/gpu-runs.md, thirty-fifth session). */
+#define GPUMEM__POOL_DOMINANT_PERCENT 45
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
 #define GPUMEM__POOL_UNSEALED_MAX ((size_t)32 << 20)

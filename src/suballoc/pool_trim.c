@@ -286,18 +286,20 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   uint64_t live = 0, peak_live = 0;
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_PEAK_LIVE_BYTES, &peak_live);
-  /* By default only a dominant or a recurring request releases. A dominant one is of half
-   * the live peak of the program's pass so far up to all of it, a copy of most of what the
-   * program holds (a cache copied into a larger one, GPT-2 generation: 1.320 to 1.069 /
-   * 1.205; GPUMEM__POOL_PASS_EMPTY says where a pass begins). Other requests
-   * release only where their size was served before, once the program holds enough
-   * (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes it did
-   * not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
+  /* By default only a dominant or a recurring request releases. A dominant one is of
+   * GPUMEM__POOL_DOMINANT_PERCENT of the live peak of the program's pass so far up to all of
+   * it, a copy of most of what the program holds (a cache copied into a larger one, GPT-2
+   * generation: 1.320 to 1.069 / 1.205; GPUMEM__POOL_PASS_EMPTY says where a pass begins).
+   * Other requests release only where their size was served before, once the program holds
+   * enough (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes
+   * it did not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
    * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
   uint64_t pass_peak = pool->pass_peak_live;
-  bool opens = !pool->holes_gated || (size * 2 >= pass_peak && size <= pass_peak) ||
+  bool opens = !pool->holes_gated ||
+               /* the size first: no larger than live bytes, times 100 it cannot overflow */
+               (size <= pass_peak && size * 100 >= pass_peak * GPUMEM__POOL_DOMINANT_PERCENT) ||
                (peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
                 gpumem__size_set_contains(&pool->served_sizes, size));
   if (!opens)
