@@ -279,16 +279,16 @@ class SuballocatorMemoryResource(UpstreamMemoryResource):
 
 class PoolMemoryResource(SuballocatorMemoryResource):
     """A coalescing pool over upstream_mr, with per-stream free lists. initial_pool_size
-    None: half of the device's free memory (nothing over a VmmMemoryResource, which grows
-    in place); maximum_pool_size None: no limit. release_holes_over (gpumem's own, over a
+    None: half of the device's free memory (nothing over a VmmMemoryResource, which grows in
+    place); maximum_pool_size None: no limit. release_holes_over (gpumem's own, over a
     VmmMemoryResource only): a percentage N of at least 100: before growing past N% of its
     live peak, the pool gives back free pieces inside its holes (gpumem.h says when that
-    pays); None: the default, the same at 110% but only for a request of half the live peak
-    up to all of it or, once the live peak spans 32 of the upstream's pieces (1 GiB by
-    default), of a size served before; "never": holes stay mapped. release_holes_time
-    (gpumem's own): the most percentage of the time, 1 to 100, those releases take over the
-    long run; None: the default, 25; 100: no limit, for a program that would rather spend
-    time in the driver than hold memory."""
+    pays); None: the default, the same at 110% but only for a request of 45% of the live
+    peak of the program's pass up to all of it or, once the live peak spans 32 of the
+    upstream's pieces (1 GiB by default), of a size served before; "never": holes stay
+    mapped. release_holes_time (gpumem's own): the most percentage of the time, 1 to 100,
+    those releases take over the long run; None: the default, 25; 100: no limit, for a
+    program that would rather spend time in the driver than hold memory."""
 
     def __init__(self, upstream_mr, initial_pool_size=None, maximum_pool_size=None,
                  release_holes_over=None, release_holes_time=None):

@@ -102,9 +102,10 @@ enum {
  * copy beside the cache it came from, and whatever else the program holds pulls the ratio
  * under a half: GPT-2 generation recorded with a second seed copies 104 MiB at 47% of its
  * pass's peak and held 1.154 / 1.302 (cold / warm) at a half, against the driver pool's
- * 1.126, and 1.042 / 1.077 from 42 to 45%. From 40%, CuPy ETL releases while it still
- * climbs (1.031 against 1.006). No other verdict of the 116 traces of four recorded sets
- * moves from 42 to 48% (simulated device; docs/gpu-runs.md, thirty-fifth session). */
+ * 1.126, and 1.042 / 1.077 from 42 to 45% (and on an H200). From 40%, CuPy ETL releases
+ * while it still climbs (1.031 against 1.006). At 45% no other verdict of the 116 traces of
+ * the four recorded sets moves, nor at 42, 44 or 48% of seeds 0 to 2's 88 (the simulated
+ * device; docs/gpu-runs.md, thirty-fifth session, run 2). */
 #define GPUMEM__POOL_DOMINANT_PERCENT 45
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
