@@ -300,7 +300,8 @@ typedef struct gpumem_resource_capabilities {
   int stream_ordered;
   /* 1: the resource maps memory at addresses its caller chooses inside one reserved range,
    * in multiples of `granularity`, and can unmap whole `piece_size` pieces of a live
-   * allocation (vmm, and pass-through adaptors over it): a pool over it grows in place. */
+   * allocation, or of twice that in most of a large one (gpumem_vmm_options): vmm, and
+   * pass-through adaptors over it. A pool over it grows in place. */
   int places_at_address;
   size_t granularity; /* with places_at_address; else 0 */
   size_t piece_size;  /* with places_at_address; else 0 */
@@ -910,7 +911,11 @@ typedef struct gpumem_vmm_options {
    * granules; a piece never crosses a multiple of piece_size from the range's start), so
    * that a pool's trim can unmap any whole free piece, even inside a growth step that is
    * partly in use. Smaller pieces give back more and cost more driver calls when memory is
-   * mapped; 0: 32 MiB. */
+   * mapped or unmapped; 0: 32 MiB. An allocation of 32 pieces or more (a pool's growth of
+   * 1 GiB and up) is cut at every multiple of twice piece_size instead, up to the last one
+   * inside it, and at every multiple of piece_size past that: the driver's cost is per
+   * piece, and a pool that moves a large block's memory every pass moves twice as much in
+   * the same time (docs/internals.md). */
   size_t piece_size;
 } gpumem_vmm_options;
 

@@ -485,6 +485,46 @@ static void test_growth_wraps_to_the_lowest_room(void) {
   printf("growth that would leave its region or meet a chunk goes to the lowest room\n");
 }
 
+/* A growth step of 32 pieces or more is cut at twice the piece size up to the last such
+ * multiple inside it, and at the piece size past that. With its middle freed between two
+ * live 1 MiB blocks, a trim unmaps the whole pieces inside: of 64 MiB over 2 MiB pieces,
+ * the fourteen of 4 MiB in [4, 60) MiB (not [2, 62)); of 134 MiB over 4 MiB pieces, those
+ * of 8 MiB in [8, 128) and the 4 MiB one after them (the piece [132, 134) is in use). The
+ * chunk's remains keep their pieces: freed, they go back whole. */
+static void test_trim_large_pieces(void) {
+  enum { MiB = 1 << 20 };
+  static const struct {
+    const char *spec;
+    size_t step_mib, released_mib;
+  } cases[] = {{"pool(vmm(piece=2MiB))", 64, 56}, {"pool(vmm(piece=4MiB))", 134, 124}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t step = cases[i].step_mib * MiB;
+    gpumem_resource *mr;
+    CHECK_OK(gpumem_resource_from_spec(cases[i].spec, &mr));
+    char *whole, *front, *middle, *back;
+    CHECK_OK(gpumem_allocate(mr, step, NULL, (void **)&whole));
+    CHECK_OK(gpumem_deallocate(mr, whole, step, NULL));
+    CHECK_OK(gpumem_allocate(mr, MiB, NULL, (void **)&front));
+    CHECK_OK(gpumem_allocate(mr, step - 2 * MiB, NULL, (void **)&middle));
+    CHECK_OK(gpumem_allocate(mr, MiB, NULL, (void **)&back));
+    CHECK_PTR_EQ(front, whole);
+    CHECK_PTR_EQ(back, whole + step - MiB);
+    CHECK_OK(gpumem_deallocate(mr, middle, step - 2 * MiB, NULL));
+    size_t released = 0;
+    CHECK_OK(gpumem_pool_trim(mr, &released));
+    CHECK_EQ(released, cases[i].released_mib * MiB);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), step - released);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, front, MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, back, MiB, NULL));
+    CHECK_OK(gpumem_pool_trim(mr, &released));
+    CHECK_EQ(released, step - cases[i].released_mib * MiB);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+  printf("trim of a large growth step's pieces passed\n");
+}
+
 /* One 10 MiB growth step over vmm with 2 MiB pieces; its middle 8 MiB freed between two
  * live 1 MiB blocks. A trim unmaps the three whole pieces inside ([2, 8) MiB), leaves the
  * two pieces the live blocks touch, and the live blocks stay usable. */
@@ -2536,6 +2576,7 @@ int main(void) {
   test_maximum();
   test_trim();
   test_trim_pieces();
+  test_trim_large_pieces();
   test_cross_stream();
   test_side_stream_leaves_large_memory();
   test_open_free_merges_sealed_neighbours();

@@ -238,6 +238,42 @@ static void test_vmm_maximum(bool sim) {
   printf("vmm maximum passed\n");
 }
 
+/* A block of 32 pieces or more is made of pieces twice the size, cut at every multiple of
+ * that from the range's start, as the capabilities tell the pools above; unmap_pieces takes
+ * whole ones only. After 62 MiB over 2 MiB pieces (31 of them), 64 MiB from 62 MiB takes a
+ * 2 MiB piece up to 64, fifteen of 4 MiB and one of 2: 17. */
+static void test_vmm_large_blocks(bool sim) {
+  enum { MiB = 1 << 20 };
+  gpumem_resource *vmm;
+  CHECK_OK(gpumem_resource_from_spec("vmm(piece=2MiB)", &vmm));
+  CHECK_U64_EQ(vmm->caps.large_block_size, 64 * MiB);
+  CHECK_U64_EQ(vmm->caps.large_piece_size, 4 * MiB);
+  uint64_t creates = sim ? gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) : 0;
+  char *small, *large;
+  CHECK_OK(gpumem_allocate(vmm, 62 * MiB, NULL, (void **)&small));
+  if (sim)
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 31);
+  CHECK_OK(gpumem_allocate(vmm, 64 * MiB, NULL, (void **)&large));
+  CHECK_PTR_EQ(large, small + 62 * MiB);
+  if (sim)
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_CREATE) - creates, 31 + 17);
+  int added = 0;
+  CHECK_OK(gpumem_stream_synchronize(NULL));
+  CHECK_FAILS_WITH(vmm->ops->unmap_pieces(vmm, (uintptr_t)large + 2 * MiB, 2 * MiB, &added),
+                   GPUMEM_ERR_INTERNAL, "not a run of whole mapped pieces");
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 126 * MiB);
+  CHECK_OK(vmm->ops->unmap_pieces(vmm, (uintptr_t)large + 2 * MiB, 8 * MiB, &added));
+  CHECK_EQ(added, 1);
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 118 * MiB);
+  /* What is left is two allocations, each freed on its own. */
+  CHECK_OK(gpumem_deallocate(vmm, large, 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(vmm, large + 10 * MiB, 54 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(vmm, small, 62 * MiB, NULL));
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), 0);
+  CHECK_OK(gpumem_resource_release(vmm));
+  printf("vmm large blocks passed\n");
+}
+
 /* While vmm's pieces are held (what a pool's release of holes does around the growth after
  * it), the physical memory of pieces unmapped stays, counted as reserved, and is mapped
  * again for pieces of its size instead of being made anew; the rest goes when the hold
@@ -649,6 +685,7 @@ int main(void) {
   test_binning_replace();
   test_vmm_maximum(sim);
   test_vmm_pieces(sim);
+  test_vmm_large_blocks(sim);
   test_vmm_held_pieces(sim);
   if (sim)
     test_failed_releases();

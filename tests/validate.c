@@ -217,6 +217,21 @@ static void test_corruptions(void) {
   check_valid(mr);
   CHECK_OK(gpumem_deallocate(mr, ptrs[0], 3 * MiB, NULL));
   CHECK_OK(gpumem_resource_release(mr));
+
+  /* A large growth step's pieces (64 MiB over 2 MiB pieces: 4 MiB ones up to its end) that
+   * end where no large piece can is found. */
+  mr = check_build("pool(vmm(piece=2MiB))");
+  pool = (pool_resource *)mr;
+  CHECK_OK(gpumem_allocate(mr, 64 * MiB, NULL, &ptrs[0]));
+  chunk *grown = chunk_at(pool, 0);
+  CHECK_U64_EQ(grown->large_until, grown->addr + 64 * MiB);
+  check_valid(mr);
+  grown->large_until -= 2 * MiB;
+  check_invalid(mr, "its large pieces end at");
+  grown->large_until += 2 * MiB;
+  check_valid(mr);
+  CHECK_OK(gpumem_deallocate(mr, ptrs[0], 64 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
   printf("corruptions of a pool are found and named\n");
 }
 

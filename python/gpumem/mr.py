@@ -213,7 +213,8 @@ class VmmMemoryResource(MemoryResource):
     """Device memory mapped on demand into one reserved address range (cuMemMap): a pool
     over it grows in place. reserve_size: address space to reserve (default 4x the
     device's memory). piece_size: physical memory is made in pieces of at most this size,
-    each of which a pool's trim can unmap on its own (default 32 MiB)."""
+    each of which a pool's trim can unmap on its own (default 32 MiB); most of a block of
+    32 pieces or more in pieces of twice that."""
 
     def __init__(self, reserve_size=None, device=None, *, piece_size=None):
         _lib.init_base(self, "vmm", device, _size(reserve_size, device),

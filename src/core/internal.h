@@ -129,6 +129,10 @@ typedef struct gpumem__capabilities {
   bool places_at_address;
   size_t granularity; /* addresses and sizes of placement are multiples of it */
   size_t piece_size;  /* physical memory is cut at every multiple of it from range_base */
+  /* ...but that of one allocation (or allocate_at) of at least large_block_size bytes at
+   * every multiple of large_piece_size (a multiple of piece_size) up to the last one inside
+   * it, and at every multiple of piece_size past that; 0: never */
+  size_t large_block_size, large_piece_size;
   uintptr_t range_base;
   size_t range_size;
   /* Blocks of requests of at least align_threshold bytes are aligned to align_promise
@@ -173,6 +177,7 @@ static inline void gpumem__drop_placement(gpumem_resource *mr) {
   mr->caps.places_at_address = false;
   mr->caps.granularity = 0;
   mr->caps.piece_size = 0;
+  mr->caps.large_block_size = mr->caps.large_piece_size = 0;
   mr->caps.range_base = 0;
   mr->caps.range_size = 0;
 }

@@ -175,7 +175,7 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
   size_t step = 0;
   uint64_t serial = gpumem__error_serial();
   gpumem_status status = take_from_upstream(pool, r, set, size, &memory, &step, why);
-  chunk grown = {(uintptr_t)memory, step};
+  chunk grown = {(uintptr_t)memory, step, gpumem__pool_large_until(pool, (uintptr_t)memory, step)};
   if (status == GPUMEM_OK && !gpumem__sorted_insert(&pool->chunks, &grown)) {
     gpumem_resource *up = pool->header.upstream;
     up->ops->deallocate(up, memory, step, GPUMEM_DEFAULT_ALIGNMENT, set->stream);
@@ -240,6 +240,8 @@ void gpumem__pool_init_growth(pool_resource *pool, const gpumem_resource *upstre
   pool->regions[GPUMEM__POOL_REGION_LARGE].base = base;
   pool->piece_origin = base;
   pool->piece_size = upstream->caps.piece_size;
+  pool->large_block_size = upstream->caps.large_block_size;
+  pool->large_piece_size = upstream->caps.large_piece_size;
   pool->regions[GPUMEM__POOL_REGION_SMALL].base = small_region_start(upstream);
   set_layout(pool, !fixed_block, pool->multi_stream);
 }

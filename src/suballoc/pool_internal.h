@@ -184,10 +184,14 @@ typedef struct region {
   gpumem__block *tail;
 } region;
 
-/* Memory as the upstream handed it out, or what trims left of it. */
+/* Memory as the upstream handed it out, or what trims left of it. Where the upstream makes
+ * memory in pieces, they are cut below `large_until` at every multiple of the upstream's
+ * large piece size from piece_origin, and above it at every multiple of its piece size (0:
+ * not a large block's memory). */
 typedef struct chunk {
   uintptr_t addr;
   size_t size;
+  uintptr_t large_until;
 } chunk;
 
 /* ---------------------------------------------------------------------------------------
@@ -362,8 +366,9 @@ typedef struct pool_resource {
   gpumem__sorted chunks; /* of chunk, by address */
   /* Where the upstream makes memory in pieces (placement capability), trims give back whole
    * pieces of physical memory, which are cut at every multiple of piece_size from
-   * piece_origin and at chunks' ends; 0: whole chunks only. */
-  size_t piece_size;
+   * piece_origin and at chunks' ends, or of large_piece_size in most of a chunk of
+   * large_block_size and up (each chunk's `large_until`); 0: whole chunks only. */
+  size_t piece_size, large_block_size, large_piece_size;
   uintptr_t piece_origin;
   gpumem__memory_counters stats;
   /* The sizes of GPUMEM__POOL_RECURRING_LEAST and up this pool has handed out, for the
@@ -391,6 +396,23 @@ static inline pool_fronts *fronts_of(const pool_resource *pool) {
  * only where holes go back (growth in place, in pieces). */
 static inline bool keeps_served_sizes(const pool_resource *pool) {
   return pool->holes_gated && pool->grows_in_place && pool->piece_size;
+}
+
+/* Where the large pieces of the upstream's memory at [addr, addr + size) end, as its
+ * capabilities say: at the last multiple of the large piece size inside it, or 0 where it is
+ * no large block. */
+static inline uintptr_t gpumem__pool_large_until(const pool_resource *pool, uintptr_t addr,
+                                                 size_t size) {
+  size_t large = pool->large_piece_size;
+  if (!large || !pool->piece_size || size < pool->large_block_size)
+    return 0;
+  return pool->piece_origin + (addr + size - pool->piece_origin) / large * large;
+}
+
+/* The size chunk `c`'s pieces are cut at around `addr`. */
+static inline size_t gpumem__pool_piece_at(const pool_resource *pool, const chunk *c,
+                                           uintptr_t addr) {
+  return addr < c->large_until ? pool->large_piece_size : pool->piece_size;
 }
 
 /* ---------------------------------------------------------------------------------------

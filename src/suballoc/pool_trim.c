@@ -104,10 +104,11 @@ static bool next_releasable(const pool_resource *pool, const gpumem__block *bloc
     uintptr_t hi = c->addr + c->size < end ? c->addr + c->size : end;
     if (lo >= hi)
       continue;
-    size_t p = pool->piece_size;
-    if (p) { /* round in to piece boundaries, where the chunk's own ends are not reached */
+    if (pool->piece_size) { /* round in to pieces, where the chunk's own ends are not reached */
+      size_t p = gpumem__pool_piece_at(pool, c, lo);
       if (lo != c->addr)
         lo = pool->piece_origin + (lo - pool->piece_origin + p - 1) / p * p;
+      p = gpumem__pool_piece_at(pool, c, hi);
       if (hi != c->addr + c->size)
         hi = pool->piece_origin + (hi - pool->piece_origin) / p * p;
     } else if (lo != c->addr || hi != c->addr + c->size) {
@@ -145,11 +146,11 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
   if (a == c->addr && b == c_end) {
     gpumem__sorted_remove_at(&pool->chunks, at);
   } else if (a == c->addr) {
-    *c = (chunk){b, c_end - b};
+    *c = (chunk){b, c_end - b, c->large_until};
   } else {
     c->size = a - c->addr;
     if (b != c_end)
-      gpumem__sorted_insert_at(&pool->chunks, at + 1, &(chunk){b, c_end - b});
+      gpumem__sorted_insert_at(&pool->chunks, at + 1, &(chunk){b, c_end - b, c->large_until});
   }
   GPUMEM__ASSERT(&pool->header, gpumem__counters_reserved(&pool->stats) >= b - a,
                  "the reserved counter never goes below zero");
@@ -157,13 +158,14 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
   return GPUMEM_OK;
 }
 
-/* Cuts [a, *b) down to whole pieces covering at least `wanted` bytes from `a`, where it is
- * longer: `a` starts a piece (a chunk's start or a multiple of the piece size from the
- * origin), so the cut at the next multiple past a + wanted ends one. */
-static void cut_to_wanted(const pool_resource *pool, uintptr_t a, uintptr_t *b, size_t wanted) {
-  size_t p = pool->piece_size;
-  if (!p || *b - a <= wanted)
+/* Cuts [a, *b) of chunk `c` down to whole pieces covering at least `wanted` bytes from `a`,
+ * where it is longer: `a` starts a piece (a chunk's start or a multiple of its piece size
+ * from the origin), so the cut at the next multiple past a + wanted ends one. */
+static void cut_to_wanted(const pool_resource *pool, const chunk *c, uintptr_t a, uintptr_t *b,
+                          size_t wanted) {
+  if (!pool->piece_size || *b - a <= wanted)
     return;
+  size_t p = gpumem__pool_piece_at(pool, c, a + wanted);
   uintptr_t cut = pool->piece_origin + (a + wanted - pool->piece_origin + p - 1) / p * p;
   if (cut < *b)
     *b = cut;
@@ -185,10 +187,10 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
   size_t at;
   uintptr_t a, b;
   while (block && done < limit && next_releasable(pool, block, &at, &a, &b)) {
-    cut_to_wanted(pool, a, &b, limit - done);
+    const chunk *c = chunk_at(pool, at);
+    cut_to_wanted(pool, c, a, &b, limit - done);
     /* Only a cut in the middle makes a chunk record more: whole chunks and ends go back
      * without host memory, as before pieces. */
-    const chunk *c = chunk_at(pool, at);
     if (a != c->addr && b != c->addr + c->size &&
         !gpumem__sorted_reserve(&pool->chunks, pool->chunks.count + 1))
       break;

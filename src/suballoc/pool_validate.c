@@ -431,6 +431,12 @@ static bool check_tiling(walk *w) {
         (k > 0 && chunk_at(pool, k - 1)->addr + chunk_at(pool, k - 1)->size > c->addr))
       return complain(w, "chunk %zu at %#lx of %zu bytes is empty or overlaps the one before", k,
                       (unsigned long)c->addr, c->size);
+    /* A large block's pieces end at a multiple of the large piece size (none: 0). */
+    if (c->large_until &&
+        (!pool->large_piece_size || (c->large_until - pool->piece_origin) % pool->large_piece_size))
+      return complain(w, "chunk %zu at %#lx: its large pieces end at %#lx, no multiple of %zu", k,
+                      (unsigned long)c->addr, (unsigned long)c->large_until,
+                      pool->large_piece_size);
   }
   if (reserved != gpumem__counters_reserved(&pool->stats))
     return complain(w, "the reserved counter says %llu bytes, the chunks hold %llu",

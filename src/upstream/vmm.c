@@ -7,12 +7,13 @@
  * are the physical bytes mapped, the memory this resource really takes from the device.
  *
  * A block's physical memory is made in pieces, cut at every multiple of the piece size from
- * the range's start. The driver unmaps and frees physical memory only as the whole piece it
- * was made as, so pieces are what lets a pool's trim give back the free middle of a growth
- * step whose ends are in use; their size weighs that against the driver calls each piece
- * costs when memory is mapped. While a caller holds pieces (hold_pieces: a pool moving
- * memory from its holes to where it grows), the physical memory of unmapped pieces is kept
- * and mapped again for pieces of its size: half the driver's cost of a move. */
+ * the range's start (most of a large block's at twice that). The driver unmaps and frees physical
+ * memory only as the whole piece it was made as, so pieces are what lets a pool's trim give
+ * back the free middle of a growth step whose ends are in use; their size weighs that
+ * against the driver calls each piece costs when memory is mapped or unmapped. While a caller holds
+ * pieces (hold_pieces: a pool moving memory from its holes to where it grows), the physical memory
+ * of unmapped pieces is kept and mapped again for pieces of its size: half the driver's cost of a
+ * move. */
 #include "core/counters.h"
 #include "core/sorted.h"
 #include "device/device.h"
@@ -23,6 +24,17 @@
 #include <string.h>
 
 #define DEFAULT_PIECE ((size_t)32 << 20)
+/* A block of this many pieces or more (a pool's growth of 1 GiB and up over the default
+ * pieces) is cut at every multiple of twice the piece size instead, up to the last such
+ * multiple inside it, and at every multiple of the piece size past it. Setting access and
+ * unmapping cost the driver about 20 and 13 µs a piece whatever its size (docs/gpu-runs.md,
+ * twenty-seventh session, run 8), so a pool that moves a large block's memory every pass
+ * moves twice as much for the same time: over 50 warm passes on an H200, RoBERTa's 2.7 GiB
+ * requests held 1.069 times its live peak at 91 ns an event instead of 1.212 at 47, where
+ * the time budget ran out (the driver pool 1.085). Twice still leaves the hole's edges
+ * mapped as before on the other 116 recorded traces; four times held GPT-2 at random
+ * lengths at 1.096 against 1.043 (thirty-fifth session, run 3). */
+#define LARGE_BLOCK_PIECES 32
 /* The most pieces held at once (beyond, they are freed as usual): 4 GiB of 32 MiB pieces. */
 #define MOST_HELD 128
 
@@ -138,10 +150,22 @@ static void give_range(vmm_resource *self, uintptr_t addr, size_t size) {
 
 /* ---- mappings ---- */
 
-/* Where the piece starting at `addr` ends: at the next multiple of the piece size from the
- * range's start, or at `end`. */
-static uintptr_t piece_end(const vmm_resource *self, uintptr_t addr, uintptr_t end) {
+/* Whether a block of `size` bytes is a large one (LARGE_BLOCK_PIECES; the pools above find
+ * it in the capabilities). */
+static bool is_large_block(const vmm_resource *self, size_t size) {
+  return size / LARGE_BLOCK_PIECES >= self->options.piece_size;
+}
+
+/* Where the piece that starts at `addr` of a block ending at `end` ends: at the next
+ * multiple of the piece size from the range's start, or of twice that in a large block
+ * where one lies before `end`, or at `end`. */
+static uintptr_t piece_end(const vmm_resource *self, bool large, uintptr_t addr, uintptr_t end) {
   size_t piece = self->options.piece_size;
+  if (large) {
+    uintptr_t next = self->base + ((addr - self->base) / (2 * piece) + 1) * (2 * piece);
+    if (next <= end)
+      return next;
+  }
   uintptr_t next = self->base + ((addr - self->base) / piece + 1) * piece;
   return next < end ? next : end;
 }
@@ -228,8 +252,9 @@ static gpumem_status piece_memory(vmm_resource *self, size_t size, gpumem__vmm_h
 static void free_held_unneeded(vmm_resource *self, uintptr_t addr, uintptr_t end) {
   bool needed[MOST_HELD] = {false};
   bool makes_new = false;
+  bool large = is_large_block(self, end - addr);
   for (uintptr_t cursor = addr, next; cursor < end; cursor = next) {
-    next = piece_end(self, cursor, end);
+    next = piece_end(self, large, cursor, end);
     size_t i = 0;
     while (i < self->held_count && (needed[i] || self->held[i].size != next - cursor))
       i++;
@@ -260,8 +285,9 @@ static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size,
   const gpumem__device_ops *dev = self->header.dev;
   int device = self->header.device;
   uintptr_t end = addr + size;
+  bool large = is_large_block(self, size);
   size_t pieces = 0;
-  for (uintptr_t cursor = addr; cursor < end; cursor = piece_end(self, cursor, end))
+  for (uintptr_t cursor = addr; cursor < end; cursor = piece_end(self, large, cursor, end))
     pieces++;
   /* One move of the records above for the whole run, not one per piece. */
   size_t at = gpumem__sorted_lower_bound(&self->mappings, addr), count = 0;
@@ -270,7 +296,7 @@ static gpumem_status map_pieces(vmm_resource *self, uintptr_t addr, size_t size,
     free_held_unneeded(self, addr, end);
   gpumem_status status = GPUMEM_OK;
   for (uintptr_t cursor = addr; cursor < end && status == GPUMEM_OK;) {
-    uintptr_t next = piece_end(self, cursor, end);
+    uintptr_t next = piece_end(self, large, cursor, end);
     gpumem__vmm_handle handle;
     status = piece_memory(self, next - cursor, &handle);
     if (status == GPUMEM_OK) {
@@ -576,6 +602,8 @@ gpumem_status gpumem_vmm_create(int device, const gpumem_vmm_options *opts, gpum
         .places_at_address = true,
         .granularity = granularity,
         .piece_size = options.piece_size,
+        .large_block_size = LARGE_BLOCK_PIECES * options.piece_size,
+        .large_piece_size = 2 * options.piece_size,
         .range_base = self->base,
         .range_size = options.reserve_size,
     };
