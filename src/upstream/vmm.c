@@ -30,10 +30,11 @@
  * unmapping cost the driver about 20 and 13 µs a piece whatever its size (docs/gpu-runs.md,
  * twenty-seventh session, run 8), so a pool that moves a large block's memory every pass
  * moves twice as much for the same time: over 50 warm passes on an H200, RoBERTa's 2.7 GiB
- * requests held 1.069 times its live peak at 91 ns an event instead of 1.212 at 47, where
- * the time budget ran out (the driver pool 1.085). Twice still leaves the hole's edges
- * mapped as before on the other 116 recorded traces; four times held GPT-2 at random
- * lengths at 1.096 against 1.043 (thirty-fifth session, run 3). */
+ * requests held 1.069 times its live peak at 91 to 112 ns an event instead of 1.204 to
+ * 1.212 at 47 to 74, where the time budget ran out (the driver pool 1.085). With twice the
+ * piece size no verdict of the 116 recorded traces moves over three warm passes; with four
+ * times a hole's edges keep more mapped, and GPT-2 at random lengths held 1.096 against
+ * 1.043 (thirty-fifth session, runs 3 and 4). */
 #define LARGE_BLOCK_PIECES 32
 /* The most pieces held at once (beyond, they are freed as usual): 4 GiB of 32 MiB pieces. */
 #define MOST_HELD 128
