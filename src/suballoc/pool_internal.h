@@ -404,7 +404,7 @@ static inline bool keeps_served_sizes(const pool_resource *pool) {
 static inline uintptr_t gpumem__pool_large_until(const pool_resource *pool, uintptr_t addr,
                                                  size_t size) {
   size_t large = pool->large_piece_size;
-  if (!large || !pool->piece_size || size < pool->large_block_size)
+  if (!large || size < pool->large_block_size)
     return 0;
   return pool->piece_origin + (addr + size - pool->piece_origin) / large * large;
 }

@@ -7,13 +7,13 @@
  * are the physical bytes mapped, the memory this resource really takes from the device.
  *
  * A block's physical memory is made in pieces, cut at every multiple of the piece size from
- * the range's start (most of a large block's at twice that). The driver unmaps and frees physical
- * memory only as the whole piece it was made as, so pieces are what lets a pool's trim give
- * back the free middle of a growth step whose ends are in use; their size weighs that
- * against the driver calls each piece costs when memory is mapped or unmapped. While a caller holds
- * pieces (hold_pieces: a pool moving memory from its holes to where it grows), the physical memory
- * of unmapped pieces is kept and mapped again for pieces of its size: half the driver's cost of a
- * move. */
+ * the range's start (most of a large block's at twice that). The driver unmaps and frees
+ * physical memory only as the whole piece it was made as, so pieces are what lets a pool's
+ * trim give back the free middle of a growth step whose ends are in use; their size weighs
+ * that against the driver calls each piece costs when memory is mapped or unmapped. While a
+ * caller holds pieces (hold_pieces: a pool moving memory from its holes to where it grows),
+ * the physical memory of unmapped pieces is kept and mapped again for pieces of its size:
+ * half the driver's cost of a move. */
 #include "core/counters.h"
 #include "core/sorted.h"
 #include "device/device.h"
@@ -151,23 +151,27 @@ static void give_range(vmm_resource *self, uintptr_t addr, size_t size) {
 
 /* ---- mappings ---- */
 
-/* Whether a block of `size` bytes is a large one (LARGE_BLOCK_PIECES; the pools above find
- * it in the capabilities). */
+/* Whether a block of `size` bytes is a large one: the capabilities' rule, which the pools
+ * above round their releases by, is the only copy of it. */
 static bool is_large_block(const vmm_resource *self, size_t size) {
-  return size / LARGE_BLOCK_PIECES >= self->options.piece_size;
+  return size >= self->header.caps.large_block_size;
+}
+
+/* The next multiple of `piece` from the range's start after `addr`. */
+static uintptr_t next_multiple(const vmm_resource *self, size_t piece, uintptr_t addr) {
+  return self->base + ((addr - self->base) / piece + 1) * piece;
 }
 
 /* Where the piece that starts at `addr` of a block ending at `end` ends: at the next
- * multiple of the piece size from the range's start, or of twice that in a large block
- * where one lies before `end`, or at `end`. */
+ * multiple of the piece size from the range's start, or of the large piece size in a large
+ * block where one lies before `end`, or at `end`. */
 static uintptr_t piece_end(const vmm_resource *self, bool large, uintptr_t addr, uintptr_t end) {
-  size_t piece = self->options.piece_size;
   if (large) {
-    uintptr_t next = self->base + ((addr - self->base) / (2 * piece) + 1) * (2 * piece);
+    uintptr_t next = next_multiple(self, self->header.caps.large_piece_size, addr);
     if (next <= end)
       return next;
   }
-  uintptr_t next = self->base + ((addr - self->base) / piece + 1) * piece;
+  uintptr_t next = next_multiple(self, self->options.piece_size, addr);
   return next < end ? next : end;
 }
 
