@@ -1211,7 +1211,10 @@ static void test_release_holes(void) {
    * 10 MiB request gives back the hole (70, not 78); a 12 MiB one is new and grows (80).
    * Never keeps them. The gate opens from GPUMEM__POOL_DOMINANT_PERCENT (45) of the peak:
    * after a 6 MiB hole before 2 and 12 MiB (a peak of 20), a 9 MiB request gives the hole
-   * back (24, not 30), an 8 MiB one, 40%, grows (28). */
+   * back (24, not 30), an 8 MiB one, 40%, grows (28). Under half of the peak, only while
+   * the program holds at most GPUMEM__POOL_DOMINANT_LIVE_PERCENT (75) of it: after the 4 MiB
+   * hole before 2 and 14 (16 MiB live, 80% of 20), a 9 MiB request grows (30), a 10 MiB one,
+   * half, gives the hole back (26). */
   static const size_t small_hole_then_pins[] = {4, 2, 14};
   static const size_t hole_then_pins[] = {6, 2, 12};
   static const size_t small_hole_then_served[] = {4, 2, 14, 6};
@@ -1229,6 +1232,7 @@ static void test_release_holes(void) {
       {0, hole_then_served, 4, 10, 70},      {GPUMEM_POOL_KEEP_HOLES, hole_then_served, 4, 10, 78},
       {0, hole_then_served, 4, 12, 80},      {110, hole_then_served, 4, 12, 72},
       {0, hole_then_pins, 3, 9, 24},         {0, hole_then_pins, 3, 8, 28},
+      {0, small_hole_then_pins, 3, 9, 30},   {0, small_hole_then_pins, 3, 10, 26},
   };
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
     mr = holes_pool(defaults[i].percent, defaults[i].sizes, defaults[i].count, NULL, x);

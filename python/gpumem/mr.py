@@ -284,8 +284,9 @@ class PoolMemoryResource(SuballocatorMemoryResource):
     place); maximum_pool_size None: no limit. release_holes_over (gpumem's own, over a
     VmmMemoryResource only): a percentage N of at least 100: before growing past N% of its
     live peak, the pool gives back free pieces inside its holes (gpumem.h says when that
-    pays); None: the default, the same at 110% but only for a request of 45% of the live
-    peak of the program's pass up to all of it or, once the live peak spans 32 of the
+    pays); None: the default, the same at 110% but only for a request of half of the live
+    peak of the program's pass up to all of it (45% while it holds no more than three
+    quarters of that peak) or, once the live peak spans 32 of the
     upstream's pieces (1 GiB by default), of a size served before; "never": holes stay
     mapped. release_holes_time (gpumem's own): the most percentage of the time, 1 to 100,
     those releases take over the long run; None: the default, 25; 100: no limit, for a

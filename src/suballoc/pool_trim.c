@@ -273,6 +273,19 @@ static bool holes_budget_left(pool_resource *pool, uint64_t now) {
   return pool->holes_budget_ns > 0;
 }
 
+/* A dominant request: from half of the pass's live peak up to all of it, or from
+ * GPUMEM__POOL_DOMINANT_PERCENT while the program holds no more than
+ * GPUMEM__POOL_DOMINANT_LIVE_PERCENT of that peak. The size is compared first: no larger
+ * than live bytes, times 100 it cannot overflow. */
+static bool is_dominant(uint64_t size, uint64_t live, uint64_t pass_peak) {
+  if (size > pass_peak)
+    return false;
+  if (size * 2 >= pass_peak)
+    return true;
+  return size * 100 >= pass_peak * GPUMEM__POOL_DOMINANT_PERCENT &&
+         live * 100 <= pass_peak * GPUMEM__POOL_DOMINANT_LIVE_PERCENT;
+}
+
 /* Holes are taken lowest first, as the placement model (tools/placement_model.py, policy
  * "gap") does. A region's last block is no hole: growth in place extends it. Only blocks
  * of the sets' free indexes are holes: those the caches and thread fronts keep whole are
@@ -288,20 +301,17 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   uint64_t live = 0, peak_live = 0;
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_PEAK_LIVE_BYTES, &peak_live);
-  /* By default only a dominant or a recurring request releases. A dominant one is of
-   * GPUMEM__POOL_DOMINANT_PERCENT of the live peak of the program's pass so far up to all of
-   * it, a copy of most of what the program holds (a cache copied into a larger one, GPT-2
-   * generation: 1.320 to 1.069 / 1.205; GPUMEM__POOL_PASS_EMPTY says where a pass begins).
+  /* By default only a dominant or a recurring request releases. A dominant one
+   * (is_dominant) is a copy of most of what the program holds in its pass so far (a cache
+   * copied into a larger one, GPT-2 generation: 1.320 to 1.069 / 1.205;
+   * GPUMEM__POOL_PASS_EMPTY says where a pass begins).
    * Other requests release only where their size was served before, once the program holds
    * enough (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes
    * it did not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
    * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
-  uint64_t pass_peak = pool->pass_peak_live;
-  bool opens = !pool->holes_gated ||
-               /* the size first: no larger than live bytes, times 100 it cannot overflow */
-               (size <= pass_peak && size * 100 >= pass_peak * GPUMEM__POOL_DOMINANT_PERCENT) ||
+  bool opens = !pool->holes_gated || is_dominant(size, live, pool->pass_peak_live) ||
                (peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
                 gpumem__size_set_contains(&pool->served_sizes, size));
   if (!opens)
