@@ -783,17 +783,17 @@ typedef struct gpumem_pool_options {
    * again by the growth after it where sizes match, rather than freed and made anew. A
    * request that fails after holes were given back leaves them given back, as a trim would.
    * 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT (110), but only for a
-   * request of at least half of the live peak of the program's pass (since it last let go of
-   * nearly everything) and no more than it, or of 45% while the program holds no more than
-   * three quarters of that peak (a copy of most of what a program holds: a cache copied
-   * into a larger one after the copy before it was let go), or, once the live peak so far spans 32
-   * pieces (1 GiB over the default pieces), for a request of 1 MiB or more of a size the pool has
-   * handed out before (a training loop's next step, also one whose shapes vary; the pool keeps up
-   * to 32,768 such sizes, and a program that, past 2,048 of them, draws most of its sizes anew,
-   * more than half of 1,024 large requests, is no loop: from then on no size counts as seen). Other
-   * requests, of a program still climbing to its working set, keep the holes. Chosen on real
-   * traces, judged on 116 of four recorded sets (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never.
-   */
+   * request of at least half of the live peak of the program's pass (since it last let go
+   * of nearly everything) and no more than it, or of 45% while the program holds no more
+   * than three quarters of that peak (a copy of most of what a program holds: a cache
+   * copied into a larger one after the copy before it was let go), or, once the live peak
+   * so far spans 32 pieces (1 GiB over the default pieces), for a request of 1 MiB or more
+   * of a size the pool has handed out before (a training loop's next step, also one whose
+   * shapes vary; the pool keeps up to 32,768 such sizes, and a program that, past 2,048 of
+   * them, draws most of its sizes anew, more than half of 1,024 large requests, is no loop:
+   * from then on no size counts as seen). Other requests, of a program still climbing to
+   * its working set, keep the holes. Chosen on real traces, judged on 116 of four recorded
+   * sets (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
   /* The time side of release_holes_over's trade: the most percentage of the pool's time, P
    * from 1 to 100, that its releases of holes and the growths past the threshold take over

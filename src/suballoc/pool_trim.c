@@ -275,8 +275,8 @@ static bool holes_budget_left(pool_resource *pool, uint64_t now) {
 
 /* A dominant request: from half of the pass's live peak up to all of it, or from
  * GPUMEM__POOL_DOMINANT_PERCENT while the program holds no more than
- * GPUMEM__POOL_DOMINANT_LIVE_PERCENT of that peak. The size is compared first: no larger
- * than live bytes, times 100 it cannot overflow. */
+ * GPUMEM__POOL_DOMINANT_LIVE_PERCENT of that peak. The size is compared with the peak
+ * first: no larger than bytes the device held, times 100 it cannot overflow. */
 static bool is_dominant(uint64_t size, uint64_t live, uint64_t pass_peak) {
   if (size > pass_peak)
     return false;
@@ -304,10 +304,10 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   /* By default only a dominant or a recurring request releases. A dominant one
    * (is_dominant) is a copy of most of what the program holds in its pass so far (a cache
    * copied into a larger one, GPT-2 generation: 1.320 to 1.069 / 1.205;
-   * GPUMEM__POOL_PASS_EMPTY says where a pass begins).
-   * Other requests release only where their size was served before, once the program holds
-   * enough (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes
-   * it did not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
+   * GPUMEM__POOL_PASS_EMPTY says where a pass begins). Other requests release only where
+   * their size was served before, once the program holds enough
+   * (GPUMEM__POOL_RECURRING_PIECES): a loop's recurring shape, whose step left holes it did
+   * not fill again (GPT-2 training 1.125 to 1.023, the graph network 1.177 to 1.053). At
    * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
