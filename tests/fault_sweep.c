@@ -161,10 +161,10 @@ static void workload(const char *spec) {
 
   /* A hole under a live block, then a request it does not fit: a pool that gives back
    * holes before it grows (release_holes_over) waits for the device, unmaps the hole and
-   * grows. By default a pool over vmm does so for a request of 45% of its live peak up to
-   * all of it: a 64 MiB hole and a 66 MiB request, with a few MiB live besides (over 2 MiB
-   * pieces both are large blocks, mostly of 4 MiB pieces: every call of their moves fails
-   * once too). */
+   * grows. By default a pool over vmm does so for a request of about half its pass's live
+   * peak up to all of it (is_dominant in pool_trim.c): a 64 MiB hole and a 66 MiB request,
+   * with a few MiB live besides (over 2 MiB pieces both are large blocks, mostly of 4 MiB
+   * pieces: every call of their moves fails once too). */
   size_t hole_bytes = 8 << 20, request_bytes = 12 << 20;
   bool releases = strstr(spec, "release_holes_over") != NULL;
   if (!releases && strncmp(spec, "pool(", 5) == 0 && strstr(spec, "vmm")) {

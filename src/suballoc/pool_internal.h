@@ -113,9 +113,10 @@ enum {
  * graph networks ask for 45 to 50% of the peak with 97% of it live, a step's buffers beside
  * the rest of the step, and gave holes back every pass from 45%: seed 3's held 1.100 over
  * 150 warm passes before, 1.143 to 1.230 after, against the driver pool's 1.130
- * (docs/gpu-runs.md, thirty-fifth session, run 6). On the simulated device no verdict of
- * the four sets moves with this, and CuPy ETL's request that lost at 40% comes with 80% of
- * its peak live. */
+ * (docs/gpu-runs.md, thirty-fifth session, run 6), and 1.100 at 95 ns an event with this
+ * against 1.152 at 109 (thirty-sixth session, run 2); over three warm passes no verdict of
+ * the four sets moves (run 1). CuPy ETL's request that lost at 40% comes with 80% of its
+ * peak live. */
 #define GPUMEM__POOL_DOMINANT_LIVE_PERCENT 75
 /* The largest release_holes_over (gpumem_pool_options): 100 times the live peak. */
 #define GPUMEM__POOL_HOLES_MOST 10000u
