@@ -247,12 +247,13 @@ static void places_without_host_memory(void) {
   CHECK_PTR_EQ(x, b[0]);
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
   CHECK_OK(gpumem__validate(mr));
-  /* It held the whole range, so its free is of another size: the places are as they were. */
+  /* It held the whole range, but its free is noted under its request's size: its place,
+   * the range's start, is the newest. */
   CHECK_OK(gpumem_deallocate(mr, x, size, NULL));
   CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&x));
-  CHECK_PTR_EQ(x, b[1]); /* the newest place, cut out of the range's middle */
+  CHECK_PTR_EQ(x, b[0]);
   CHECK_OK(gpumem_allocate(mr, size, NULL, (void **)&b[0]));
-  CHECK_PTR_EQ(b[0], b[2]); /* b[1]'s in use: the next newest */
+  CHECK_PTR_EQ(b[0], b[1]); /* the newest in use: the next newest, cut out of the range's middle */
   CHECK_OK(gpumem__validate(mr));
   CHECK_OK(gpumem_deallocate(mr, x, size, NULL));
   CHECK_OK(gpumem_deallocate(mr, b[0], size, NULL));

@@ -85,6 +85,25 @@ GPUMEM_COLD static gpumem__block *skip_to_alignment(pool_resource *pool, gpumem_
   return split_free(pool, index, block, gpumem__align_up(block->addr, alignment) - block->addr);
 }
 
+/* The size of block a request of `bytes` looks for. */
+static inline size_t size_for(const pool_resource *pool, size_t bytes) {
+  return pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
+}
+
+/* Whether a request of `size` bytes takes the whole of free block `block` rather than leave
+ * a sliver: a large one in the large region of a pool that grows in place, from a block other
+ * than the region's last (GPUMEM__POOL_WHOLE_LEAST says why). The size is tested first, so
+ * that smaller requests pay one compare. */
+static inline bool takes_whole(const pool_resource *pool, const gpumem__block *block, size_t size) {
+  if (GPUMEM_LIKELY(size < GPUMEM__POOL_WHOLE_LEAST))
+    return false;
+  size_t slack = size >> GPUMEM__POOL_WHOLE_SLACK_SHIFT;
+  if (slack > GPUMEM__POOL_WHOLE_SLACK_MOST)
+    slack = GPUMEM__POOL_WHOLE_SLACK_MOST;
+  return block->size - size < slack && block->region == GPUMEM__POOL_REGION_LARGE &&
+         pool->split_regions && block != pool->regions[GPUMEM__POOL_REGION_LARGE].tail;
+}
+
 /* Cuts an allocation of `size` bytes at `alignment` out of the front of free block `block`
  * of `set` (the lowest addresses first, which keeps a pool that grows in place low). The
  * free rest stays where it was, usually without moving in the index; the piece skipped for
@@ -101,8 +120,10 @@ static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__b
       !(block = skip_to_alignment(pool, index, block, alignment)))
     return NULL;
   gpumem__block *taken;
-  if (block->size - size < GPUMEM__BLOCK_UNIT || !(taken = split_front(pool, block, size))) {
-    /* An exact fit, or no host memory to split: the caller gets the whole block. */
+  if (block->size - size < GPUMEM__BLOCK_UNIT || takes_whole(pool, block, size) ||
+      !(taken = split_front(pool, block, size))) {
+    /* An exact fit, a sliver not worth leaving, or no host memory to split: the caller gets
+     * the whole block. */
     gpumem__free_index_remove(index, block);
     taken = block;
   } else {
@@ -333,7 +354,7 @@ static gpumem_status allocate_from_index_then_unlock(pool_resource *pool, free_s
 static inline gpumem_status allocate_then_unlock(pool_resource *pool, size_t bytes,
                                                  size_t alignment, gpumem_stream stream,
                                                  void **ptr) {
-  size_t size = pool->fixed_block ? pool->fixed_block : gpumem__align_up(bytes, GPUMEM__BLOCK_UNIT);
+  size_t size = size_for(pool, bytes);
   free_set *set = pool->last_set;
   if (GPUMEM_UNLIKELY(!set || set->stream != stream || alignment != GPUMEM_DEFAULT_ALIGNMENT))
     return allocate_slow_then_unlock(pool, bytes, size, alignment, stream, ptr);
@@ -445,8 +466,9 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   if (GPUMEM_UNLIKELY(pool->live.slots[slot].block != block))
     slot = gpumem__block_map_slot_of(&pool->live, block->addr);
   gpumem__block_map_remove_at(&pool->live, slot);
-  if (keeps_places(pool, block->size, block->region))
-    gpumem__pool_note_place(pool, block);
+  size_t size = size_for(pool, bytes); /* what its request looked for */
+  if (keeps_places(pool, size, block->region))
+    gpumem__pool_note_place(pool, block, size);
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
   release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);

@@ -18,16 +18,16 @@ static pool_place *place_of(pool_places *places, size_t size) {
   return NULL;
 }
 
-void gpumem__pool_note_place(pool_resource *pool, const gpumem__block *block) {
+void gpumem__pool_note_place(pool_resource *pool, const gpumem__block *block, size_t size) {
   pool_places *places = &pool->places;
-  pool_place *place = place_of(places, block->size);
+  pool_place *place = place_of(places, size);
   if (!place) { /* the size freed longest ago makes room */
     place = &places->sizes[0];
     for (size_t i = 1; i < GPUMEM__POOL_PLACES_SIZES; i++)
       if (places->sizes[i].last_free < place->last_free)
         place = &places->sizes[i];
     memset(place, 0, sizeof *place);
-    place->size = block->size;
+    place->size = size;
   }
   /* A size that recurs only across passes (a loop of varying shapes that meets the same
    * length again) has no last step's layout to go back to: its count starts over. */
