@@ -996,11 +996,15 @@ static void test_last_block_kept_for_growth(void) {
  * the sliver and pinned the hole at 20 MiB, go where they do, and once the 20 MiB block is
  * freed a request of 20.125 MiB fits the hole again with no growth. The region's last block
  * keeps its rest for the next request: one that grows the end leaves 128 KiB there, which
- * a 128 KiB request then takes, again with no growth. */
-static void test_large_request_takes_the_sliver(void) {
+ * a 128 KiB request then takes, again with no growth. Where the pool's sizes do not recur
+ * (`random`: its set of served sizes closed, as a random workload closes it), the 20 MiB
+ * request leaves the sliver, and the 256 KiB one takes it. */
+static void test_large_request_takes_the_sliver(bool random) {
   enum { MiB = 1 << 20, KiB = 1 << 10 };
   gpumem_resource *mr;
-  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=never)", &mr));
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+  if (random)
+    gpumem__size_set_close(&((pool_resource *)mr)->served_sizes);
   size_t sizes[4] = {2 * MiB, 20 * MiB + 256 * KiB, 2 * MiB, 4 * MiB}; /* pin, hole, pin, pin */
   char *x[4], *whole, *beside, *again;
   for (int i = 0; i < 4; i++)
@@ -1011,34 +1015,41 @@ static void test_large_request_takes_the_sliver(void) {
   CHECK_OK(gpumem_allocate(mr, 20 * MiB, NULL, (void **)&whole));
   CHECK_PTR_EQ(whole, x[1]);
   CHECK_OK(gpumem_allocate(mr, 256 * KiB, NULL, (void **)&beside));
-  CHECK(beside != x[1] + 20 * MiB); /* the sliver went with the 20 MiB block */
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_BYTES),
                sizes[0] + sizes[2] + sizes[3] + 20 * MiB + 256 * KiB); /* as requested */
-  CHECK_OK(gpumem_deallocate(mr, whole, 20 * MiB, NULL));
-  CHECK_OK(gpumem_allocate(mr, 20 * MiB + 128 * KiB, NULL, (void **)&again));
-  CHECK_PTR_EQ(again, x[1]);
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
-  CHECK_OK(gpumem__validate(mr));
-  /* The end has 1.5 MiB free (growth maps whole 2 MiB granules, the 256 KiB block took the
-   * rest): 19.375 MiB grows it by 18 MiB and leaves 128 KiB there. */
-  char *end, *rest;
-  const size_t end_size = 20 * MiB - 640 * KiB;
-  CHECK_OK(gpumem_allocate(mr, end_size, NULL, (void **)&end));
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 18 * MiB);
-  CHECK_OK(gpumem_allocate(mr, 128 * KiB, NULL, (void **)&rest));
-  CHECK_PTR_EQ(rest, end + end_size);
-  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 18 * MiB);
-  CHECK_OK(gpumem_deallocate(mr, rest, 128 * KiB, NULL));
-  CHECK_OK(gpumem_deallocate(mr, end, end_size, NULL));
-  CHECK_OK(gpumem_deallocate(mr, again, 20 * MiB + 128 * KiB, NULL));
-  CHECK_OK(gpumem_deallocate(mr, beside, 256 * KiB, NULL));
+  if (random) {
+    CHECK_PTR_EQ(beside, x[1] + 20 * MiB); /* the sliver stayed free */
+    CHECK_OK(gpumem_deallocate(mr, beside, 256 * KiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, whole, 20 * MiB, NULL));
+  } else {
+    CHECK(beside != x[1] + 20 * MiB); /* the sliver went with the 20 MiB block */
+    CHECK_OK(gpumem_deallocate(mr, whole, 20 * MiB, NULL));
+    CHECK_OK(gpumem_allocate(mr, 20 * MiB + 128 * KiB, NULL, (void **)&again));
+    CHECK_PTR_EQ(again, x[1]);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+    CHECK_OK(gpumem__validate(mr));
+    /* The end has 1.5 MiB free (growth maps whole 2 MiB granules, the 256 KiB block took the
+     * rest): 19.375 MiB grows it by 18 MiB and leaves 128 KiB there. */
+    char *end, *rest;
+    const size_t end_size = 20 * MiB - 640 * KiB;
+    CHECK_OK(gpumem_allocate(mr, end_size, NULL, (void **)&end));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 18 * MiB);
+    CHECK_OK(gpumem_allocate(mr, 128 * KiB, NULL, (void **)&rest));
+    CHECK_PTR_EQ(rest, end + end_size);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 18 * MiB);
+    CHECK_OK(gpumem_deallocate(mr, rest, 128 * KiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, end, end_size, NULL));
+    CHECK_OK(gpumem_deallocate(mr, again, 20 * MiB + 128 * KiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, beside, 256 * KiB, NULL));
+  }
   for (int i = 0; i < 4; i++)
     if (i != 1)
       CHECK_OK(gpumem_deallocate(mr, x[i], sizes[i], NULL));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), 0);
   CHECK_OK(gpumem__validate(mr));
   CHECK_OK(gpumem_resource_release(mr));
-  printf("a large request takes a sliver along; the region's last block keeps its rest\n");
+  printf(random ? "where sizes do not recur, a large request leaves its sliver\n"
+                : "a large request takes a sliver along; the region's last block keeps its rest\n");
 }
 
 /* ---- the places of a loop's large blocks ---- */
@@ -2637,7 +2648,8 @@ int main(void) {
   test_large_unseal_seals_at_once();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
-  test_large_request_takes_the_sliver();
+  test_large_request_takes_the_sliver(false);
+  test_large_request_takes_the_sliver(true);
   test_large_blocks_keep_their_places(false);
   test_large_blocks_keep_their_places(true);
   test_release_holes();

@@ -121,15 +121,20 @@ enum {
 /* A request from GPUMEM__POOL_WHOLE_LEAST up, in the large region of a pool that grows in
  * place, takes the whole free block it is carved from when what would be left is under
  * 1/2^GPUMEM__POOL_WHOLE_SLACK_SHIFT of the request and GPUMEM__POOL_WHOLE_SLACK_MOST (the
- * region's last block excepted: growth extends it, and its rest is the next growth's start).
+ * region's last block excepted: growth extends it, and its rest is the next growth's start),
+ * while the pool keeps the sizes it serves and they recur (its set of them open: the
+ * default's gate, and not a random workload, whose sizes never recur and whose blocks held
+ * 4.5% more with this on the simulated device).
  * A sliver left there is taken by a block of a few hundred KiB, which pins the hole at the
  * size of the request that left it; a loop whose large sizes vary by a fraction of a percent
  * from step to step (DLRM's embedding gradients, 28.56 to 28.70 MB) then finds every hole a
  * little too small and grows: recorded with a second seed it held 1.075 times its live peak
- * against PyTorch's expandable segments' 1.066, and 1.060 with this. On the simulated device
- * the other traces of the four recorded sets hold the same over three warm passes but CLIP
- * and ViT training (1.017 to 1.014, 1.031 to 1.028); from 1 MiB up, or with a slack of 1/32,
- * T5 generation and ResNet-50 training lose (docs/gpu-runs.md, thirty-seventh session). */
+ * against PyTorch's expandable segments' 1.066, and 1.060 with this on an H200, over three
+ * warm passes and over 150; of the other 115 recorded traces, CLIP and ViT training hold a
+ * little less, the rest the same or (those the time budget bounds) both ways by round
+ * (docs/gpu-runs.md, thirty-seventh session). For every large request, T5 generation holds
+ * more; with a slack of 1/32, ResNet-50 training passes its reference (the simulated device;
+ * docs/internals.md). */
 #define GPUMEM__POOL_WHOLE_LEAST ((size_t)16 << 20)
 #define GPUMEM__POOL_WHOLE_SLACK_SHIFT 6
 #define GPUMEM__POOL_WHOLE_SLACK_MOST ((size_t)1 << 20)
