@@ -132,9 +132,9 @@ enum {
  * against PyTorch's expandable segments' 1.066, and 1.060 with this on an H200, over three
  * warm passes and over 150; of the other 115 recorded traces, CLIP and ViT training hold a
  * little less, the rest the same or (those the time budget bounds) both ways by round
- * (docs/gpu-runs.md, thirty-seventh session). For every large request, T5 generation holds
- * more; with a slack of 1/32, ResNet-50 training passes its reference (the simulated device;
- * docs/internals.md). */
+ * (docs/gpu-runs.md, thirty-seventh session). From 8 MiB or less, T5 generation holds more
+ * and no verdict moves; with a slack of 1/32, ResNet-50 training passes its reference (the
+ * simulated device; docs/internals.md). */
 #define GPUMEM__POOL_WHOLE_LEAST ((size_t)16 << 20)
 #define GPUMEM__POOL_WHOLE_SLACK_SHIFT 6
 #define GPUMEM__POOL_WHOLE_SLACK_MOST ((size_t)1 << 20)
