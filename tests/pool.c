@@ -1434,6 +1434,74 @@ static void test_release_holes(void) {
   printf("holes given back before growth past release_holes_over\n");
 }
 
+/* The default's release for a growth that fragmentation alone makes while the program
+ * climbs (GPUMEM__POOL_CLIMB_HOLES_PERCENT, 108%). Blocks of 8, 2, 30 and 30 MiB (a live peak
+ * of 70), the first and last freed, and a 36 MiB request, dominant: the last block, the
+ * region's end, grows by 6 MiB to 76, past 108% of the peak but within 110%, with 38 MiB
+ * free, over four times the growth, in the pass that holds the peak: three of the hole's
+ * pieces go back first, and the pool holds 70. Past an explicit release_holes_over=110,
+ * which the program chose, the pool grows to 76, as it does with too little free: blocks of
+ * 8, 2, 20, 26 and 14 MiB, the first and last freed, and a 20 MiB request (a size served
+ * before) hold 22 MiB free for a 6 MiB growth. And in a later pass under the program's
+ * highest: blocks of 36 and 34 MiB (the peak of 70, and a 36 MiB size served), freed, then
+ * 8, 2 and 30 MiB carved from them (a pass's peak of 40) and the 8 freed, the 36 MiB request
+ * grows by 6 MiB too, and the pool keeps the hole. */
+static void test_release_holes_while_climbing(void) {
+  enum { MiB = 1 << 20 };
+  static const size_t climbing[] = {8, 2, 30, 30};
+  static const size_t little_free[] = {8, 2, 20, 26, 14};
+  static const struct {
+    unsigned percent;
+    const size_t *sizes;
+    int count;
+    size_t request_mib, reserved_mib;
+  } cases[] = {
+      {0, climbing, 4, 36, 70},
+      {110, climbing, 4, 36, 76},
+      {0, little_free, 5, 20, 76},
+  };
+  char *x[5], *grown;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int last = cases[i].count - 1;
+    gpumem_resource *mr = holes_pool(cases[i].percent, cases[i].sizes, cases[i].count, NULL, x);
+    CHECK_OK(gpumem_deallocate(mr, x[last], cases[i].sizes[last] * MiB, NULL));
+    CHECK_OK(gpumem_deallocate(mr, x[0], cases[i].sizes[0] * MiB, NULL));
+    size_t request = cases[i].request_mib * MiB;
+    CHECK_OK(gpumem_allocate(mr, request, NULL, (void **)&grown));
+    CHECK_PTR_EQ(grown, x[last]); /* the region's end, grown in place */
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), cases[i].reserved_mib * MiB);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK),
+                 (cases[i].reserved_mib == 70 ? 2 : 8) * MiB);
+    check_mapped(cases[i].reserved_mib * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, request, NULL));
+    for (int k = 1; k < last; k++)
+      CHECK_OK(gpumem_deallocate(mr, x[k], cases[i].sizes[k] * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+
+  static const size_t first_pass[] = {36, 34}, later_pass[] = {8, 2, 30};
+  gpumem_resource *mr = holes_pool(0, first_pass, 2, NULL, x);
+  CHECK_OK(gpumem_deallocate(mr, x[0], 36 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 34 * MiB, NULL));
+  char *y[3];
+  for (int k = 0; k < 3; k++) {
+    CHECK_OK(gpumem_allocate(mr, later_pass[k] * MiB, NULL, (void **)&y[k]));
+    CHECK_PTR_EQ(y[k], k ? y[k - 1] + later_pass[k - 1] * MiB : x[0]);
+  }
+  CHECK_OK(gpumem_deallocate(mr, y[0], 8 * MiB, NULL));
+  CHECK_OK(gpumem_allocate(mr, 36 * MiB, NULL, (void **)&grown));
+  CHECK_PTR_EQ(grown, y[2] + 30 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 76 * MiB);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 8 * MiB);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, grown, 36 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, y[1], 2 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, y[2], 30 * MiB, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("holes given back for a growth fragmentation makes while the program climbs\n");
+}
+
 /* A loop whose step frees a 4 MiB block and asks 6 and 8 MiB: each step gives back the hole
  * the last one left and grows after its blocks, 4 MiB higher. In a 128 MiB range it climbs
  * to the large region's end in a dozen steps and then starts again from the lowest room:
@@ -2653,6 +2721,7 @@ int main(void) {
   test_large_blocks_keep_their_places(false);
   test_large_blocks_keep_their_places(true);
   test_release_holes();
+  test_release_holes_while_climbing();
   test_release_holes_waits_and_fails_safe();
   test_climbing_loop_stays_in_its_range();
   test_threads("pool(cuda, initial=64MiB)");

@@ -286,6 +286,16 @@ static bool is_dominant(uint64_t size, uint64_t live, uint64_t pass_peak) {
          live * 100 <= pass_peak * GPUMEM__POOL_DOMINANT_LIVE_PERCENT;
 }
 
+/* A growth of `need` bytes that fragmentation alone makes while the program climbs
+ * (GPUMEM__POOL_CLIMB_HOLES_PERCENT): the pool holds free at least
+ * GPUMEM__POOL_CLIMB_FREE_TIMES times it, and the current pass holds nearly the highest live
+ * bytes so far (`peak_live`, before this request). */
+static bool is_fragmented_climb(const pool_resource *pool, uint64_t reserved, uint64_t live,
+                                uint64_t peak_live, size_t need) {
+  return reserved > live && reserved - live >= (uint64_t)GPUMEM__POOL_CLIMB_FREE_TIMES * need &&
+         pool->pass_peak_live * 100 >= peak_live * GPUMEM__POOL_CLIMB_PEAK_PERCENT;
+}
+
 /* Holes are taken lowest first, as the placement model (tools/placement_model.py, policy
  * "gap") does. A region's last block is no hole: growth in place extends it. Only blocks
  * of the sets' free indexes are holes: those the caches and thread fronts keep whole are
@@ -316,9 +326,12 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
                 gpumem__size_set_contains(&pool->served_sizes, size));
   if (!opens)
     return 0;
+  unsigned over = pool->options.release_holes_over;
+  if (pool->holes_gated && is_fragmented_climb(pool, reserved, live, peak_live, need))
+    over = GPUMEM__POOL_CLIMB_HOLES_PERCENT;
   if (live + size > peak_live)
     peak_live = live + size;
-  if ((reserved + need) * 100 <= peak_live * pool->options.release_holes_over)
+  if ((reserved + need) * 100 <= peak_live * over)
     return 0;
   /* Past the threshold, the growth is charged to the budget whether holes go back or not:
    * a release leaves fewer holes for later requests, so the growths after it are its cost
