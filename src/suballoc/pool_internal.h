@@ -126,10 +126,10 @@ enum {
  * for a 505 MiB request with 1,051 MiB free in holes, to 1.091 times its live peak against
  * the driver pool's 1.079, and held 1.059 with this on an H200 (seed 1: 1.079, as the driver
  * pool). Without the climb's condition a loop's later passes release too, whose layout had
- * settled: the seed-3 graph network held 1.337 over 150 warm passes against 1.100 (driver
- * pool 1.130); with it, 1.100. At 105 or 108% with twice or once the growth free, DLRM
- * releases its small growths and holds 1.075 to 1.138 for 1.060 (the simulated device;
- * docs/gpu-runs.md, thirty-seventh and thirty-eighth sessions). */
+ * settled: the seed-3 graph network held 1.337 over 150 warm passes against 1.100
+ * (PyTorch's expandable segments 1.130); with it, 1.100. At 105 or 108% with twice or once
+ * the growth free, DLRM releases its small growths and holds 1.075 to 1.138 for 1.060 (the
+ * simulated device; docs/gpu-runs.md, thirty-seventh and thirty-eighth sessions). */
 #define GPUMEM__POOL_CLIMB_HOLES_PERCENT 108u
 #define GPUMEM__POOL_CLIMB_FREE_TIMES 4
 #define GPUMEM__POOL_CLIMB_PEAK_PERCENT 99
