@@ -133,6 +133,9 @@ enum {
 #define GPUMEM__POOL_CLIMB_HOLES_PERCENT 108u
 #define GPUMEM__POOL_CLIMB_FREE_TIMES 4
 #define GPUMEM__POOL_CLIMB_PEAK_PERCENT 99
+/* The gate's threshold is the default's, which the climb's lowers: never raises. */
+_Static_assert(GPUMEM__POOL_CLIMB_HOLES_PERCENT < GPUMEM_POOL_RELEASE_HOLES_DEFAULT,
+               "a growth while climbing releases sooner than the default's threshold");
 /* A request from GPUMEM__POOL_WHOLE_LEAST up, in the large region of a pool that grows in
  * place, takes the whole free block it is carved from when what would be left is under
  * 1/2^GPUMEM__POOL_WHOLE_SLACK_SHIFT of the request and GPUMEM__POOL_WHOLE_SLACK_MOST (the
