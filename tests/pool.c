@@ -1129,6 +1129,15 @@ static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int co
   return mr;
 }
 
+/* A pool of holes_pool(percent, sizes, count), some of its blocks freed, and a request of
+ * request_mib MiB after which it holds reserved_mib MiB. */
+typedef struct holes_case {
+  unsigned percent;
+  const size_t *sizes;
+  int count;
+  size_t request_mib, reserved_mib;
+} holes_case;
+
 /* Asks `mr`'s release of holes directly, as a growth of its newest set's stream for `size`
  * bytes in the large region would. */
 static uint64_t release_holes_for(gpumem_resource *mr, size_t size) {
@@ -1280,12 +1289,7 @@ static void test_release_holes(void) {
   static const size_t hole_then_pins[] = {6, 2, 12};
   static const size_t small_hole_then_served[] = {4, 2, 14, 6};
   static const size_t hole_then_served[] = {8, 2, 48, 10};
-  static const struct {
-    unsigned percent;
-    const size_t *sizes;
-    int count;
-    size_t request_mib, reserved_mib;
-  } defaults[] = {
+  static const holes_case defaults[] = {
       {0, hole_then_pin, 2, 9, 12},          {GPUMEM_POOL_KEEP_HOLES, hole_then_pin, 2, 9, 20},
       {0, hole_then_pin, 2, 12, 22},         {110, hole_then_pin, 2, 12, 14},
       {0, small_hole_then_pins, 3, 6, 26},   {110, small_hole_then_pins, 3, 6, 22},
@@ -1450,12 +1454,7 @@ static void test_release_holes_while_climbing(void) {
   enum { MiB = 1 << 20 };
   static const size_t climbing[] = {8, 2, 30, 30};
   static const size_t little_free[] = {8, 2, 20, 26, 14};
-  static const struct {
-    unsigned percent;
-    const size_t *sizes;
-    int count;
-    size_t request_mib, reserved_mib;
-  } cases[] = {
+  static const holes_case cases[] = {
       {0, climbing, 4, 36, 70},
       {110, climbing, 4, 36, 76},
       {0, little_free, 5, 20, 76},
