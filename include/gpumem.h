@@ -791,9 +791,12 @@ typedef struct gpumem_pool_options {
    * of a size the pool has handed out before (a training loop's next step, also one whose
    * shapes vary; the pool keeps up to 32,768 such sizes, and a program that, past 2,048 of
    * them, draws most of its sizes anew, more than half of 1,024 large requests, is no loop:
-   * from then on no size counts as seen). Other requests, of a program still climbing to
-   * its working set, keep the holes. Chosen on real traces, judged on 116 of four recorded
-   * sets (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
+   * from then on no size counts as seen). Such a request gives back past 108% instead where
+   * the pool holds free at least four times the growth while the program's pass holds 99%
+   * of its highest live bytes so far: a growth that fragmentation alone makes as the program
+   * climbs. Other requests, of a program still climbing to its working set, keep the holes.
+   * Chosen on real traces, judged on 116 of four recorded sets (docs/internals.md).
+   * GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
   /* The time side of release_holes_over's trade: the most percentage of the pool's time, P
    * from 1 to 100, that its releases of holes and the growths past the threshold take over
