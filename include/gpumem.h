@@ -268,7 +268,8 @@ GPUMEM_API gpumem_status gpumem_resource_stats_json(const gpumem_resource *mr, c
  * free chunks of the bins a binning resource made (not of the bins the program added) and
  * of a fixed_size resource. The upstream keeps what it gets: trim it too to give memory back
  * further down. Synchronizes the device first, so that blocks freed on any stream count as
- * free. *released (may be NULL) receives the bytes given back, on success. Returns
+ * free. *released (may be NULL) receives the bytes given back, also when a driver call fails
+ * part way (what went back before the failure stays given back). Returns
  * GPUMEM_ERR_UNSUPPORTED for a resource that keeps no free memory (base resources,
  * adaptors). */
 GPUMEM_API gpumem_status gpumem_resource_trim(gpumem_resource *mr, size_t *released);
@@ -827,8 +828,8 @@ GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
  * every whole free piece of mapped memory (gpumem_vmm_options.piece_size), also inside
  * chunks that are partly in use. Synchronizes the pool's device first, so that blocks
  * freed on any stream count as free. *released (may be NULL) receives the bytes given
- * back, on success. Arenas, binning and fixed_size resources are taken too (as
- * gpumem_resource_trim); any other resource: GPUMEM_ERR_INVALID_ARGUMENT. */
+ * back, also when a driver call fails part way. Arenas, binning and fixed_size resources are taken
+ * too (as gpumem_resource_trim); any other resource: GPUMEM_ERR_INVALID_ARGUMENT. */
 GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
 
 /* ---------------------------------------------------------------------------------------

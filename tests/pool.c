@@ -482,7 +482,32 @@ static void test_growth_wraps_to_the_lowest_room(void) {
   CHECK_OK(gpumem_resource_release(other));
   CHECK_OK(gpumem_resource_release(mr));
   CHECK_OK(gpumem_resource_release(vmm));
-  printf("growth that would leave its region or meet a chunk goes to the lowest room\n");
+
+  /* A growth to the lowest room that fails (the device makes no memory there nor anywhere)
+   * leaves the growth point where it was: freed, the 10 MiB block is the free last block
+   * again, and 12 MiB extend it by 2 MiB in place rather than taking a whole step. */
+  if (check_on_sim()) {
+    CHECK_OK(gpumem_resource_from_spec(
+        "pool(vmm(reserve=32MiB, piece=2MiB), release_holes_over=never)", &mr));
+    CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&first));
+    CHECK_OK(gpumem_allocate(mr, 10 * MiB, NULL, (void **)&second));
+    CHECK_OK(gpumem_deallocate(mr, first, 4 * MiB, NULL));
+    CHECK_OK(gpumem_pool_trim(mr, &released));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_CREATE, 1));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_MAP, 1));
+    CHECK_FAILS_WITH(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&low), GPUMEM_ERR_CUDA,
+                     "injected failure");
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, second, 10 * MiB, NULL));
+    CHECK_OK(gpumem_allocate(mr, 12 * MiB, NULL, (void **)&past));
+    CHECK_PTR_EQ(past, second);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 12 * MiB);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, past, 12 * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+  printf("growth that would leave its region or meet a chunk goes to the lowest room, and a "
+         "failed one leaves the growth point where it was\n");
 }
 
 /* A growth step of 32 pieces or more is cut at twice the piece size up to the last such
@@ -680,6 +705,23 @@ static void test_trim(void) {
   /* The growth chunks went back; the initial chunk holds a live block and stays. */
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 2u << 20);
   CHECK_U64_EQ(released, reserved - (2u << 20));
+  /* A trim whose second driver free fails gives back the first chunk, says so in *released,
+   * and keeps the others; a trim after it gives back the rest. */
+  if (check_on_sim()) {
+    for (int i = 0; i < 4; i++)
+      CHECK_OK(gpumem_allocate(mr, 3 << 20, NULL, &big[i]));
+    for (int i = 0; i < 4; i++)
+      CHECK_OK(gpumem_deallocate(mr, big[i], 3 << 20, NULL));
+    uint64_t before = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_MEM_FREE, 2));
+    CHECK_FAILS_WITH(gpumem_pool_trim(mr, &released), GPUMEM_ERR_CUDA, "injected failure");
+    uint64_t after = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+    CHECK(released > 0 && after > (2u << 20));
+    CHECK_U64_EQ(released, before - after);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_pool_trim(mr, &released));
+    CHECK_U64_EQ(released, after - (2u << 20));
+  }
   CHECK_OK(gpumem_deallocate(mr, small, 1000, NULL));
   CHECK_OK(gpumem_pool_trim(mr, &released));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 0);
@@ -1576,6 +1618,23 @@ static void test_release_holes_waits_and_fails_safe(void) {
     CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, NULL));
     CHECK_OK(gpumem_resource_release(mr));
     check_mapped(0);
+    /* A request no range could hold gives nothing back for its growth, also one whose
+     * percentage of the live peak would wrap (just past 2^64 / 110). */
+    CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB), release_holes_over=110)", &mr));
+    char *hole, *pin, *never;
+    CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&hole));
+    CHECK_OK(gpumem_allocate(mr, 2 * MiB, NULL, (void **)&pin));
+    CHECK_OK(gpumem_deallocate(mr, hole, 8 * MiB, NULL));
+    const size_t huge[] = {(size_t)64 << 30, (SIZE_MAX / 110 / (2 * MiB) + 1) * (2 * MiB)};
+    for (size_t i = 0; i < 2; i++) {
+      uint64_t unmaps = gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP);
+      CHECK(gpumem_allocate(mr, huge[i], NULL, (void **)&never) != GPUMEM_OK);
+      CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP), unmaps);
+      CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 10 * MiB);
+    }
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, pin, 2 * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
   } else {
     printf("  the wait and the failed unmap are simulated-device checks: not run on a GPU\n");
   }

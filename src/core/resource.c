@@ -273,7 +273,7 @@ gpumem_status gpumem_resource_trim(gpumem_resource *mr, size_t *released) {
 #if GPUMEM__DEBUG_LEVEL >= 2
   gpumem__debug_after(mr, "trim");
 #endif
-  if (status == GPUMEM_OK && released)
+  if (released) /* also after a failure part way: what went back before it stays back */
     *released = total;
   return status;
 }

@@ -401,6 +401,10 @@ typedef struct pool_resource {
   /* The live peak of the current pass (GPUMEM__POOL_PASS_EMPTY), kept by requests served
    * from the free index, which a dominant request is measured against. */
   uint64_t pass_peak_live;
+  /* While a growth that wrapped to the lowest room is under way, the block that was its
+   * region's last (or what a release of holes left of it), for find_block to restore if
+   * the growth fails; NULL otherwise. */
+  gpumem__block *tail_before_wrap;
   free_set fresh;  /* memory no stream has used yet: taking it needs no wait */
   free_set **sets; /* every set, the fresh one first */
   size_t set_count, set_capacity;

@@ -78,6 +78,10 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
   if (block->next_addr)
     block->next_addr->prev_addr = NULL;
   region *r = region_of(pool, block);
+  if (pool->tail_before_wrap == block) /* what is left of it, else as for the tail below */
+    pool->tail_before_wrap = block->next_addr ? block->next_addr
+                             : prev           ? prev
+                                              : highest_block(pool, block->region, block);
   /* Growth now continues after the region's block before it; when that is not linked (a
    * chunk in between went back earlier), after the highest block left, so that growth lands
    * next to it and links to it rather than going to the region's base, which is taken. */
@@ -304,6 +308,10 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   if (!pool->grows_in_place || !pool->piece_size)
     return 0;
   size_t need = gpumem__pool_growth_bytes(pool, ri, set, size);
+  /* A growth past the upstream's whole range cannot be served: nothing goes back for it
+   * (and the percentages below stay far from overflowing). */
+  if (need > pool->header.upstream->caps.range_size)
+    return 0;
   uint64_t reserved = gpumem__counters_reserved(&pool->stats);
   /* The live peak counts the request being served: a program whose live bytes climb to a new
    * peak grows by about what it asks, which is no hole's fault. With thread fronts, the
