@@ -828,8 +828,9 @@ GPUMEM_API gpumem_status gpumem_pool_create(gpumem_resource *upstream,
  * every whole free piece of mapped memory (gpumem_vmm_options.piece_size), also inside
  * chunks that are partly in use. Synchronizes the pool's device first, so that blocks
  * freed on any stream count as free. *released (may be NULL) receives the bytes given
- * back, also when a driver call fails part way. Arenas, binning and fixed_size resources are taken
- * too (as gpumem_resource_trim); any other resource: GPUMEM_ERR_INVALID_ARGUMENT. */
+ * back, also when a driver call fails part way. Arenas, binning and fixed_size resources
+ * are taken too (as gpumem_resource_trim); any other resource:
+ * GPUMEM_ERR_INVALID_ARGUMENT. */
 GPUMEM_API gpumem_status gpumem_pool_trim(gpumem_resource *pool, size_t *released);
 
 /* ---------------------------------------------------------------------------------------
