@@ -193,15 +193,9 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   /* The memory a release of holes unmaps is held by the upstream for the growth after it,
    * which maps it again where pieces' sizes match: no freeing and making it anew. */
   uint64_t releasing = 0;
-  region *r = &pool->regions[ri], before = *r;
+  uintptr_t base_before_wrap = 0;
   if (status == GPUMEM_OK && !block)
-    gpumem__pool_wrap_growth(pool, ri, set, search);
-  /* A growth that wraps to the lowest room moves the region's growth point only once it
-   * succeeds: a failed one leaves later growths where they were (a release of holes in
-   * between may cut the old last block: pool->tail_before_wrap follows it). */
-  bool wrapped = r->base != before.base || r->tail != before.tail;
-  if (wrapped)
-    pool->tail_before_wrap = before.tail;
+    base_before_wrap = gpumem__pool_wrap_growth(pool, ri, set, search);
   bool holding = status == GPUMEM_OK && !block && pool->options.release_holes_over;
   if (holding) {
     gpumem__hold_pieces(pool->header.upstream, true);
@@ -209,11 +203,16 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   }
   if (status == GPUMEM_OK && !block)
     status = gpumem__pool_grow(pool, set, ri, search, why, &block);
-  if (wrapped && status != GPUMEM_OK) {
-    r->base = before.base;
-    r->tail = pool->tail_before_wrap;
+  /* A growth that wraps to the lowest room moves the region's growth point only once it
+   * succeeds: a failed one leaves later growths where they were (a release of holes in
+   * between may cut the old last block: pool->tail_before_wrap follows it). */
+  if (base_before_wrap) {
+    if (status != GPUMEM_OK) {
+      pool->regions[ri].base = base_before_wrap;
+      pool->regions[ri].tail = pool->tail_before_wrap;
+    }
+    pool->tail_before_wrap = NULL;
   }
-  pool->tail_before_wrap = NULL;
   if (holding)
     gpumem__hold_pieces(pool->header.upstream, false);
   if (releasing)

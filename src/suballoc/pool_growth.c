@@ -96,20 +96,21 @@ static uintptr_t lowest_gap(const pool_resource *pool, uintptr_t start, uintptr_
   return 0;
 }
 
-void gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set, size_t size) {
+uintptr_t gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set,
+                                   size_t size) {
   region *r = &pool->regions[ri];
   size_t full = 0;
   if (!pool->grows_in_place || growth_step(pool, size, &full))
-    return;
+    return 0;
   size_t wanted = gpumem__pool_growth_bytes(pool, ri, set, size);
   uintptr_t next = r->tail ? r->tail->addr + r->tail->size : r->base, start, end;
   region_bounds(pool, ri, &start, &end);
   if (next < start || next > end)
-    return; /* growth goes wherever the upstream puts it: nothing to keep in place */
+    return 0; /* growth goes wherever the upstream puts it: nothing to keep in place */
   size_t above = gpumem__sorted_lower_bound(&pool->chunks, next);
   if (end - next >= wanted &&
       (above == pool->chunks.count || chunk_at(pool, above)->addr - next >= wanted))
-    return; /* room right after the tail */
+    return 0; /* room right after the tail */
   /* Room enough to climb through again for as long as it took to get here, or at least
    * for this growth. */
   size_t reserved = (size_t)gpumem__counters_reserved(&pool->stats);
@@ -117,9 +118,12 @@ void gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *se
   if (!gap && reserved > full)
     gap = lowest_gap(pool, start, end, full);
   if (!gap)
-    return;
+    return 0;
+  uintptr_t from = r->base;
+  pool->tail_before_wrap = r->tail;
   r->tail = NULL;
   r->base = gap;
+  return from;
 }
 
 /* Memory for region `r` of `set` for `size` bytes. Growing in place, it goes right after the

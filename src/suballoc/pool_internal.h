@@ -829,8 +829,12 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
  * address ranges unused, so a loop that gives back and grows every step climbs through its
  * range; without this, once at the end, its growths went wherever the upstream put them,
  * unlinked, and the pool held more (docs/internals.md). Called before the release, so that
- * the region's old last block, no longer where growth goes, is a hole like any other. */
-void gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set, size_t size);
+ * the region's old last block, no longer where growth goes, is a hole like any other.
+ * Returns the base it moved the growth from, having kept the old last block in
+ * pool->tail_before_wrap for the caller to restore if the growth fails; 0 where it moved
+ * nothing. */
+uintptr_t gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set,
+                                   size_t size);
 /* The bytes gpumem__pool_grow would take from the upstream for the same request: the
  * shortfall past a free last block it extends in place, else a whole growth step. */
 size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const free_set *set,

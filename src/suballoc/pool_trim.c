@@ -78,19 +78,19 @@ static void unlink_block(pool_resource *pool, gpumem__block *block) {
   if (block->next_addr)
     block->next_addr->prev_addr = NULL;
   region *r = region_of(pool, block);
-  if (pool->tail_before_wrap == block) /* what is left of it, else as for the tail below */
-    pool->tail_before_wrap = block->next_addr ? block->next_addr
-                             : prev           ? prev
-                                              : highest_block(pool, block->region, block);
+  bool was_tail = r->tail == block, was_tail_before_wrap = pool->tail_before_wrap == block;
+  if (!was_tail && !was_tail_before_wrap)
+    return;
   /* Growth now continues after the region's block before it; when that is not linked (a
    * chunk in between went back earlier), after the highest block left, so that growth lands
-   * next to it and links to it rather than going to the region's base, which is taken. */
-  if (r->tail != block)
-    return;
-  if (prev || !pool->grows_in_place) /* without growth in place, chunks are never linked */
-    r->tail = prev;
-  else
-    r->tail = highest_block(pool, block->region, block);
+   * next to it and links to it rather than going to the region's base, which is taken.
+   * Without growth in place, chunks are never linked. */
+  gpumem__block *below =
+      prev || !pool->grows_in_place ? prev : highest_block(pool, block->region, block);
+  if (was_tail)
+    r->tail = below;
+  if (was_tail_before_wrap) /* a release may leave part of it above the piece going */
+    pool->tail_before_wrap = block->next_addr ? block->next_addr : below;
 }
 
 /* The first range [*a, *b) of free block `block` that can go back to the upstream, in chunk
