@@ -10,6 +10,9 @@
  *   block stay right through every change of form and size.
  * - Walking the index may remove each block as it goes, in both forms; a walk from a size
  *   on gives exactly the blocks of that size or more.
+ * - The branch-free updates a merge makes in the flat arrays (gpumem__flat_remove_if,
+ *   gpumem__flat_file_or_resize) do what removal, filing and resizing do when told to, and
+ *   change nothing a search or a check sees when not: the spare place stays empty.
  * - All of it holds for both widths of the flat search (AVX2 and SSE2).
  * - The address map (gpumem__block_map) finds every block it holds; it is at most an eighth
  *   full up to GPUMEM__MAP_SPARSE_SLOTS slots and a quarter beyond, and takes its blocks out
@@ -138,6 +141,70 @@ static void test_random(void) {
   CHECK(forms_seen[0] > 0 && forms_seen[1] > 0);
   printf("random against the list passed (%d steps flat, %d in classes)\n", forms_seen[1],
          forms_seen[0]);
+}
+
+/* Checks the index's own structure as the validator does. */
+static void check_structure(const model *m) {
+  char why[256] = "";
+  if (!gpumem__free_index_check(&m->index, NULL, NULL, why, sizeof why))
+    CHECK_FAIL_("free index check: %s", why);
+}
+
+/* The branch-free updates, told to act and told not to, at random in the flat form: the
+ * model follows only the acts. */
+static void test_branch_free_updates(void) {
+  static model m;
+  memset(&m, 0, sizeof m);
+  gpumem__free_index_init(&m.index);
+  size_t acted[3] = {0, 0, 0}; /* removals, filings, resizes */
+  for (int step = 0; step < 20000; step++) {
+    size_t at = next_random() % MAX_BLOCKS;
+    bool act = next_random() % 2;
+    switch (next_random() % 3) {
+    case 0: /* removal of a block in the index, or a no-op on any block */
+      if (act && m.count == 0)
+        act = false;
+      while (act && !m.in_index[at])
+        at = (at + 1) % MAX_BLOCKS;
+      gpumem__flat_remove_if(&m.index, &m.blocks[at], act);
+      if (act) {
+        m.in_index[at] = false;
+        m.count--;
+      }
+      acted[0] += act;
+      break;
+    case 1: /* filing a block not in the index, where there is room */
+      if (m.count >= GPUMEM__FLAT_MAX)
+        break;
+      while (m.in_index[at])
+        at = (at + 1) % MAX_BLOCKS;
+      m.blocks[at].size = random_size();
+      m.blocks[at].addr = (uintptr_t)(at + 1) << 30;
+      gpumem__flat_file_or_resize(&m.index, &m.blocks[at], true, 0);
+      m.in_index[at] = true;
+      m.count++;
+      acted[1]++;
+      break;
+    default: /* a merge's new size for a block in the index */
+      if (m.count == 0)
+        break;
+      while (!m.in_index[at])
+        at = (at + 1) % MAX_BLOCKS;
+      size_t old = m.blocks[at].size;
+      m.blocks[at].size = random_size();
+      gpumem__flat_file_or_resize(&m.index, &m.blocks[at], false, old);
+      acted[2]++;
+    }
+    CHECK(m.index.flat);
+    CHECK(!m.index.flat_blocks[GPUMEM__FLAT_SPARE] && !m.index.flat_units[GPUMEM__FLAT_SPARE]);
+    check_facts(&m);
+    check_structure(&m);
+    check_find(&m, random_size());
+  }
+  CHECK(acted[0] > 1000 && acted[1] > 1000 && acted[2] > 1000);
+  printf("branch-free flat updates against the list passed (%zu removals, %zu filings, %zu "
+         "resizes)\n",
+         acted[0], acted[1], acted[2]);
 }
 
 /* The forms change only at the limits. */
@@ -275,6 +342,7 @@ int main(void) {
     test_forms();
     test_walk();
     test_random();
+    test_branch_free_updates();
   }
   return 0;
 }

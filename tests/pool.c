@@ -182,6 +182,67 @@ static void test_model(const char *spec, int stream_count, int trim_every) {
   printf("\n");
 }
 
+/* ---- merges ---- */
+
+/* A freed block merges with its free neighbours in each of the four ways (neither, the one
+ * below, the one above, both), also where it has no neighbour below (the region's start)
+ * and where the one above is the region's free last block: counted by the free blocks, the
+ * largest, and where the next request lands; the pool validated after every free. */
+static void test_free_merges_each_way(void) {
+  enum { MiB = 1 << 20 };
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec(
+      "pool(vmm(reserve=64MiB, piece=2MiB), initial=24MiB, release_holes_over=never)", &mr));
+  char *b[5];
+  for (int i = 0; i < 5; i++) {
+    CHECK_OK(gpumem_allocate(mr, 4 * MiB, NULL, (void **)&b[i]));
+    if (i)
+      CHECK_PTR_EQ(b[i], b[i - 1] + 4 * MiB);
+  }
+  /* The free last block: 4 MiB after b[4]. */
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  static const struct {
+    int freed;
+    uint64_t blocks, largest;
+  } steps[] = {
+      {1, 2, 4 * MiB},  /* neither neighbour free */
+      {0, 2, 8 * MiB},  /* none below (the region's start); the one above */
+      {3, 3, 8 * MiB},  /* neither */
+      {2, 2, 16 * MiB}, /* both */
+      {4, 1, 24 * MiB}, /* both, the one above the region's last block */
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    CHECK_OK(gpumem_deallocate(mr, b[steps[i].freed], 4 * MiB, NULL));
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), steps[i].blocks);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), steps[i].largest);
+  }
+  /* One block again, from the start, and the region's last: a request for all of it takes
+   * it whole without growing. */
+  void *all;
+  CHECK_OK(gpumem_allocate(mr, 24 * MiB, NULL, &all));
+  CHECK_PTR_EQ(all, b[0]);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 24 * MiB);
+  /* The one below only: a block freed after the block below it. */
+  CHECK_OK(gpumem_deallocate(mr, all, 24 * MiB, NULL));
+  char *low, *high;
+  CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&low));
+  CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, (void **)&high));
+  CHECK_PTR_EQ(high, low + 8 * MiB);
+  void *rest;
+  CHECK_OK(gpumem_allocate(mr, 8 * MiB, NULL, &rest));
+  CHECK_OK(gpumem_deallocate(mr, low, 8 * MiB, NULL));
+  CHECK_OK(gpumem_deallocate(mr, high, 8 * MiB, NULL));
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LARGEST_FREE_BLOCK), 16 * MiB);
+  CHECK_OK(gpumem_deallocate(mr, rest, 8 * MiB, NULL));
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BLOCKS), 1);
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("a freed block merges each way, at the region's ends too\n");
+}
+
 /* ---- the cache of freed blocks ---- */
 
 static void test_cache(void) {
@@ -2773,6 +2834,7 @@ int main(void) {
   test_cross_stream();
   test_side_stream_leaves_large_memory();
   test_open_free_merges_sealed_neighbours();
+  test_free_merges_each_way();
   test_large_unseal_seals_at_once();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();

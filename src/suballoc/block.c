@@ -471,7 +471,9 @@ static bool check_flat(const gpumem__free_index *index,
   if (index->fl_bitmap)
     return complain(why, size, "flat free index has class bits set (0x%llx)",
                     (unsigned long long)index->fl_bitmap);
-  for (size_t i = 0; i < GPUMEM__FLAT_MAX; i++) {
+  if (index->flat_blocks[GPUMEM__FLAT_SPARE])
+    return complain(why, size, "flat free index: the spare place holds a block");
+  for (size_t i = 0; i <= GPUMEM__FLAT_SPARE; i++) { /* the spare place reads 0 too */
     if (i >= index->block_count) {
       if (index->flat_units[i])
         return complain(why, size,

@@ -11,6 +11,7 @@
 
 #include "core/internal.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Sizes are kept in units of the minimum alignment. */
@@ -124,13 +125,15 @@ static inline size_t gpumem__class_index(uint64_t units) {
 
 #define GPUMEM__FLAT_MAX 64
 #define GPUMEM__FLAT_LOW 16
+#define GPUMEM__FLAT_SPARE GPUMEM__FLAT_MAX
 
 typedef struct gpumem__free_index {
   bool flat; /* the blocks are in the arrays below, not in the classes */
   /* Sizes in units (0 past the count, which fits nothing) and their blocks; a block's
-   * place is its index_slot. */
-  uint32_t flat_units[GPUMEM__FLAT_MAX];
-  gpumem__block *flat_blocks[GPUMEM__FLAT_MAX];
+   * place is its index_slot. The last place, GPUMEM__FLAT_SPARE, never holds a block: the
+   * branch-free updates below write there what they do not need. */
+  uint32_t flat_units[GPUMEM__FLAT_MAX + 1];
+  gpumem__block *flat_blocks[GPUMEM__FLAT_MAX + 1];
   uint64_t fl_bitmap;
   uint32_t sl_bitmap[GPUMEM__FL_COUNT];
   gpumem__block *heads[GPUMEM__FL_COUNT][GPUMEM__SL_COUNT];
@@ -166,6 +169,55 @@ static inline void gpumem__free_index_resized(gpumem__free_index *index, gpumem_
   else
     gpumem__free_index_refile(index, block);
 }
+/* `c ? a : b` without a branch, for choices that depend on random data (which neighbours of
+ * a freed block are free), on which a branch would often be mispredicted. */
+static inline uintptr_t gpumem__pick(bool c, uintptr_t a, uintptr_t b) {
+#if defined(__x86_64__)
+  /* A conditional move, which compilers often turn into a branch when left to themselves. */
+  __asm__("test %2, %2\n\tcmovnz %1, %0" : "+r"(b) : "r"(a), "r"((uint32_t)c) : "cc");
+  return b;
+#else
+  return b ^ ((a ^ b) & (0 - (uintptr_t)c));
+#endif
+}
+
+static inline gpumem__block *gpumem__pick_block(bool c, gpumem__block *a, gpumem__block *b) {
+  return (gpumem__block *)gpumem__pick(c, (uintptr_t)a, (uintptr_t)b);
+}
+
+/* The flat arrays' updates for a merge, without a branch. Removes `block` from the arrays
+ * when `remove`; otherwise writes the spare place alone (`block` may then be any block, in
+ * the arrays or not). */
+static inline void gpumem__flat_remove_if(gpumem__free_index *index, const gpumem__block *block,
+                                          bool remove) {
+  size_t count = index->block_count;
+  size_t at = gpumem__pick(remove, block->index_slot, GPUMEM__FLAT_SPARE);
+  size_t last = gpumem__pick(remove, count - 1, GPUMEM__FLAT_SPARE);
+  /* The last block takes the removed one's place; its own place reads 0 again. */
+  gpumem__block *moved = index->flat_blocks[last];
+  index->flat_units[at] = index->flat_units[last];
+  index->flat_units[last] = 0;
+  index->flat_blocks[at] = moved;
+  uint8_t unused_slot;
+  *(uint8_t *)gpumem__pick(remove, (uintptr_t)moved + offsetof(gpumem__block, index_slot),
+                           (uintptr_t)&unused_slot) = (uint8_t)at;
+  index->block_count = count - remove;
+  index->total_bytes -= block->size & (0 - (size_t)remove);
+}
+
+/* Files `block` in the flat arrays when `is_new`, else rewrites its size there, which was
+ * `old_size`; without a branch. The arrays have room, and hold the block's size. */
+static inline void gpumem__flat_file_or_resize(gpumem__free_index *index, gpumem__block *block,
+                                               bool is_new, size_t old_size) {
+  size_t count = index->block_count;
+  size_t at = gpumem__pick(is_new, count, block->index_slot);
+  index->flat_units[at] = (uint32_t)(block->size >> GPUMEM__BLOCK_UNIT_SHIFT);
+  index->flat_blocks[at] = block;
+  block->index_slot = (uint8_t)at;
+  index->block_count = count + is_new;
+  index->total_bytes += block->size - (old_size & (0 - (size_t)!is_new));
+}
+
 /* A free block of at least `size` bytes (a multiple of the unit); NULL when none fits. The
  * block stays in the index. Flat: the smallest that fits, the lowest of those. In classes:
  * the best fitting of the few looked at in the request's own class, else one from the

@@ -546,9 +546,18 @@ static bool check_layout(walk *w) {
   return true;
 }
 
+/* release_flat's stand-in for a missing neighbour reads as no free block of any set. */
+static bool check_sink(walk *w) {
+  const gpumem__block *sink = &w->pool->sink;
+  if (sink->state != GPUMEM__BLOCK_ALLOCATED || sink->owner || sink->size || sink->addr)
+    return complain(w, "the merges' stand-in block reads as a block (state %d, %zu bytes at %#lx)",
+                    (int)sink->state, sink->size, (unsigned long)sink->addr);
+  return true;
+}
+
 static gpumem_status validate_locked(pool_resource *pool) {
   walk w = {.pool = pool};
-  bool ok = gather(&w);
+  bool ok = check_sink(&w) && gather(&w);
   if (ok) {
     if (w.count) /* no array at all when the pool holds nothing */
       qsort(w.blocks, w.count, sizeof *w.blocks, by_address);
