@@ -595,6 +595,11 @@ static inline gpumem__block *release_flat(pool_resource *pool, free_set *set,
                  (!merge_below | (below->addr + below->size == block->addr)) &
                      (!merge_above | (block->addr + block->size == above->addr)),
                  "merged blocks are neighbours in address order and touch");
+  GPUMEM__ASSERT(&pool->header,
+                 (block->size != 0) & (block->size % GPUMEM__BLOCK_UNIT == 0) &
+                     (index->total_bytes >= above_size),
+                 "a free block's size is a positive multiple of the unit, and an index's bytes "
+                 "never go below zero");
   /* What the block keeps: the block below's struct when it merges, else the block above's
    * (which keeps its index entry), else its own. */
   gpumem__block *kept =
