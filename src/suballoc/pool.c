@@ -482,7 +482,7 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
     gpumem__pool_note_place(pool, block, size);
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
-  release_block(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
+  release_block_in_line(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
   if (!sealing)
     set->open_frees++;
   /* The block unsealed large neighbours: they are sealed again before the stream can go idle
