@@ -169,6 +169,7 @@ static inline void gpumem__free_index_resized(gpumem__free_index *index, gpumem_
   else
     gpumem__free_index_refile(index, block);
 }
+
 /* `c ? a : b` without a branch, for choices that depend on random data (which neighbours of
  * a freed block are free), on which a branch would often be mispredicted. */
 static inline uintptr_t gpumem__pick(bool c, uintptr_t a, uintptr_t b) {
@@ -181,6 +182,7 @@ static inline uintptr_t gpumem__pick(bool c, uintptr_t a, uintptr_t b) {
 #endif
 }
 
+/* gpumem__pick for blocks. */
 static inline gpumem__block *gpumem__pick_block(bool c, gpumem__block *a, gpumem__block *b) {
   return (gpumem__block *)gpumem__pick(c, (uintptr_t)a, (uintptr_t)b);
 }

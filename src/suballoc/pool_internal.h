@@ -572,10 +572,11 @@ GPUMEM_COLD void gpumem__pool_unseal_neighbours(free_set *set, const gpumem__blo
 /* release_block where `set`'s index for the block is flat: the same merges with no branch on
  * which neighbours are free. A random free's neighbours are free or not at random, and the
  * branches on them were mispredicted about once a free on the random large workload; without
- * them that workload takes 6 to 7 cycles an operation less, mixed 3 to 4 (sim). The missing
- * neighbours and the choices not taken read and write `pool->sink`, which is never free, or
- * the flat arrays' spare place. NULL, having changed nothing, when the merged block would be
- * too large for the flat arrays. */
+ * them that workload took 98 to 107 cycles an operation on the GPU host against 102 to 106
+ * (quiet rounds; docs/internals.md, "The pool"). The missing neighbours and the choices not
+ * taken read and write `pool->sink`, which is never free, or the flat arrays' spare place.
+ * NULL, having changed nothing, when the merged block would be too large for the flat
+ * arrays. */
 static inline gpumem__block *release_flat(pool_resource *pool, free_set *set,
                                           gpumem__free_index *index, gpumem__block *block,
                                           gpumem__block_state state) {
