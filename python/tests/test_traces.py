@@ -201,6 +201,20 @@ def test_the_held_out_workloads_load_apart_and_are_described():
     assert {rows[name][1] for name in names} == {"fixed", "varying"}
 
 
+def test_the_multistream_workloads_load_apart_and_are_described():
+    # Workloads that allocate on two streams: they register through --workloads-from only.
+    extra = TOOLS / "multistream_workloads.py"
+    built_in = run_tool("record_traces.py", "--list").stdout
+    listed = run_tool("record_traces.py", "--workloads-from", extra, "--list").stdout
+    names = {"resnet_server_2streams", "gpt2_generate_2streams", "efficientnet_train_prefetch",
+             "unet_train_ema"}
+    rows = {line.split()[0]: line.split()[1:3] for line in listed.splitlines() if line.strip()}
+    assert names <= set(rows)
+    assert not any(name in built_in for name in names)
+    assert {rows[name][0] for name in names} == {"training", "inference"}
+    assert {rows[name][1] for name in names} == {"fixed", "varying"}
+
+
 # A stand-in for PyTorch: what the recorder and the comparison touch, no more. Its caching
 # allocator counts bytes as PyTorch's does (blocks of 512 bytes), reserves in 2 MiB steps
 # (all it holds with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, else never less than
