@@ -123,6 +123,21 @@ static void workload(const char *spec) {
     STEP(gpumem_memset_async(ptrs[i], (int)i, sizes[i], stream));
   }
 
+  /* A second stream's freed block, larger than any the workload's stream has free: a pool
+   * asks whether that stream is idle (gpumem__pool_take_idle) before it steals or grows. A
+   * failed query is absorbed, and the pool grows instead. */
+  if (strncmp(spec, "pool", 4) == 0) {
+    gpumem_stream side = NULL;
+    void *freed = NULL, *taken = NULL;
+    STEP(gpumem_stream_create(0, &side));
+    STEP(gpumem_allocate(mr, 8 << 20, side, &freed));
+    STEP(gpumem_deallocate(mr, freed, 8 << 20, side));
+    STEP(gpumem_allocate(mr, 8 << 20, stream, &taken));
+    STEP(gpumem_deallocate(mr, taken, 8 << 20, stream));
+    STEP(gpumem_stream_synchronize(side));
+    STEP(gpumem_stream_destroy(side));
+  }
+
   unsigned char host[buffer_bytes], back[buffer_bytes];
   for (int i = 0; i < buffer_bytes; i++)
     host[i] = (unsigned char)(i * 7);

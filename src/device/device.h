@@ -91,8 +91,9 @@ typedef struct gpumem__device_ops {
   /* Waits for all work on every stream of the device (cuCtxSynchronize). */
   gpumem_status (*device_synchronize)(int device);
   /* GPUMEM_OK when all work on the stream is done, GPUMEM_ERR_NOT_READY when not (no
-   * message is set for NOT_READY). */
-  gpumem_status (*stream_query)(gpumem_stream stream);
+   * message is set for NOT_READY). `device` is the stream's device, whose default stream a
+   * special stream means (as event_record). */
+  gpumem_status (*stream_query)(int device, gpumem_stream stream);
   /* An event without timing, on `device`. */
   gpumem_status (*event_create)(int device, gpumem__event *event);
   gpumem_status (*event_destroy)(gpumem__event event);
@@ -130,6 +131,13 @@ typedef struct gpumem__device_ops {
    * (the simulated device checks for cross-stream hazards); NULL for cuda. */
   void (*note_handout)(void *ptr, size_t bytes, gpumem_stream stream);
 } gpumem__device_ops;
+
+/* Whether `stream` is the per-thread default stream's handle (CU_STREAM_PER_THREAD), which
+ * names the calling thread's own stream: the same handle on another thread is another
+ * stream. */
+static inline bool gpumem__stream_is_per_thread(gpumem_stream stream) {
+  return stream == (gpumem_stream)(uintptr_t)0x2;
+}
 
 /* Every flag of gpumem_pinned_flags and of gpumem_managed_advice, for checking what callers
  * pass. */

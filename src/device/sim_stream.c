@@ -319,10 +319,12 @@ gpumem_status gpumem__sim_device_synchronize(int device) {
   return status;
 }
 
-gpumem_status gpumem__sim_stream_query(gpumem_stream handle) {
+gpumem_status gpumem__sim_stream_query(int device, gpumem_stream handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_stream *stream = NULL;
-  gpumem_status status = gpumem__sim_resolve_stream("stream_query", handle, &stream);
+  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_STREAM_QUERY);
+  if (status == GPUMEM_OK)
+    status = gpumem__sim_resolve_stream_of("stream_query", device, handle, &stream);
   if (status == GPUMEM_OK && stream->completed < stream->enqueued)
     status = GPUMEM_ERR_NOT_READY;
   pthread_mutex_unlock(&gpumem__sim.lock);

@@ -161,6 +161,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   size_t ri = region_for(pool, search);
   gpumem__block *block = find_fit(pool, set, ri, search);
   gpumem_status status = GPUMEM_OK;
+  if (!block && pool->multi_stream && gpumem__pool_take_idle(pool, set) > 0)
+    block = find_fit(pool, set, ri, search);
   if (!block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
   /* Cached blocks are under the cache's limit: they may make room in the small region (or a
@@ -227,6 +229,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     }
     if (status == GPUMEM_OK && !block)
       status = GPUMEM_ERR_OUT_OF_MEMORY;
+    else if (status == GPUMEM_OK)
+      gpumem__absorb_error(); /* the growth's failure: no stale message behind a success */
   }
   *out = block;
   return status;

@@ -863,6 +863,13 @@ void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
  * GPUMEM__POOL_WORKING_RESERVE there. *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  bool spare_working, gpumem__block **out);
+/* Gives `to` every free block of each other stream's set whose stream has done all its work
+ * (asked of the device, no wait), where the blocks of both then merge, as the driver's pool
+ * reuses on any stream a block whose free has completed; a busy stream keeps its blocks as
+ * they were. Left alone: sets that thread fronts serve, and a per-thread default stream's (by
+ * that name another thread names its own stream). How many sets gave their blocks. Only
+ * pools of several streams come here. */
+size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to);
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
  * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL). */

@@ -195,6 +195,33 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
   return GPUMEM_OK;
 }
 
+size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to) {
+  GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
+                 "a take of idle sets runs under the pool's lock");
+  const gpumem__device_ops *dev = pool->header.dev;
+  size_t taken = 0;
+  for (size_t i = 0; i < pool->set_count; i++) {
+    free_set *from = pool->sets[i];
+    if (from == to || is_fresh(pool, from) || from->fronts > 0 ||
+        gpumem__stream_is_per_thread(from->stream) ||
+        (open_blocks(from) == 0 && sealed_blocks(from) == 0))
+      continue;
+    /* A failed query leaves the set as it was; work not done yet sets no message. */
+    gpumem_status status = dev->stream_query(pool->header.device, from->stream);
+    if (status != GPUMEM_OK) {
+      if (status != GPUMEM_ERR_NOT_READY)
+        gpumem__absorb_error();
+      continue;
+    }
+    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
+      move_index(pool, &from->open[r], to, GPUMEM__BLOCK_OPEN);
+      move_index(pool, &from->sealed[r], to, GPUMEM__BLOCK_OPEN);
+    }
+    taken++;
+  }
+  return taken;
+}
+
 gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) {
   /* Fronts first: a front's thread may free, into its front, a block its stream's work
    * still uses; once flushed, its frees wait for this lock, so the wait below covers all. */
