@@ -124,8 +124,8 @@ static void workload(const char *spec) {
   }
 
   /* A second stream's freed block, larger than any the workload's stream has free: a pool
-   * asks whether that stream is idle (gpumem__pool_take_idle) before it steals or grows. A
-   * failed query is absorbed, and the pool grows instead. */
+   * asks that stream's seal event whether its work is done (gpumem__pool_take_idle) before it
+   * steals or grows. A failed query is absorbed, and the pool steals or grows instead. */
   if (strncmp(spec, "pool", 4) == 0) {
     gpumem_stream side = NULL;
     void *freed = NULL, *taken = NULL;

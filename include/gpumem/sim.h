@@ -91,7 +91,7 @@ typedef enum gpumem_sim_call {
   GPUMEM_SIM_CALL_VMM_MAP,
   GPUMEM_SIM_CALL_VMM_SET_ACCESS,
   GPUMEM_SIM_CALL_VMM_UNMAP,
-  GPUMEM_SIM_CALL_STREAM_QUERY, /* whether a stream's work is done */
+  GPUMEM_SIM_CALL_EVENT_QUERY, /* whether an event's work is done */
   GPUMEM_SIM_CALL_KIND_COUNT
 } gpumem_sim_call;
 

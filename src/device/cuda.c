@@ -623,15 +623,11 @@ static gpumem_status cuda_device_synchronize(int device) {
   IN_DEVICE(device, cu.cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
-static gpumem_status cuda_stream_query(int device, gpumem_stream stream) {
-  /* A special stream means `device`'s default stream: that device is made current for it. */
-  context_scope scope = {NULL, false};
-  gpumem_status status =
-      is_special_stream(stream) ? enter_device(device, &scope) : ensure_context(stream);
+static gpumem_status cuda_stream_query(gpumem_stream stream) {
+  gpumem_status status = ensure_context(stream);
   if (status != GPUMEM_OK)
     return status;
   CUresult result = cu.cuStreamQuery((CUstream)stream);
-  leave_device(&scope);
   if (result == CUDA_ERROR_NOT_READY)
     return GPUMEM_ERR_NOT_READY;
   CU_CHECK(result, "cuStreamQuery");

@@ -91,9 +91,8 @@ typedef struct gpumem__device_ops {
   /* Waits for all work on every stream of the device (cuCtxSynchronize). */
   gpumem_status (*device_synchronize)(int device);
   /* GPUMEM_OK when all work on the stream is done, GPUMEM_ERR_NOT_READY when not (no
-   * message is set for NOT_READY). `device` is the stream's device, whose default stream a
-   * special stream means (as event_record). */
-  gpumem_status (*stream_query)(int device, gpumem_stream stream);
+   * message is set for NOT_READY). */
+  gpumem_status (*stream_query)(gpumem_stream stream);
   /* An event without timing, on `device`. */
   gpumem_status (*event_create)(int device, gpumem__event *event);
   gpumem_status (*event_destroy)(gpumem__event event);

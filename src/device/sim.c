@@ -415,7 +415,7 @@ static const char *const call_names[GPUMEM_SIM_CALL_KIND_COUNT] = {
     [GPUMEM_SIM_CALL_VMM_MAP] = "vmm_map",
     [GPUMEM_SIM_CALL_VMM_SET_ACCESS] = "vmm_set_access",
     [GPUMEM_SIM_CALL_VMM_UNMAP] = "vmm_unmap",
-    [GPUMEM_SIM_CALL_STREAM_QUERY] = "stream_query",
+    [GPUMEM_SIM_CALL_EVENT_QUERY] = "event_query",
 };
 
 /* Calls that obtain memory or address space, which a driver fails as out of memory. */

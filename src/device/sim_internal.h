@@ -259,7 +259,7 @@ gpumem_status gpumem__sim_prefetch(void *ptr, size_t bytes, int device, gpumem_s
 gpumem_status gpumem__sim_stream_create(int device, gpumem_stream *stream);
 gpumem_status gpumem__sim_stream_destroy(gpumem_stream stream);
 gpumem_status gpumem__sim_stream_synchronize(gpumem_stream stream);
-gpumem_status gpumem__sim_stream_query(int device, gpumem_stream stream);
+gpumem_status gpumem__sim_stream_query(gpumem_stream stream);
 gpumem_status gpumem__sim_event_create(int device, gpumem__event *event);
 gpumem_status gpumem__sim_event_destroy(gpumem__event event);
 gpumem_status gpumem__sim_event_record(int device, gpumem__event event, gpumem_stream stream);

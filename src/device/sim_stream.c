@@ -319,12 +319,10 @@ gpumem_status gpumem__sim_device_synchronize(int device) {
   return status;
 }
 
-gpumem_status gpumem__sim_stream_query(int device, gpumem_stream handle) {
+gpumem_status gpumem__sim_stream_query(gpumem_stream handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_stream *stream = NULL;
-  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_STREAM_QUERY);
-  if (status == GPUMEM_OK)
-    status = gpumem__sim_resolve_stream_of("stream_query", device, handle, &stream);
+  gpumem_status status = gpumem__sim_resolve_stream("stream_query", handle, &stream);
   if (status == GPUMEM_OK && stream->completed < stream->enqueued)
     status = GPUMEM_ERR_NOT_READY;
   pthread_mutex_unlock(&gpumem__sim.lock);
@@ -444,7 +442,9 @@ gpumem_status gpumem__sim_event_record(int device, gpumem__event handle,
 gpumem_status gpumem__sim_event_query(gpumem__event handle) {
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_event *event = NULL;
-  gpumem_status status = find_event("event_query", handle, &event);
+  gpumem_status status = gpumem__sim_enter(GPUMEM_SIM_CALL_EVENT_QUERY);
+  if (status == GPUMEM_OK)
+    status = find_event("event_query", handle, &event);
   if (status == GPUMEM_OK && event->recorded &&
       !gpumem__sim_stream_reached(event->stream_id, event->point))
     status = GPUMEM_ERR_NOT_READY;

@@ -161,7 +161,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   size_t ri = region_for(pool, search);
   gpumem__block *block = find_fit(pool, set, ri, search);
   gpumem_status status = GPUMEM_OK;
-  if (!block && pool->multi_stream && gpumem__pool_take_idle(pool, set) > 0)
+  if (!block && pool->multi_stream && gpumem__pool_take_idle(pool, set, ri) > 0)
     block = find_fit(pool, set, ri, search);
   if (!block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block);
@@ -464,8 +464,9 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   free_set *set = NULL;
   gpumem_status status = set_for(pool, stream, &set);
   /* A seal is due: record the event first, so that if it fails nothing has changed. */
-  bool sealing =
-      status == GPUMEM_OK && pool->multi_stream && set->open_frees + 1 >= GPUMEM__POOL_SEAL_EVERY;
+  bool sealing = status == GPUMEM_OK && pool->multi_stream &&
+                 (set->open_frees + 1 >= GPUMEM__POOL_SEAL_EVERY ||
+                  set->open_bytes + block->size > GPUMEM__POOL_OPEN_BYTES_MAX);
   if (sealing)
     status = gpumem__pool_seal(pool, set);
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
@@ -487,8 +488,10 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   /* Just after a seal this block is covered by the event too: the record captured all work
    * enqueued before this free. */
   release_block_in_line(pool, set, block, sealing ? GPUMEM__BLOCK_SEALED : GPUMEM__BLOCK_OPEN);
-  if (!sealing)
+  if (!sealing) {
     set->open_frees++;
+    set->open_bytes += block->size;
+  }
   /* The block unsealed large neighbours: they are sealed again before the stream can go idle
    * with them. */
   if (GPUMEM_UNLIKELY(set->unsealed_bytes >= GPUMEM__POOL_UNSEALED_MAX))

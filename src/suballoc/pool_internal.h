@@ -30,6 +30,14 @@
 
 /* How many frees on a stream between two seals: one event record pays for this many. */
 #define GPUMEM__POOL_SEAL_EVERY 16
+/* A free that would leave more than this many bytes freed open on its stream since the last
+ * seal seals (itself too), so that large blocks become another stream's to take soon:
+ * another stream takes the sealed blocks of an idle stream without a wait
+ * (gpumem__pool_take_idle), but open ones only after the stream's next seal. Without it a
+ * side stream that frees a few large blocks a step kept them for sixteen frees, and a
+ * prefetcher's trace held 1.133 times its live peak instead of 1.007 (docs/gpu-runs.md,
+ * forty-second session). */
+#define GPUMEM__POOL_OPEN_BYTES_MAX ((size_t)2 << 20)
 
 /* The cache holds blocks under its limit in one list per class of the free index (a power of
  * two cut in 16: exact sizes under 8 KiB, within 1/16 above), up to GPUMEM__POOL_CACHE_MAX of
@@ -209,6 +217,7 @@ typedef struct free_set {
   /* Covered by `event`: another stream may take them after waiting on it. */
   gpumem__free_index sealed[GPUMEM__POOL_REGION_COUNT];
   unsigned open_frees;
+  size_t open_bytes; /* freed open since the last seal (GPUMEM__POOL_OPEN_BYTES_MAX) */
   /* Sealed bytes that frees merged into open blocks since the last seal: past
    * GPUMEM__POOL_UNSEALED_MAX the stream's next call seals at once (a stream that goes idle
    * would otherwise keep them from other streams until a fold). */
@@ -863,13 +872,14 @@ void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
  * GPUMEM__POOL_WORKING_RESERVE there. *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  bool spare_working, gpumem__block **out);
-/* Gives `to` every free block of each other stream's set whose stream has done all its work
- * (asked of the device, no wait), where the blocks of both then merge, as the driver's pool
- * reuses on any stream a block whose free has completed; a busy stream keeps its blocks as
- * they were. Left alone: sets that thread fronts serve, and a per-thread default stream's (by
- * that name another thread names its own stream). How many sets gave their blocks. Only
- * pools of several streams come here. */
-size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to);
+/* Gives `to` the sealed blocks of each other stream's set whose last seal's work is done
+ * (asked of its event, no wait: the stream itself may be gone), where they then merge with
+ * `to`'s own, as the driver's pool reuses on any stream a block whose free has completed; a
+ * set whose work is pending keeps its blocks as they were. Left alone: sets that thread
+ * fronts serve, and a per-thread default stream's (its seals record on whichever thread's
+ * stream that handle named then). How many sets gave their blocks. Only pools of several
+ * streams come here. */
+size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r);
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
  * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL). */

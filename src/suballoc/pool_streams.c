@@ -98,6 +98,7 @@ gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set) {
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
     move_index(pool, &set->open[r], set, GPUMEM__BLOCK_SEALED);
   set->open_frees = 0;
+  set->open_bytes = 0;
   set->unsealed_bytes = 0;
   return GPUMEM_OK;
 }
@@ -195,28 +196,30 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
   return GPUMEM_OK;
 }
 
-size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to) {
+size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r) {
   GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
                  "a take of idle sets runs under the pool's lock");
-  const gpumem__device_ops *dev = pool->header.dev;
   size_t taken = 0;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
     if (from == to || is_fresh(pool, from) || from->fronts > 0 ||
-        gpumem__stream_is_per_thread(from->stream) ||
-        (open_blocks(from) == 0 && sealed_blocks(from) == 0))
+        gpumem__stream_is_per_thread(from->stream) || from->sealed[r].block_count == 0)
       continue;
-    /* A failed query leaves the set as it was; work not done yet sets no message. */
-    gpumem_status status = dev->stream_query(pool->header.device, from->stream);
+    /* The event, not the stream: the program may have destroyed the stream since. A failed
+     * query leaves the set as it was; work not done yet sets no message. */
+    gpumem_status status = pool->header.dev->event_query(from->event);
     if (status != GPUMEM_OK) {
       if (status != GPUMEM_ERR_NOT_READY)
         gpumem__absorb_error();
       continue;
     }
-    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++) {
-      move_index(pool, &from->open[r], to, GPUMEM__BLOCK_OPEN);
-      move_index(pool, &from->sealed[r], to, GPUMEM__BLOCK_OPEN);
+    /* Sealed in `to` as well, with no pending work: other streams may take them from it
+     * (a steal waits on `to`'s event, which must exist: a first seal makes it). */
+    if (!to->event && gpumem__pool_seal(pool, to) != GPUMEM_OK) {
+      gpumem__absorb_error();
+      return taken;
     }
+    move_index(pool, &from->sealed[r], to, GPUMEM__BLOCK_SEALED);
     taken++;
   }
   return taken;
