@@ -213,9 +213,10 @@ size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r) {
         gpumem__absorb_error();
       continue;
     }
-    /* Sealed in `to` as well, with no pending work: other streams may take them from it
-     * (a steal waits on `to`'s event, which must exist: a first seal makes it). */
-    if (!to->event && gpumem__pool_seal(pool, to) != GPUMEM_OK) {
+    /* Sealed in `to` as well, with no pending work: other streams may take them from it.
+     * `to` is sealed first: a steal waits on its event, which must exist, and a sealed block
+     * merges only with sealed neighbours, where an open one would have unsealed them. */
+    if ((!to->event || open_blocks(to) > 0) && gpumem__pool_seal(pool, to) != GPUMEM_OK) {
       gpumem__absorb_error();
       return taken;
     }
