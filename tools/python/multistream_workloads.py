@@ -18,7 +18,7 @@ that the allocator may hand it out again on its own stream at once."""
 import contextlib
 import inspect
 
-from record_traces import _gpt2, _unet, _cache_of, workload
+from record_traces import Training, _cache_of, _gpt2, _unet, resnet50_serving, workload
 
 
 def _streams(ctx, count):
@@ -42,12 +42,8 @@ def _wait(ctx, waiting, waited):
           "two streams at once: each pair of requests (random batch 1 to 32, resolution 128 to "
           "384) runs one on each stream, inputs made there")
 def resnet_server_2streams(ctx):
-    import torchvision
-
     torch = ctx.torch
-    dtype = torch.float16 if ctx.cuda else torch.float32
-    model = torchvision.models.resnet50(weights=None).to(ctx.device).to(dtype)
-    model = model.to(memory_format=torch.channels_last).eval()
+    model, dtype = resnet50_serving(ctx)
     streams = _streams(ctx, 2)
     for stream in streams:
         _wait(ctx, stream, None)  # the weights, made on the current stream
@@ -119,8 +115,6 @@ def gpt2_generate_2streams(ctx):
 def efficientnet_train_prefetch(ctx):
     import torchvision
 
-    from record_traces import Training
-
     torch = ctx.torch
     model = torchvision.models.efficientnet_b0(weights=None).to(ctx.device)
     model = model.to(memory_format=torch.channels_last).train()
@@ -162,8 +156,6 @@ def efficientnet_train_prefetch(ctx):
           "gradient scaler, batch 32 of 4 x 64 x 64 latents), with an exponential moving "
           "average of the weights updated on a side stream after every step")
 def unet_train_ema(ctx):
-    from record_traces import Training
-
     torch = ctx.torch
     model = _unet(ctx).to(ctx.device).train()
     ema = [p.detach().clone() for p in model.parameters()]

@@ -509,15 +509,22 @@ def vit_infer_varbatch(ctx):
             del images
 
 
-@workload("inference", "varying", "ResNet-50 (torchvision) serving in fp16, channels-last: "
-          "each request a random batch (1 to 32) and resolution (128 to 384)")
-def resnet_infer_varres(ctx):
+def resnet50_serving(ctx):
+    """ResNet-50 (torchvision) for serving: fp16 on the GPU (fp32 in a smoke run),
+    channels-last, in eval mode; returns it and its dtype."""
     import torchvision
 
     torch = ctx.torch
     dtype = torch.float16 if ctx.cuda else torch.float32
     model = torchvision.models.resnet50(weights=None).to(ctx.device).to(dtype)
-    model = model.to(memory_format=torch.channels_last).eval()
+    return model.to(memory_format=torch.channels_last).eval(), dtype
+
+
+@workload("inference", "varying", "ResNet-50 (torchvision) serving in fp16, channels-last: "
+          "each request a random batch (1 to 32) and resolution (128 to 384)")
+def resnet_infer_varres(ctx):
+    torch = ctx.torch
+    model, dtype = resnet50_serving(ctx)
     with torch.inference_mode():
         for _ in ctx.steps(60):
             batch = ctx.randint(1, 32) if not ctx.smoke else 2
