@@ -1099,6 +1099,41 @@ static void test_idle_stream_gives_its_blocks(void) {
   printf("an idle stream gives its sealed blocks to another stream: no growth, no wait\n");
 }
 
+static bool has_set(const pool_resource *pool, gpumem_stream stream) {
+  for (size_t i = 1; i < pool->set_count; i++)
+    if (pool->sets[i]->stream == stream)
+      return true;
+  return false;
+}
+
+/* A stream set that an idle take emptied goes, so that the sets of streams a program has
+ * finished with do not pile up; the stream's next call makes it a new one. */
+static void test_idle_take_drops_emptied_set(void) {
+  gpumem_resource *mr;
+  gpumem_stream first, second;
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm, release_holes_over=never)", &mr));
+  CHECK_OK(gpumem_stream_create(0, &first));
+  CHECK_OK(gpumem_stream_create(0, &second));
+  pool_resource *pool = (pool_resource *)mr;
+  enum { piece = 4 << 20 };
+  void *little, *x, *taken;
+  CHECK_OK(gpumem_allocate(mr, 256, first, &little));
+  CHECK_OK(gpumem_allocate(mr, piece, second, &x)); /* the second stream: a set of its own */
+  use_on(second, x, piece, 9);
+  CHECK_OK(gpumem_deallocate(mr, x, piece, second)); /* its only free block, sealed */
+  CHECK_OK(gpumem_stream_synchronize(second));
+  CHECK(has_set(pool, second));
+  CHECK_OK(gpumem_allocate(mr, piece, first, &taken));
+  CHECK_PTR_EQ(taken, x);
+  CHECK(!has_set(pool, second));
+  if (check_on_sim())
+    CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_OK(gpumem_deallocate(mr, taken, piece, first));
+  CHECK_OK(gpumem_deallocate(mr, little, 256, first));
+  two_stream_pool_release(mr, first, second);
+  printf("a stream set emptied by an idle take goes\n");
+}
+
 /* When a second stream first comes, the pool waits for the device once: what the first
  * stream freed so far, open (fewer frees than a seal takes) and never to be sealed if that
  * stream frees no more, becomes free for every stream. Before, on a real trace of two
@@ -3041,6 +3076,7 @@ int main(void) {
   test_side_stream_leaves_large_memory();
   test_open_free_merges_sealed_neighbours();
   test_idle_stream_gives_its_blocks();
+  test_idle_take_drops_emptied_set();
   test_second_stream_takes_first_streams_frees();
   test_stolen_blocks_are_sealed();
   test_per_thread_stream_keeps_its_blocks();

@@ -164,6 +164,13 @@ static size_t open_blocks(const free_set *set) {
   return count;
 }
 
+/* Whether another stream's set that gave its blocks away may go: nothing free left in it,
+ * and no thread's front or batch of returns on its way to it. */
+static bool emptied(const pool_resource *pool, free_set *set) {
+  return !is_fresh(pool, set) && open_blocks(set) == 0 && sealed_blocks(set) == 0 &&
+         set->fronts == 0 && atomic_load_explicit(&set->returns, memory_order_acquire) == 0;
+}
+
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  bool spare_working, gpumem__block **out) {
   GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
@@ -197,8 +204,7 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
      * fresh memory whole kept it from the other for sixteen frees. */
     if (pool->multi_stream && gpumem__pool_seal(pool, to) != GPUMEM_OK)
       gpumem__absorb_error(); /* the blocks stay open, for the set's next seal */
-    if (!is_fresh(pool, from) && open_blocks(from) == 0 && sealed_blocks(from) == 0 &&
-        from->fronts == 0 && atomic_load_explicit(&from->returns, memory_order_acquire) == 0)
+    if (emptied(pool, from))
       drop_set(pool, i);
     *out = find_fit(pool, to, r, size);
     return GPUMEM_OK;
@@ -232,6 +238,8 @@ size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r) {
     }
     move_index(pool, &from->sealed[r], to, GPUMEM__BLOCK_SEALED);
     taken++;
+    if (emptied(pool, from))
+      drop_set(pool, i--); /* the last set moved into place i */
   }
   return taken;
 }
