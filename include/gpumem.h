@@ -745,13 +745,11 @@ GPUMEM_API gpumem_status gpumem_log_file_name(const gpumem_resource *mr, char *b
 
 /* ---------------------------------------------------------------------------------------
  * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
- * of nanoseconds instead of the driver's microseconds and do not synchronize, but once:
- * the first call on a second stream waits for the device, so that what the first stream
- * freed until then serves every stream. Free blocks are kept per stream: a block freed on
- * stream A is reused at once by A; another stream B gets A's free blocks once A's work on
- * them is done (an event recorded on A for a batch of frees, which B finds complete), or
- * before that after B has been made to wait for it (the event waited on by B, which moves
- * A's free blocks of the request's kind to B at once).
+ * of nanoseconds instead of the driver's microseconds and never synchronize. Free blocks
+ * are kept per stream: a block freed on stream A is reused at once by A; another stream B
+ * gets A's free blocks once A's work on them is done (an event recorded on A for a batch of
+ * frees, which B finds complete), or before that after B has been made to wait for it (the
+ * event waited on by B, which moves A's free blocks of the request's kind to B at once).
  *
  * Growth: when no free block fits, the pool takes the request (rounded up to 2 MiB, or to
  * the granularity over vmm) from its upstream, up to maximum_size. Over a vmm upstream the

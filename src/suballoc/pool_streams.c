@@ -56,11 +56,6 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
      * their next free. */
     set_layout(pool, pool->split_regions, true);
     gpumem__pool_flush_caches(pool);
-    /* Once, a wait for the device: the first stream's frees so far, open and never to be
-     * sealed if it frees no more, join the fresh set, free for every stream. Left open, a
-     * real serving trace's first stream held 52 MB that the second could not take. */
-    if (gpumem__pool_fold_into_fresh(pool, set) != GPUMEM_OK)
-      gpumem__absorb_error(); /* a failed fold only leaves the sets as they were */
     for (size_t i = 1; i < pool->set_count; i++)
       pool->sets[i]->open_frees = GPUMEM__POOL_SEAL_EVERY - 1;
   }
@@ -199,11 +194,6 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
     for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
       if (other == r || is_fresh(pool, from))
         move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
-    /* Sealed at once, what was taken is the other streams' again after one wait, or with
-     * none once `to` is idle: left open until `to`'s next seal, a stream that took the
-     * fresh memory whole kept it from the other for sixteen frees. */
-    if (pool->multi_stream && gpumem__pool_seal(pool, to) != GPUMEM_OK)
-      gpumem__absorb_error(); /* the blocks stay open, for the set's next seal */
     if (emptied(pool, from))
       drop_set(pool, i);
     *out = find_fit(pool, to, r, size);
