@@ -806,11 +806,13 @@ static void use_on(gpumem_stream stream, void *ptr, size_t bytes, int value) {
     CHECK_OK(gpumem_memset_async(ptr, value & 0xff, bytes, stream));
 }
 
-/* On both backends: stream b reuses the blocks a freed with a's work still pending, so the
- * pool barely grows. On the simulated device also: b waited for that work (no hazard), with
- * one stream wait per batch, for one event record per batch of frees, and a seal whose
- * event record fails is a failed free. A GPU has no count of event records or waits and
- * cannot fail a record on demand; tests/gpu/stream_order.cu checks the waiting there. */
+/* On both backends: stream b reuses the blocks a freed once a's work on them is done, so
+ * the pool barely grows. On the simulated device also: while a's work is pending b grows
+ * rather than wait for it (streams' work must not run one after another for the pool's
+ * sake); at the pool's limit b takes them after waiting for that work (no hazard), with one
+ * stream wait per batch, for one event record per batch of frees; and a seal whose event
+ * record fails is a failed free. A GPU has no count of event records or waits and cannot
+ * fail a record on demand; tests/gpu/stream_order.cu checks the waiting there. */
 static void test_cross_stream(void) {
   bool sim = check_on_sim();
   gpumem_resource *mr;
@@ -836,10 +838,19 @@ static void test_cross_stream(void) {
   if (sim)
     CHECK(recorded >= 1 && recorded <= count / seal_every + 1);
 
-  /* Stream a's kernels are pending; b takes a's sealed memory only after waiting on it. */
   gpumem_sim_reset_hazards();
   uint64_t waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
   uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  if (sim) {
+    /* Stream a's kernels are pending: b grows for one block rather than wait on them. */
+    void *grown;
+    CHECK_OK(gpumem_allocate(mr, bytes, b, &grown));
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits);
+    CHECK(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES) > reserved);
+    CHECK_OK(gpumem_deallocate(mr, grown, bytes, b));
+  }
+  CHECK_OK(gpumem_stream_synchronize(a)); /* a's work done: b takes its blocks, no wait */
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
   for (int i = 0; i < count; i++) {
     CHECK_OK(gpumem_allocate(mr, bytes, b, &blocks[i]));
     use_on(b, blocks[i], bytes, i);
@@ -890,6 +901,42 @@ static void test_cross_stream(void) {
   CHECK_OK(gpumem_resource_release(mr));
   printf("cross-stream reuse: no hazard, %llu event records for %d frees\n",
          (unsigned long long)recorded, count);
+}
+
+/* At its limit a pool takes another stream's sealed blocks with that stream's work still
+ * pending, after making the taking stream wait for it: no hazard, one wait. */
+static void test_cross_stream_at_limit(void) {
+  if (!check_on_sim()) {
+    printf("cross-stream reuse at the limit: a simulated-device check (waits and hazards)\n");
+    return;
+  }
+  gpumem_resource *mr;
+  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=8MiB, max=8MiB)", &mr));
+  gpumem_stream a, b;
+  CHECK_OK(gpumem_stream_create(0, &a));
+  CHECK_OK(gpumem_stream_create(0, &b));
+  enum { piece = 4 << 20 };
+  void *x[2], *taken;
+  CHECK_OK(gpumem_allocate(mr, 256, b, &taken)); /* b uses the pool: frees get sealed */
+  CHECK_OK(gpumem_deallocate(mr, taken, 256, b));
+  for (int i = 0; i < 2; i++) {
+    CHECK_OK(gpumem_allocate(mr, piece - (i ? 4096 : 0), a, &x[i]));
+    use_on(a, x[i], piece - (i ? 4096 : 0), i);
+  }
+  for (int i = 0; i < 2; i++)
+    CHECK_OK(gpumem_deallocate(mr, x[i], piece - (i ? 4096 : 0), a)); /* sealed, pending */
+  gpumem_sim_reset_hazards();
+  uint64_t waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
+  CHECK_OK(gpumem_allocate(mr, piece, b, &taken));
+  use_on(b, taken, piece, 9);
+  CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits + 1);
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_OK(gpumem_deallocate(mr, taken, piece, b));
+  CHECK_OK(gpumem_sim_complete_all());
+  CHECK_OK(gpumem_stream_destroy(a));
+  CHECK_OK(gpumem_stream_destroy(b));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("cross-stream reuse at the limit: one wait, no hazard\n");
 }
 
 /* ---- many threads, freeing each other's blocks ---- */
@@ -1039,7 +1086,7 @@ static void test_open_free_merges_sealed_neighbours(void) {
  * until its sixteenth free, and one that stole a busy stream's memory held it: on real traces
  * of a prefetcher and of two requests served at once, 1.133 and 1.292 to 1.461 times their
  * live peak against 1.007 and 1.069 to 1.049 with one stream (docs/gpu-runs.md, forty-second
- * session). While the work is pending, a steal takes them after a wait, as before. */
+ * session). While the work is pending, the other stream grows rather than wait for it. */
 static void test_idle_stream_gives_its_blocks(void) {
   bool sim = check_on_sim();
   gpumem_resource *mr;
@@ -1068,30 +1115,34 @@ static void test_idle_stream_gives_its_blocks(void) {
     CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   }
 
-  /* Pending: the busy stream's work on the block is not done, so the side stream takes it
-   * only after waiting on the busy stream's event (a GPU may finish the work at once: only
-   * the simulated device keeps it pending). */
+  /* Pending: the busy stream's work on the block is not done, so the side stream grows
+   * rather than wait for it (a GPU may finish the work at once: only the simulated device
+   * keeps it pending). */
   use_on(busy, taken, 2 * piece, 8);
   CHECK_OK(gpumem_deallocate(mr, taken, 2 * piece, busy)); /* a seal */
-  CHECK_OK(gpumem_allocate(mr, 2 * piece, side, &taken));
-  CHECK_PTR_EQ(taken, x[0]);
+  void *grown;
+  CHECK_OK(gpumem_allocate(mr, 2 * piece, side, &grown));
   if (sim) {
-    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits + 1);
+    CHECK(grown != x[0]);
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits);
     CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   }
+  CHECK_OK(gpumem_deallocate(mr, grown, 2 * piece, side));
+  CHECK_OK(gpumem_stream_synchronize(busy));
 
-  /* A failed query is absorbed: the busy stream takes the block after a wait instead. */
-  CHECK_OK(gpumem_deallocate(mr, taken, 2 * piece, side));
-  CHECK_OK(gpumem_stream_synchronize(side));
+  /* A failed query is absorbed: the side stream grows instead, and takes the block at its
+   * next miss. */
   if (sim) {
     uint64_t absorbed = gpumem__absorbed_errors();
     CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_EVENT_QUERY, 1));
-    CHECK_OK(gpumem_allocate(mr, 2 * piece, busy, &taken));
-    CHECK_PTR_EQ(taken, x[0]);
+    CHECK_OK(gpumem_allocate(mr, 4 * piece, side, &grown));
     CHECK(gpumem__absorbed_errors() > absorbed);
-    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits + 2);
+    CHECK_OK(gpumem_allocate(mr, 2 * piece, side, &taken));
+    CHECK_PTR_EQ(taken, x[0]);
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits);
     CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
-    CHECK_OK(gpumem_deallocate(mr, taken, 2 * piece, busy));
+    CHECK_OK(gpumem_deallocate(mr, taken, 2 * piece, side));
+    CHECK_OK(gpumem_deallocate(mr, grown, 4 * piece, side));
   }
   CHECK_OK(gpumem_deallocate(mr, x[2], piece, side));
   CHECK_OK(gpumem_deallocate(mr, pin, piece, busy));
@@ -2190,21 +2241,29 @@ static void test_front_refill_spares_its_own(void) {
 }
 
 /* A stream that thread fronts serve keeps a working reserve of sealed free memory from the
- * other streams' steals before the pool grows; what it holds beyond that, they may take. A
- * thread on stream A, its front bound to A by two small blocks it keeps, frees `blocks`
- * blocks of 1 MiB there and cycles one more until a free seals them all (simulated device:
- * the event's record is counted); then this thread asks for blocks of 1 MiB on stream B. */
+ * other streams' idle takes; what it holds beyond that, they may take. A thread on stream
+ * A, its front bound to A by two small blocks it keeps, frees `blocks` blocks of 1 MiB there
+ * and cycles one more until a free seals them all (simulated device: the event's record is
+ * counted); then this thread asks for blocks of 1 MiB on stream B, which has none. */
 enum { reserve_block = 1 << 20, reserve_most = 24 };
 static gpumem_stream reserve_stream;
 static int reserve_blocks;
 static void *reserve_small[4]; /* two a phase */
 static int reserve_phase;
+static uintptr_t reserve_low, reserve_high; /* where A's freed blocks lay */
 
 static void *free_on_reserve_stream(void *arg) {
   (void)arg;
   void *held[reserve_most];
   for (int i = 0; i < reserve_blocks; i++)
     CHECK_OK(gpumem_allocate(front_pool, reserve_block, reserve_stream, &held[i]));
+  reserve_low = UINTPTR_MAX;
+  reserve_high = 0;
+  for (int i = 0; i < reserve_blocks; i++) {
+    uintptr_t at = (uintptr_t)held[i];
+    reserve_low = at < reserve_low ? at : reserve_low;
+    reserve_high = at + reserve_block > reserve_high ? at + reserve_block : reserve_high;
+  }
   /* After them (growth for a large block empties the stream's fronts): the second small
    * block comes through the front, which binds it to A. */
   for (int i = 2 * reserve_phase; i < 2 * reserve_phase + 2; i++)
@@ -2223,43 +2282,39 @@ static void *free_on_reserve_stream(void *arg) {
   return NULL;
 }
 
-/* Whether blocks of 1 MiB on `stream`, past what its set holds, made the pool grow (rather
- * than take A's) after a thread freed `blocks` on the reserve stream. */
-static bool grows_beside(gpumem_stream stream, int blocks) {
+/* Whether a block of 1 MiB on `stream`, a new one, came from A's after a thread freed
+ * `blocks` on A (its work done: no wait either way). */
+static bool takes_beside(gpumem_stream stream, int blocks) {
   reserve_blocks = blocks;
   on_another_thread(free_on_reserve_stream, NULL);
-  uint64_t reserved = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES);
-  void *ptr[reserve_most];
-  int count = 0;
-  /* B's own blocks, until the pool grows or B takes A's (after a wait for A's event). */
   uint64_t waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
-  do
-    CHECK_OK(gpumem_allocate(front_pool, reserve_block, stream, &ptr[count++]));
-  while (count < reserve_most && check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES) == reserved &&
-         gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT) == waits);
-  bool grew = check_query(front_pool, GPUMEM_QUERY_RESERVED_BYTES) != reserved;
-  for (int i = 0; i < count; i++)
-    CHECK_OK(gpumem_deallocate(front_pool, ptr[i], reserve_block, stream));
-  return grew;
+  void *ptr;
+  CHECK_OK(gpumem_allocate(front_pool, reserve_block, stream, &ptr));
+  CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT), waits);
+  bool took = (uintptr_t)ptr >= reserve_low && (uintptr_t)ptr < reserve_high;
+  CHECK_OK(gpumem_deallocate(front_pool, ptr, reserve_block, stream));
+  return took;
 }
 
 static void test_front_working_reserve(void) {
-  gpumem_stream stream;
-  CHECK_OK(gpumem_stream_create(0, &stream));
+  gpumem_stream first, second;
+  CHECK_OK(gpumem_stream_create(0, &first));
+  CHECK_OK(gpumem_stream_create(0, &second));
   CHECK_OK(gpumem_stream_create(0, &reserve_stream));
-  open_front_pool("pool(vmm)", stream);
+  open_front_pool("pool(vmm)", first);
   reserve_phase = 0;
-  CHECK(grows_beside(stream, 3)); /* 3 MiB sealed on A: its thread's reserve */
+  CHECK(!takes_beside(first, 3)); /* 3 MiB sealed on A: its thread's reserve */
   reserve_phase = 1;
-  CHECK(!grows_beside(stream, 20)); /* 20 MiB: the surplus goes to B */
+  CHECK(takes_beside(second, 20)); /* 20 MiB: the surplus goes to another stream */
   for (int i = 0; i < 4; i++)
     CHECK_OK(gpumem_deallocate(front_pool, reserve_small[i], 256, reserve_stream));
-  CHECK_OK(gpumem_stream_synchronize(stream));
-  CHECK_OK(gpumem_stream_destroy(stream));
+  CHECK_OK(gpumem_stream_synchronize(first));
+  CHECK_OK(gpumem_stream_destroy(first));
+  CHECK_OK(gpumem_stream_destroy(second));
   CHECK_OK(gpumem_stream_destroy(reserve_stream));
   CHECK_OK(gpumem_resource_release(front_pool));
-  printf("pool(vmm) with fronts: a front's stream keeps its working reserve from steals, not "
-         "its surplus\n");
+  printf("pool(vmm) with fronts: a front's stream keeps its working reserve from other "
+         "streams, not its surplus\n");
 }
 
 /* Before the pool grows for a front's refill, the other fronts of its stream keep a reserve
@@ -3019,6 +3074,7 @@ int main(void) {
   test_trim_pieces();
   test_trim_large_pieces();
   test_cross_stream();
+  test_cross_stream_at_limit();
   test_side_stream_leaves_large_memory();
   test_open_free_merges_sealed_neighbours();
   test_idle_stream_gives_its_blocks();

@@ -8,10 +8,11 @@
  * may reuse them at once (stream order). Once a second stream uses the pool, sets are
  * sealed in batches: every GPUMEM__POOL_SEAL_EVERY-th free on a stream records one event on
  * it, during that free (when the stream is alive by contract), and the blocks freed so far
- * become "sealed". Another stream takes sealed blocks after waiting on that event; it never
- * touches the freeing stream's handle, which the program may have destroyed since. So
- * cross-stream reuse costs one event record per batch of frees and one wait per batch of
- * blocks taken, and a single-stream program never records an event. Free blocks merge only
+ * become "sealed". Another stream takes sealed blocks once that event is done, and when the
+ * pool cannot grow, after waiting on it; it never touches the freeing stream's handle, which
+ * the program may have destroyed since. So cross-stream reuse costs one event record per
+ * batch of frees and one query (or, short of memory, one wait) per batch of blocks taken,
+ * and a single-stream program never records an event. Free blocks merge only
  * with free neighbours of the same set; a block freed open unseals the sealed ones it
  * merges with (until the set's next seal), so that a stream's own free memory is never cut
  * into open and sealed pieces that no larger request fits.
@@ -153,9 +154,13 @@ static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t se
 }
 
 /* Finds or makes a free block for the request: in the request's region, the stream's own
- * blocks, then other streams' sealed blocks (but the working reserves of streams that
- * thread fronts serve), then growth; when growth fails, any region and any set's sealed
- * blocks, and last a wait for the whole device. */
+ * blocks, then the sealed blocks of other streams whose work on them is done, then fresh
+ * memory, then growth; when growth fails, any region and any set's sealed blocks after a
+ * wait for their stream, and last a wait for the whole device. Before growth no stream
+ * waits for another: four streams that each allocated a block of 4 MiB or more, used it and
+ * freed it, round after round, each took the last one's block after waiting for its work,
+ * and their work ran one stream after another (the simulated device counted 23 waits in
+ * 24 allocations; tests/pool.c, test_streams_do_not_wait_once_warm). */
 static gpumem_status find_block(pool_resource *pool, free_set *set, size_t search,
                                 gpumem__block **out, const char **why) {
   size_t ri = region_for(pool, search);
@@ -164,7 +169,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   if (!block && pool->multi_stream && gpumem__pool_take_idle(pool, set, ri) > 0)
     block = find_fit(pool, set, ri, search);
   if (!block)
-    status = gpumem__pool_steal(pool, set, ri, search, true, &block);
+    status = gpumem__pool_steal(pool, set, ri, search, true, &block); /* fresh memory */
   /* Cached blocks are under the cache's limit: they may make room in the small region (or a
    * pool without regions), never in the large one. One of a larger class is enough; only
    * when there is none does the whole cache merge, which may join smaller ones into room. */
@@ -185,13 +190,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
    * times the pool's locks, on one stream ten times, for less than half the memory). */
   if (status == GPUMEM_OK && !block && gpumem__pool_front_give_larger(pool, set, search))
     block = find_fit(pool, set, ri, search);
-  bool drained = false;
-  while (status == GPUMEM_OK && !block && gpumem__pool_drain_fullest_front(pool, set, search)) {
-    drained = true;
+  while (status == GPUMEM_OK && !block && gpumem__pool_drain_fullest_front(pool, set, search))
     block = find_fit(pool, set, ri, search);
-  }
-  if (drained && !block)
-    status = gpumem__pool_steal(pool, set, ri, search, true, &block);
   /* The memory a release of holes unmaps is held by the upstream for the growth after it,
    * which maps it again where pieces' sizes match: no freeing and making it anew. */
   uint64_t releasing = 0;

@@ -271,12 +271,11 @@ typedef struct chunk {
  * 60 to 62 MiB (2 MiB: 48, 94 MiB). Before a failure, fronts give everything. */
 #define GPUMEM__POOL_FRONT_RESERVE ((size_t)4 << 20)
 /* Sealed free memory of a region that a stream served by thread fronts keeps from other
- * streams' steals before the pool grows (not from the fold before a failure): its thread's
- * working reserve. Threads on their own streams, each taking the others' fragments in turn,
- * otherwise mixed their memory until none of it fitted and the pool grew on every pass of
- * the threads workload (sim, 16 threads: 228 MiB after 5 passes, 352 after 20; with the
- * reserve, 152 and 154); a stream that holds more, such as a consumer thread's that only
- * frees, still gives the rest. */
+ * streams' idle takes: its thread's working reserve. Threads on their own streams, each
+ * taking the others' fragments in turn, otherwise mixed their memory until none of it
+ * fitted and the pool grew on every pass of the threads workload (sim, 16 threads: 228 MiB
+ * after 5 passes, 352 after 20; with the reserve, 152 and 154); a stream that holds more,
+ * such as a consumer thread's that only frees, still gives the rest. */
 #define GPUMEM__POOL_WORKING_RESERVE ((size_t)8 << 20)
 /* The largest block a front carves: the top of the limit's class (pool_front.c checks). */
 #define GPUMEM__POOL_FRONT_TOP ((size_t)1279 << GPUMEM__BLOCK_UNIT_SHIFT)
@@ -868,10 +867,10 @@ GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
 void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
 /* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
  * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
- * wait). With `spare_working`, a set that thread fronts serve keeps up to
- * GPUMEM__POOL_WORKING_RESERVE there. *out: the fitting block, or NULL when no set has one. */
+ * wait). With `fresh_only`, the fresh set's alone: before the pool grows, a stream waits for
+ * no other (find_block says why). *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
-                                 bool spare_working, gpumem__block **out);
+                                 bool fresh_only, gpumem__block **out);
 /* Gives `to` the sealed blocks of each other stream's set whose last seal's work is done
  * (asked of its event, no wait: the stream itself may be gone), where they then merge with
  * `to`'s own, as the driver's pool reuses on any stream a block whose free has completed; a

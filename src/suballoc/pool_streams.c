@@ -167,15 +167,13 @@ static bool emptied(const pool_resource *pool, free_set *set) {
 }
 
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
-                                 bool spare_working, gpumem__block **out) {
+                                 bool fresh_only, gpumem__block **out) {
   GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
                  "a steal runs under the pool's lock");
   *out = NULL;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
-    if (from == to || from->sealed[r].total_bytes < size ||
-        (spare_working && from->fronts > 0 &&
-         from->sealed[r].total_bytes < GPUMEM__POOL_WORKING_RESERVE) ||
+    if (from == to || (fresh_only && !is_fresh(pool, from)) || from->sealed[r].total_bytes < size ||
         !gpumem__free_index_find(&from->sealed[r], size))
       continue;
     if (!is_fresh(pool, from)) {
@@ -208,8 +206,9 @@ size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r) {
   size_t taken = 0;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
-    if (from == to || is_fresh(pool, from) || from->fronts > 0 ||
-        gpumem__stream_is_per_thread(from->stream) || from->sealed[r].block_count == 0)
+    if (from == to || is_fresh(pool, from) || from->sealed[r].block_count == 0 ||
+        (from->fronts > 0 && from->sealed[r].total_bytes < GPUMEM__POOL_WORKING_RESERVE) ||
+        gpumem__stream_is_per_thread(from->stream))
       continue;
     /* The event, not the stream: the program may have destroyed the stream since. A failed
      * query leaves the set as it was; work not done yet sets no message. */
