@@ -1,9 +1,10 @@
 /* pool_streams.c: the pool's free sets, one per stream, and how memory moves between them
  * (see pool.c for the scheme): a stream's set found or made on its first call, the seal
- * that records one event for a batch of frees, the steal that takes another stream's sealed
- * blocks after waiting on its event, and the fold that, after waiting for the whole device,
- * makes every free block free for all. These run off the fast paths: each calls the device
- * or runs once per stream. */
+ * that records one event for a batch of frees, the idle take of another stream's sealed
+ * blocks once their work is done, the steal of fresh memory and, when the pool cannot grow,
+ * of another stream's sealed blocks after waiting on its event, and the fold that, after
+ * waiting for the whole device, makes every free block free for all. These run off the fast
+ * paths: each calls the device or runs once per stream. */
 #include "suballoc/pool_internal.h"
 
 #include <stdlib.h>
@@ -187,8 +188,8 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
      * stream's sealed blocks only in the request's region: a side stream that takes a few
      * small blocks must not take a busy stream's large free memory with them and hold it
      * open until its own next seal (on a real two-stream trace the busy stream then grew
-     * its pool fourfold), while a stream that takes many blocks of a size, as a producer
-     * thread does from its consumers' frees, still gets them with one wait. */
+     * its pool fourfold), while a stream that takes many blocks of a size still gets them
+     * with one wait. */
     for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
       if (other == r || is_fresh(pool, from))
         move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
