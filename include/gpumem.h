@@ -749,9 +749,11 @@ GPUMEM_API gpumem_status gpumem_log_file_name(const gpumem_resource *mr, char *b
  * are kept per stream: a block freed on stream A is reused at once by A; another stream B
  * gets A's free blocks once A's work on them is done (an event recorded on A for a batch of
  * frees, which B finds complete). While that work is pending, B grows the pool rather than
- * wait for A, so that the pool never orders one stream's work after another's; only when
- * the pool cannot grow does B wait for A's work (the event waited on by B, which moves A's
- * free blocks of the request's kind to B at once).
+ * wait for A, so that streams that each reuse their own memory do not run one after
+ * another; only when the pool cannot grow does B wait for A's work (the event waited on by
+ * B, which moves A's free blocks of the request's kind to B at once). Pools shared by
+ * threads are the exception: a thread's cache takes the blocks other threads freed to it
+ * on their streams after waiting for those streams.
  *
  * Growth: when no free block fits, the pool takes the request (rounded up to 2 MiB, or to
  * the granularity over vmm) from its upstream, up to maximum_size. Over a vmm upstream the

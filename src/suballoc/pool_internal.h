@@ -214,7 +214,8 @@ typedef struct free_set {
   /* Freed on this stream since its last seal, or merged with such a block: only this
    * stream may reuse them. */
   gpumem__free_index open[GPUMEM__POOL_REGION_COUNT];
-  /* Covered by `event`: another stream may take them after waiting on it. */
+  /* Covered by `event`: another stream may take them once it is done, or, when the pool
+   * cannot grow, after waiting on it. */
   gpumem__free_index sealed[GPUMEM__POOL_REGION_COUNT];
   unsigned open_frees;
   size_t open_bytes; /* freed open since the last seal (GPUMEM__POOL_OPEN_BYTES_MAX) */
@@ -275,7 +276,7 @@ typedef struct chunk {
  * taking the others' fragments in turn, otherwise mixed their memory until none of it
  * fitted and the pool grew on every pass of the threads workload (sim, 16 threads: 228 MiB
  * after 5 passes, 352 after 20; with the reserve, 152 and 154); a stream that holds more,
- * such as a consumer thread's that only frees, still gives the rest. */
+ * such as a consumer thread's that only frees, gives it all. */
 #define GPUMEM__POOL_WORKING_RESERVE ((size_t)8 << 20)
 /* The largest block a front carves: the top of the limit's class (pool_front.c checks). */
 #define GPUMEM__POOL_FRONT_TOP ((size_t)1279 << GPUMEM__BLOCK_UNIT_SHIFT)
@@ -874,10 +875,11 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
 /* Gives `to` the sealed blocks of each other stream's set whose last seal's work is done
  * (asked of its event, no wait: the stream itself may be gone), where they then merge with
  * `to`'s own, as the driver's pool reuses on any stream a block whose free has completed; a
- * set whose work is pending keeps its blocks as they were. Left alone: sets that thread
- * fronts serve, and a per-thread default stream's (its seals record on whichever thread's
- * stream that handle named then). How many sets gave their blocks. Only pools of several
- * streams come here. */
+ * set whose work is pending keeps its blocks as they were, and a set left empty goes. Left
+ * alone: sets that thread fronts serve holding less than GPUMEM__POOL_WORKING_RESERVE
+ * there, and a per-thread default stream's (its seals record on whichever thread's stream
+ * that handle named then). How many sets gave their blocks. Only pools of several streams
+ * come here. */
 size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r);
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
