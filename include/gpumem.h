@@ -745,15 +745,18 @@ GPUMEM_API gpumem_status gpumem_log_file_name(const gpumem_resource *mr, char *b
 
 /* ---------------------------------------------------------------------------------------
  * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
- * of nanoseconds instead of the driver's microseconds and never synchronize. Free blocks
- * are kept per stream: a block freed on stream A is reused at once by A; another stream B
- * gets A's free blocks once A's work on them is done (an event recorded on A for a batch of
- * frees, which B finds complete). While that work is pending, B grows the pool rather than
- * wait for A, so that streams that each reuse their own memory do not run one after
- * another; only when the pool cannot grow does B wait for A's work (the event waited on by
- * B, which moves A's free blocks of the request's kind to B at once). Pools shared by
- * threads are the exception: a thread's cache takes the blocks other threads freed to it
- * on their streams after waiting for those streams.
+ * of nanoseconds instead of the driver's microseconds and do not synchronize, but once: the
+ * first call on a second stream waits for the device, so that what the first stream freed
+ * until then serves every stream. Free blocks are kept per stream: a block freed on stream
+ * A is reused at once by A; another stream B gets A's free blocks once A's work on them is
+ * done (an event recorded on A for a batch of frees, which B finds complete). While that
+ * work is pending, B grows the pool rather than wait for A, so that streams that each reuse
+ * their own memory do not run one after another; only when the pool cannot grow does B wait
+ * for A's work (the event waited on by B, which moves A's free blocks of the request's kind
+ * to B at once). A pool at its maximum hands its fresh memory out a request at a time, so
+ * that no one stream holds it all for the others to wait on. Pools shared by threads are
+ * the exception: a thread's cache takes the blocks other threads freed to it on their
+ * streams after waiting for those streams.
  *
  * Growth: when no free block fits, the pool takes the request (rounded up to 2 MiB, or to
  * the granularity over vmm) from its upstream, up to maximum_size. Over a vmm upstream the

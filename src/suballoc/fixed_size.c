@@ -3,7 +3,8 @@
  * A fixed-size resource is a pool whose blocks all have the block size, whatever the request
  * (up to it), and which grows by `blocks_to_preallocate` blocks at a time. Equal blocks always find
  * an exact fit in the pool's free index (constant time, no search), and the pool brings the stream
- * rules (per-stream reuse, sealed cross-stream steals) that any suballocator needs. */
+ * rules (per-stream reuse, other streams' blocks once their work is done) that any
+ * suballocator needs. */
 #include "suballoc/pool.h"
 
 #include <stdio.h>

@@ -12,7 +12,9 @@
  * pool cannot grow, after waiting on it; it never touches the freeing stream's handle, which
  * the program may have destroyed since. So cross-stream reuse costs one event record per
  * batch of frees and one query (or, short of memory, one wait) per batch of blocks taken,
- * and a single-stream program never records an event. Free blocks merge only
+ * and a single-stream program never records an event. When the second stream first comes,
+ * the pool waits for the device once, so that the first stream's frees so far, never
+ * sealed, are free for both. Free blocks merge only
  * with free neighbours of the same set; a block freed open unseals the sealed ones it
  * merges with (until the set's next seal), so that a stream's own free memory is never cut
  * into open and sealed pieces that no larger request fits.
@@ -21,7 +23,10 @@
  * device, after which every free block is safe for every stream, and tries again.
  *
  * Memory fresh from the upstream has no pending work: it sits in a set of its own that any
- * stream takes from without waiting.
+ * stream takes from without waiting, whole, or where the pool is at its maximum and several
+ * streams use it, a request's piece at a time (pool_streams.c, take_piece). A stream that
+ * took another set's blocks seals them at once, so that they are the other streams' again
+ * once its work is done.
  *
  * A single-stream pool keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
  * cache limit (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
@@ -131,6 +136,11 @@ static inline gpumem__block *carve(pool_resource *pool, free_set *set, gpumem__b
   }
   taken->state = GPUMEM__BLOCK_ALLOCATED;
   return taken;
+}
+
+gpumem__block *gpumem__pool_carve(pool_resource *pool, free_set *set, gpumem__block *block,
+                                  size_t size) {
+  return carve(pool, set, block, size, GPUMEM_DEFAULT_ALIGNMENT);
 }
 
 gpumem__block *gpumem__pool_fit_other_than_tail(free_set *set, gpumem__block *tail, size_t size) {

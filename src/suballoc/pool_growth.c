@@ -48,6 +48,11 @@ static bool tail_grows(const pool_resource *pool, const region *r, const free_se
          !growth_step(pool, size - tail->size, shortfall);
 }
 
+bool gpumem__pool_at_maximum(const pool_resource *pool, size_t size) {
+  size_t step;
+  return growth_step(pool, size, &step) == at_maximum;
+}
+
 size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const free_set *set,
                                  size_t size) {
   size_t bytes = size;

@@ -710,6 +710,11 @@ static inline gpumem__block *find_in_set(const free_set *set, size_t r, size_t s
   return open;
 }
 
+/* Cuts `size` bytes from the front of free block `block` of `set` (the rest stays free
+ * there) and returns them, taken out of the set's index; the whole block where the rest
+ * would be a sliver or no host memory is left to cut it. For paths off the hot ones. */
+gpumem__block *gpumem__pool_carve(pool_resource *pool, free_set *set, gpumem__block *block,
+                                  size_t size);
 /* find_fit's slow path: the best fit of the large region other than its last block `tail`,
  * or `tail` when nothing else fits. */
 gpumem__block *gpumem__pool_fit_other_than_tail(free_set *set, gpumem__block *tail, size_t size);
@@ -868,8 +873,9 @@ GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
 void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
 /* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
  * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
- * wait). With `fresh_only`, the fresh set's alone: before the pool grows, a stream waits for
- * no other (find_block says why). *out: the fitting block, or NULL when no set has one. */
+ * wait; at the pool's maximum, only the request's piece of it goes), and seals `to`. With
+ * `fresh_only`, the fresh set's alone: before the pool grows, a stream waits for no other
+ * (find_block says why). *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  bool fresh_only, gpumem__block **out);
 /* Gives `to` the sealed blocks of each other stream's set whose last seal's work is done
@@ -933,6 +939,8 @@ gpumem_status gpumem__pool_grow(pool_resource *pool, free_set *set, size_t ri, s
  * nothing. */
 uintptr_t gpumem__pool_wrap_growth(pool_resource *pool, size_t ri, const free_set *set,
                                    size_t size);
+/* Whether the pool's maximum leaves no room to grow for `size` bytes. */
+bool gpumem__pool_at_maximum(const pool_resource *pool, size_t size);
 /* The bytes gpumem__pool_grow would take from the upstream for the same request: the
  * shortfall past a free last block it extends in place, else a whole growth step. */
 size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const free_set *set,

@@ -1,9 +1,10 @@
 /* pool_streams.c: the pool's free sets, one per stream, and how memory moves between them
- * (see pool.c for the scheme): a stream's set found or made on its first call, the seal
- * that records one event for a batch of frees, the idle take of another stream's sealed
- * blocks once their work is done, the steal of fresh memory and, when the pool cannot grow,
- * of another stream's sealed blocks after waiting on its event, and the fold that, after
- * waiting for the whole device, makes every free block free for all. These run off the fast
+ * (see pool.c for the scheme): a stream's set found or made on its first call (the second
+ * stream's folds once), the seal that records one event for a batch of frees, the idle take
+ * of another stream's sealed blocks once their work is done, the steal of fresh memory and,
+ * when the pool cannot grow, of another stream's sealed blocks after waiting on its event,
+ * and the fold that, after waiting for the whole device, makes every free block free for
+ * all. These run off the fast
  * paths: each calls the device or runs once per stream. */
 #include "suballoc/pool_internal.h"
 
@@ -57,6 +58,11 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
      * their next free. */
     set_layout(pool, pool->split_regions, true);
     gpumem__pool_flush_caches(pool);
+    /* Once, a wait for the device: the first stream's frees so far, open and never to be
+     * sealed if it frees no more, join the fresh set, free for every stream. Left open, a
+     * real serving trace's first stream held 52 MB that the second could not take. */
+    if (gpumem__pool_fold_into_fresh(pool, set) != GPUMEM_OK)
+      gpumem__absorb_error(); /* a failed fold only leaves the sets as they were */
     for (size_t i = 1; i < pool->set_count; i++)
       pool->sets[i]->open_frees = GPUMEM__POOL_SEAL_EVERY - 1;
   }
@@ -167,6 +173,18 @@ static bool emptied(const pool_resource *pool, free_set *set) {
          set->fronts == 0 && atomic_load_explicit(&set->returns, memory_order_acquire) == 0;
 }
 
+/* Moves a piece of `size` bytes of the fresh set's region `r` into `to`, open; the rest
+ * stays fresh. For a pool at its maximum: taken whole, the fresh memory sat in the first
+ * stream's set, merged with that stream's frees and sealed under its latest work, and every
+ * other stream, unable to grow, waited for that work to take it (four streams of 8 MiB
+ * blocks over pool(cuda, initial=256MiB, max=256MiB): 23 waits in 24 allocations). */
+static void take_piece(pool_resource *pool, free_set *to, size_t r, size_t size) {
+  gpumem__block *block = gpumem__free_index_find(&pool->fresh.sealed[r], size);
+  gpumem__block *piece = gpumem__pool_carve(pool, &pool->fresh, block, size);
+  if (piece)
+    release_block(pool, to, piece, GPUMEM__BLOCK_OPEN);
+}
+
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  bool fresh_only, gpumem__block **out) {
   GPUMEM__ASSERT(&pool->header, gpumem__biased_lock_held(&pool->lock),
@@ -190,9 +208,17 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
      * open until its own next seal (on a real two-stream trace the busy stream then grew
      * its pool fourfold), while a stream that takes many blocks of a size still gets them
      * with one wait. */
-    for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
-      if (other == r || is_fresh(pool, from))
-        move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
+    if (is_fresh(pool, from) && pool->multi_stream && gpumem__pool_at_maximum(pool, size))
+      take_piece(pool, to, r, size);
+    else
+      for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
+        if (other == r || is_fresh(pool, from))
+          move_index(pool, &from->sealed[other], to, GPUMEM__BLOCK_OPEN);
+    /* Sealed at once, what was taken is the other streams' again once `to` is idle: left
+     * open until `to`'s next seal, a stream that took the fresh memory whole kept it from
+     * the other for sixteen frees. */
+    if (pool->multi_stream && gpumem__pool_seal(pool, to) != GPUMEM_OK)
+      gpumem__absorb_error(); /* the blocks stay open, for the set's next seal */
     if (emptied(pool, from))
       drop_set(pool, i);
     *out = find_fit(pool, to, r, size);
