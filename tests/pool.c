@@ -1300,11 +1300,12 @@ static void streams_rounds(const char *spec, size_t bytes) {
   CHECK_OK(gpumem_resource_from_spec(spec, &mr));
   for (int s = 0; s < streams; s++)
     CHECK_OK(gpumem_stream_create(0, &stream[s]));
-  uint64_t waits = 0;
+  uint64_t waits = 0, syncs = 0;
   for (int pass = 0; pass < 2; pass++) { /* a warm-up, then the rounds counted */
     for (int s = 0; s < streams; s++)
       CHECK_OK(gpumem_stream_synchronize(stream[s]));
     waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT);
+    uint64_t syncs_before = gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE);
     for (int round = 0; round < rounds; round++) {
       for (int s = 0; s < streams; s++) {
         void *block;
@@ -1313,8 +1314,13 @@ static void streams_rounds(const char *spec, size_t bytes) {
         CHECK_OK(gpumem_deallocate(mr, block, bytes, stream[s]));
       }
     }
+    syncs += gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) - syncs_before;
   }
   CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_STREAM_WAIT) - waits, 0);
+  /* In both passes, one wait for the device: the second stream's first call. Holes given
+   * back before growth waited for the device too, at nearly every allocation of the first
+   * rounds of 1 MiB over pool(vmm), and every stream's work waited with it. */
+  CHECK_U64_EQ(syncs, 1);
   CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
   for (int s = 0; s < streams; s++) {
     CHECK_OK(gpumem_stream_synchronize(stream[s]));
@@ -1991,6 +1997,79 @@ static void test_climbing_loop_stays_in_its_range(void) {
 /* The hole's last user is a kernel still pending on another stream than the request's: the
  * pool waits for the device before it unmaps (no hazard, nothing pending after). An unmap
  * that fails leaves the hole mapped, and the pool grows as it would have. */
+/* With several streams, holes go back before growth only where no other stream's work may
+ * still use them: the fresh set's, and the growing stream's own after a wait for that
+ * stream, with other streams' sealed blocks whose work is done (the idle take moves them
+ * to it first). A wait for the whole device there
+ * made every stream's work wait for one stream's growth (streams_rounds: four streams of
+ * 1 MiB blocks over pool(vmm) waited for the device at nearly every allocation of their
+ * first rounds). */
+static void test_release_holes_of_several_streams(void) {
+  if (!check_on_sim()) {
+    printf("holes of several streams: a simulated-device check (pending work, no wait)\n");
+    return;
+  }
+  enum { MiB = 1 << 20 };
+  static const size_t sizes[] = {8, 2, 8, 2}; /* the user's hole, a pin, the other's, a pin */
+  gpumem_stream user, other;
+  CHECK_OK(gpumem_stream_create(GPUMEM_CURRENT_DEVICE, &user));
+  CHECK_OK(gpumem_stream_create(GPUMEM_CURRENT_DEVICE, &other));
+  gpumem_sim_reset_hazards();
+  char *x[4], *small, *grown[4];
+  gpumem_resource *mr = holes_pool(110, sizes, 4, user, x);
+  CHECK_OK(gpumem_allocate(mr, 256, other, (void **)&small)); /* a second stream: the fold */
+  CHECK_OK(gpumem_deallocate(mr, small, 256, other));
+  CHECK_OK(gpumem_sim_launch(user, x[0], 8 * MiB, 1));
+  CHECK_OK(gpumem_deallocate(mr, x[0], 8 * MiB, user)); /* past 2 MiB: sealed, pending */
+
+  /* The user's hole has pending work: the other stream grows past it, with no wait and no
+   * unmap, and the user's work stays pending. */
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  uint64_t syncs = gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE);
+  uint64_t unmaps = gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP);
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, other, (void **)&grown[0]));
+  uint64_t pending = 0;
+  CHECK_OK(gpumem_sim_pending(user, &pending));
+  CHECK(pending > 0);
+  CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE), syncs);
+  CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP), unmaps);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 12 * MiB);
+
+  /* The user's work done, the other stream takes its sealed hole and gives it back for
+   * its growth. */
+  CHECK_OK(gpumem_stream_synchronize(user));
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, other, (void **)&grown[1]));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved - 8 * MiB + 12 * MiB);
+  CHECK_NO_HAZARD("");
+  CHECK_OK(gpumem__validate(mr));
+
+  /* The other stream's own hole, its work pending, goes after a wait for that stream; a
+   * failed wait keeps it, and the growth is served all the same. */
+  CHECK_OK(gpumem_sim_launch(other, x[2], 8 * MiB, 2));
+  CHECK_OK(gpumem_deallocate(mr, x[2], 8 * MiB, other));
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  uint64_t absorbed = gpumem__absorbed_errors();
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_SYNCHRONIZE, 1));
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, other, (void **)&grown[2]));
+  CHECK(gpumem__absorbed_errors() > absorbed);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 12 * MiB);
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_OK(gpumem_allocate(mr, 12 * MiB, other, (void **)&grown[3]));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved - 8 * MiB + 12 * MiB);
+  CHECK_NO_HAZARD("");
+  CHECK_OK(gpumem__validate(mr));
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(gpumem_deallocate(mr, grown[i], 12 * MiB, other));
+  CHECK_OK(gpumem_deallocate(mr, x[1], 2 * MiB, user));
+  CHECK_OK(gpumem_deallocate(mr, x[3], 2 * MiB, user));
+  CHECK_OK(gpumem_stream_synchronize(other));
+  CHECK_OK(gpumem_resource_release(mr));
+  CHECK_OK(gpumem_stream_destroy(user));
+  CHECK_OK(gpumem_stream_destroy(other));
+  printf("holes of several streams go back without waiting for other streams' work\n");
+}
+
 static void test_release_holes_waits_and_fails_safe(void) {
   enum { MiB = 1 << 20 };
   static const size_t hole_then_pin[] = {8, 2};
@@ -3207,6 +3286,7 @@ int main(void) {
   test_release_holes();
   test_release_holes_while_climbing();
   test_release_holes_waits_and_fails_safe();
+  test_release_holes_of_several_streams();
   test_climbing_loop_stays_in_its_range();
   test_threads("pool(cuda, initial=64MiB)");
   test_threads("pool(vmm)");
