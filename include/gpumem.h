@@ -745,18 +745,19 @@ GPUMEM_API gpumem_status gpumem_log_file_name(const gpumem_resource *mr, char *b
 
 /* ---------------------------------------------------------------------------------------
  * Pool: a coalescing suballocator over an upstream resource. Allocation and free cost tens
- * of nanoseconds instead of the driver's microseconds and do not synchronize, but once: the
- * first call on a second stream waits for the device, so that what the first stream freed
- * until then serves every stream. Free blocks are kept per stream: a block freed on stream
- * A is reused at once by A; another stream B gets A's free blocks once A's work on them is
- * done (an event recorded on A for a batch of frees, which B finds complete). While that
- * work is pending, B grows the pool rather than wait for A, so that streams that each reuse
- * their own memory do not run one after another; only when the pool cannot grow does B wait
- * for A's work (the event waited on by B, which moves A's free blocks of the request's kind
- * to B at once). A pool at its maximum hands its fresh memory out a request at a time, so
- * that no one stream holds it all for the others to wait on. Pools shared by threads are
- * the exception: a thread's cache takes the blocks other threads freed to it on their
- * streams after waiting for those streams.
+ * of nanoseconds instead of the driver's microseconds and do not synchronize, but for the
+ * first call on a second stream, which waits for the device where the first stream has
+ * freed memory, so that what it freed until then serves every stream; a release of holes
+ * (release_holes_over, below) and a request nothing else can serve wait too. Free blocks
+ * are kept per stream: a block freed on stream A is reused at once by A; another stream B
+ * gets A's free blocks once A's work on them is done (an event recorded on A for a batch of
+ * frees, which B finds complete). While that work is pending, B grows the pool rather than
+ * wait for A, so that streams that each reuse their own memory do not run one after
+ * another; only when the pool cannot grow does B wait for A's work (the event waited on by
+ * B, which moves A's free blocks of the request's kind to B at once). A pool at its maximum
+ * hands its fresh memory out a request at a time, so that no one stream holds it all for
+ * the others to wait on. Pools shared by threads are the exception: a thread's cache takes
+ * the blocks other threads freed to it on their streams after waiting for those streams.
  *
  * Growth: when no free block fits, the pool takes the request (rounded up to 2 MiB, or to
  * the granularity over vmm) from its upstream, up to maximum_size. Over a vmm upstream the
@@ -776,36 +777,37 @@ typedef struct gpumem_pool_options {
   size_t maximum_size; /* most bytes held from the upstream; 0: no limit */
   /* Over an upstream that makes memory in pieces (vmm) only. N, from 100 to 10000: before
    * growing to hold more than N% of its live peak (the request being served counted in),
-   * the pool waits for its device and gives back the whole free pieces
-   * (gpumem_vmm_options.piece_size) lying in its holes, free blocks other than a region's
-   * last, lowest first, as many bytes as the growth takes: physical memory moves to where
-   * the pool grows rather than adding to it, and the address ranges given back stay unused.
-   * A workload whose blocks outgrow the holes they leave (generation with a growing cache)
-   * then holds far less for little time; one that frees and fills the same holes every step
-   * (a training loop) could spend most of its allocation time waiting and in the driver's
-   * unmap and map calls, so releases and every growth past N% (what a release costs later)
-   * draw on a budget of time, to which the time between them adds a third of its length,
-   * up to 20 ms: a burst of releases (a first pass, a generation step) runs whole, and over
-   * the long run they take at most a quarter of the time (release_holes_time); no release
-   * starts while the budget is spent, and its memory gains shrink with it
-   * (docs/internals.md has the figures). The physical memory a release unmaps is mapped
-   * again by the growth after it where sizes match, rather than freed and made anew. A
-   * request that fails after holes were given back leaves them given back, as a trim would.
-   * 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT (110), but only for a
-   * request of at least half of the live peak of the program's pass (since it last let go
-   * of nearly everything) and no more than it, or of 45% while the program holds no more
-   * than three quarters of that peak (a copy of most of what a program holds: a cache
-   * copied into a larger one after the copy before it was let go), or, once the live peak
-   * so far spans 32 pieces (1 GiB over the default pieces), for a request of 1 MiB or more
-   * of a size the pool has handed out before (a training loop's next step, also one whose
-   * shapes vary; the pool keeps up to 32,768 such sizes, and a program that, past 2,048 of
-   * them, draws most of its sizes anew, more than half of 1,024 large requests, is no loop:
-   * from then on no size counts as seen). Such a request gives back past 108% instead where
-   * the pool holds free at least four times the growth while the program's pass holds 99%
-   * of its highest live bytes so far: a growth that fragmentation alone makes as the program
-   * climbs. Other requests, of a program still climbing to its working set, keep the holes.
-   * Chosen on real traces, judged on 116 of four recorded sets (docs/internals.md).
-   * GPUMEM_POOL_KEEP_HOLES: never. */
+   * the pool waits for its device (with several streams, for the calling stream: it gives
+   * back only that stream's holes and fresh memory's, and leaves other streams' alone) and
+   * gives back the whole free pieces (gpumem_vmm_options.piece_size) lying in its holes,
+   * free blocks other than a region's last, lowest first, as many bytes as the growth
+   * takes: physical memory moves to where the pool grows rather than adding to it, and the
+   * address ranges given back stay unused. A workload whose blocks outgrow the holes they
+   * leave (generation with a growing cache) then holds far less for little time; one that
+   * frees and fills the same holes every step (a training loop) could spend most of its
+   * allocation time waiting and in the driver's unmap and map calls, so releases and every
+   * growth past N% (what a release costs later) draw on a budget of time, to which the time
+   * between them adds a third of its length, up to 20 ms: a burst of releases (a first
+   * pass, a generation step) runs whole, and over the long run they take at most a quarter
+   * of the time (release_holes_time); no release starts while the budget is spent, and its
+   * memory gains shrink with it (docs/internals.md has the figures). The physical memory a
+   * release unmaps is mapped again by the growth after it where sizes match, rather than
+   * freed and made anew. A request that fails after holes were given back leaves them given
+   * back, as a trim would. 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT
+   * (110), but only for a request of at least half of the live peak of the program's pass
+   * (since it last let go of nearly everything) and no more than it, or of 45% while the
+   * program holds no more than three quarters of that peak (a copy of most of what a
+   * program holds: a cache copied into a larger one after the copy before it was let go),
+   * or, once the live peak so far spans 32 pieces (1 GiB over the default pieces), for a
+   * request of 1 MiB or more of a size the pool has handed out before (a training loop's
+   * next step, also one whose shapes vary; the pool keeps up to 32,768 such sizes, and a
+   * program that, past 2,048 of them, draws most of its sizes anew, more than half of 1,024
+   * large requests, is no loop: from then on no size counts as seen). Such a request gives
+   * back past 108% instead where the pool holds free at least four times the growth while
+   * the program's pass holds 99% of its highest live bytes so far: a growth that
+   * fragmentation alone makes as the program climbs. Other requests, of a program still
+   * climbing to its working set, keep the holes. Chosen on real traces, judged on 116 of
+   * four recorded sets (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
   /* The time side of release_holes_over's trade: the most percentage of the pool's time, P
    * from 1 to 100, that its releases of holes and the growths past the threshold take over

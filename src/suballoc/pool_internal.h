@@ -861,7 +861,8 @@ static inline gpumem__block *cache_pop(const pool_resource *pool, free_set *set,
 /* Adds `set` to the pool's sets; false when host memory is exhausted. */
 bool gpumem__pool_add_set(pool_resource *pool, free_set *set);
 /* The free set of `stream` other than the last call's, found or created (the stream is
- * checked then, once); the slow path of set_for. */
+ * checked then, once); the slow path of set_for. The second stream's set folds, once, what
+ * the first stream freed into the fresh set, after a wait for the device. */
 GPUMEM_NOINLINE gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool,
                                                            gpumem_stream stream, free_set **out);
 /* Records the set's event on its stream, covering everything enqueued there so far, and
@@ -873,7 +874,8 @@ GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
 void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
 /* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
  * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
- * wait; at the pool's maximum, only the request's piece of it goes), and seals `to`. With
+ * wait; fresh memory goes from every region, and at the pool's maximum only the request's
+ * piece of it), and seals `to` once several streams use the pool. With
  * `fresh_only`, the fresh set's alone: before the pool grows, a stream waits for no other
  * (find_block says why). *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
@@ -889,7 +891,8 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
 size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r);
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
- * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL). */
+ * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL) and
+ * sets a batch of returns is on its way to. */
 gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep);
 
 /* The free set of `stream`, created on first use (the stream is checked then, once). */
@@ -956,8 +959,10 @@ size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const fre
 gpumem_status gpumem__pool_trim_all(pool_resource *pool, size_t *released);
 /* Where the pool's option release_holes_over asks it, before region `ri` of `set` grows
  * for `size` bytes: gives back whole free pieces in holes, as many bytes as the growth
- * takes, after waiting for the device (gpumem_pool_options says when and why), at most a
- * share of the time (release_holes_time). Returns when it began, past the threshold
+ * takes (gpumem_pool_options says when and why), after waiting for the device, or where
+ * several streams use the pool, the fresh set's and `set`'s own, after waiting for its
+ * stream before the first of its own goes (a per-thread default stream's: the device); at
+ * most a share of the time (release_holes_time). Returns when it began, past the threshold
  * (whether it gave anything back or not: the growth is charged either way), or 0 under it.
  * A failure only leaves the holes mapped: the pool grows as it would have. */
 uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t ri, size_t size);

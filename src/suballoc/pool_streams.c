@@ -28,6 +28,20 @@ bool gpumem__pool_add_set(pool_resource *pool, free_set *set) {
   return true;
 }
 
+/* Whether any stream's set holds free blocks, or a batch of returns is on its way to one
+ * (the caches and fronts already flushed into them). */
+static bool holds_frees(const pool_resource *pool) {
+  for (size_t i = 1; i < pool->set_count; i++) {
+    const free_set *set = pool->sets[i];
+    if (atomic_load_explicit(&set->returns, memory_order_acquire) > 0)
+      return true;
+    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+      if (set->open[r].block_count > 0 || set->sealed[r].block_count > 0)
+        return true;
+  }
+  return false;
+}
+
 gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream stream,
                                            free_set **out) {
   free_set *set;
@@ -60,8 +74,9 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
     gpumem__pool_flush_caches(pool);
     /* Once, a wait for the device: the first stream's frees so far, open and never to be
      * sealed if it frees no more, join the fresh set, free for every stream. Left open, a
-     * real serving trace's first stream held 52 MB that the second could not take. */
-    if (gpumem__pool_fold_into_fresh(pool, set) != GPUMEM_OK)
+     * real serving trace's first stream held 52 MB that the second could not take. With
+     * nothing freed, there is nothing to wait for. */
+    if (holds_frees(pool) && gpumem__pool_fold_into_fresh(pool, set) != GPUMEM_OK)
       gpumem__absorb_error(); /* a failed fold only leaves the sets as they were */
     for (size_t i = 1; i < pool->set_count; i++)
       pool->sets[i]->open_frees = GPUMEM__POOL_SEAL_EVERY - 1;
@@ -201,13 +216,13 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
       if (status != GPUMEM_OK)
         return gpumem__fail_context(status, "pool: making a stream wait for another's frees");
     }
-    /* Taken blocks are open in `to`: their last use is on another stream, which only
-     * `to`'s own next seal covers for third streams. Fresh memory goes whole; another
-     * stream's sealed blocks only in the request's region: a side stream that takes a few
-     * small blocks must not take a busy stream's large free memory with them and hold it
-     * open until its own next seal (on a real two-stream trace the busy stream then grew
-     * its pool fourfold), while a stream that takes many blocks of a size still gets them
-     * with one wait. */
+    /* Taken blocks join `to` open, their last use on another stream, and the seal below
+     * covers them for third streams. Fresh memory goes whole (a request's piece of it in a
+     * pool at its maximum, take_piece says why); another stream's sealed blocks only in
+     * the request's region: a side stream that takes a few small blocks must not take a
+     * busy stream's large free memory with them and hold it (on a real two-stream trace
+     * the busy stream then grew its pool fourfold), while a stream that takes many blocks
+     * of a size still gets them with one wait. */
     if (is_fresh(pool, from) && pool->multi_stream && gpumem__pool_at_maximum(pool, size))
       take_piece(pool, to, r, size);
     else

@@ -135,8 +135,9 @@ static gpumem_status release_range(pool_resource *pool, size_t at, uintptr_t a, 
   chunk *c = chunk_at(pool, at);
   uintptr_t c_end = c->addr + c->size;
   gpumem_status status;
-  /* The device was synchronized before the trim: no work uses the memory any more, and the
-   * default stream, unlike a freeing stream, cannot have been destroyed. */
+  /* The caller waited for the work that may use the memory (the device before a trim, a
+   * stream or the device before a release of holes), and the default stream, unlike a
+   * freeing stream, cannot have been destroyed. */
   if (a == c->addr && b == c_end) {
     bool annotated = gpumem__annotate_heap_remove((void *)a);
     status = up->ops->deallocate(up, (void *)a, b - a, GPUMEM_DEFAULT_ALIGNMENT, NULL);
@@ -178,7 +179,7 @@ static void cut_to_wanted(const pool_resource *pool, const chunk *c, uintptr_t a
 /* Gives back to the upstream every whole chunk, and where the upstream makes memory in
  * pieces every run of whole pieces, lying inside free block `block` of a free index, until
  * *released has grown by `limit` bytes (or a little more: whole pieces). The rest of the
- * block stays free, in its set and state. The device was synchronized: no work uses it. */
+ * block stays free, in its set and state. The caller waited for the work that may use it. */
 static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_t limit,
                                 size_t *released) {
   size_t done = 0;
@@ -362,33 +363,37 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
   }
   /* A region's last block is no hole: growth in place extends it. */
   size_t holes = 0;
-  bool own_blocks = false;
   for (size_t j = 0; j < list.count; j++)
-    if (!is_a_tail(pool, list.items[j])) {
-      own_blocks |= list.items[j]->owner == set;
+    if (!is_a_tail(pool, list.items[j]))
       list.items[holes++] = list.items[j];
-    }
   list.count = holes;
   /* Blocks freed on a stream may still be in use by its work: the driver does not order an
    * unmap after it. With one stream, a wait for the device; with several, the holes are
-   * the fresh set's and the caller's own (with other streams' sealed blocks whose work is
-   * done: the idle take has just moved those of the request's region), after a wait for
-   * the caller's stream. Other streams' blocks, and a wait for the whole device, made every
-   * stream's work wait for the growth of one: four streams of 1 MiB blocks over pool(vmm)
-   * waited for the device at nearly every allocation of their first rounds. */
+   * the fresh set's, which no work uses, and the caller's own (with other streams' sealed
+   * blocks whose work is done: the idle take has just moved those of the request's
+   * region), after a wait for the caller's stream before the first of them goes. Other
+   * streams' blocks, and a wait for the whole device, made every stream's work wait for
+   * the growth of one: four streams of 1 MiB blocks over pool(vmm) made 55 synchronizations
+   * in their first 48 allocations. */
   gpumem_status status = list.failed ? GPUMEM_ERR_OUT_OF_MEMORY : GPUMEM_OK;
   const gpumem__device_ops *dev = pool->header.dev;
+  bool waited = !pool->multi_stream;
   if (status == GPUMEM_OK && list.count > 0 && !pool->multi_stream)
     status = dev->device_synchronize(pool->header.device);
-  else if (status == GPUMEM_OK && own_blocks)
-    status = gpumem__stream_is_per_thread(set->stream)
-                 ? dev->device_synchronize(pool->header.device)
-                 : dev->stream_synchronize(set->stream);
   if (status == GPUMEM_OK && list.count > 1)
     qsort(list.items, list.count, sizeof *list.items, by_address);
   size_t released = 0;
-  for (size_t j = 0; j < list.count && status == GPUMEM_OK && released < need; j++)
+  for (size_t j = 0; j < list.count && status == GPUMEM_OK && released < need; j++) {
+    if (!waited && list.items[j]->owner == set) {
+      status = gpumem__stream_is_per_thread(set->stream)
+                   ? dev->device_synchronize(pool->header.device)
+                   : dev->stream_synchronize(set->stream);
+      waited = true;
+      if (status != GPUMEM_OK)
+        break;
+    }
     status = trim_block(pool, list.items[j], need - released, &released);
+  }
   free(list.items);
   if (status != GPUMEM_OK)
     gpumem__absorb_error(); /* the holes stay mapped: nothing is lost */
