@@ -2015,10 +2015,9 @@ static void test_climbing_loop_stays_in_its_range(void) {
 /* With several streams, holes go back before growth only where no other stream's work may
  * still use them: the fresh set's, and the growing stream's own after a wait for that
  * stream, with other streams' sealed blocks whose work is done (the idle take moves them
- * to it first). A wait for the whole device there
- * made every stream's work wait for one stream's growth (streams_rounds: four streams of
- * 1 MiB blocks over pool(vmm) waited for the device at nearly every allocation of their
- * first rounds). */
+ * to it first). A wait for the whole device there made every stream's work wait for one
+ * stream's growth (streams_rounds: four streams of 1 MiB blocks over pool(vmm) waited for
+ * the device at nearly every allocation of their first rounds). */
 static void test_release_holes_of_several_streams(void) {
   if (!check_on_sim()) {
     printf("holes of several streams: a simulated-device check (pending work, no wait)\n");

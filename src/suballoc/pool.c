@@ -13,8 +13,8 @@
  * the program may have destroyed since. So cross-stream reuse costs one event record per
  * batch of frees and one query (or, short of memory, one wait) per batch of blocks taken,
  * and a single-stream program never records an event. When the second stream first comes,
- * the pool waits for the device once, so that the first stream's frees so far, never
- * sealed, are free for both. Free blocks merge only
+ * the pool waits for the device once (where the first stream has freed anything), so that
+ * the first stream's frees so far, never sealed, are free for both. Free blocks merge only
  * with free neighbours of the same set; a block freed open unseals the sealed ones it
  * merges with (until the set's next seal), so that a stream's own free memory is never cut
  * into open and sealed pieces that no larger request fits.

@@ -875,9 +875,9 @@ void gpumem__pool_seal_if_due(pool_resource *pool, free_set *set);
 /* Gives `to` the sealed blocks of region `r` of the first other set holding one of `size`
  * bytes there, after making `to`'s stream wait on that set's event (fresh memory needs no
  * wait; fresh memory goes from every region, and at the pool's maximum only the request's
- * piece of it), and seals `to` once several streams use the pool. With
- * `fresh_only`, the fresh set's alone: before the pool grows, a stream waits for no other
- * (find_block says why). *out: the fitting block, or NULL when no set has one. */
+ * piece of it), and seals `to` once several streams use the pool. With `fresh_only`, the
+ * fresh set's alone: before the pool grows, a stream waits for no other (find_block says
+ * why). *out: the fitting block, or NULL when no set has one. */
 gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, size_t size,
                                  bool fresh_only, gpumem__block **out);
 /* Gives `to` the sealed blocks of each other stream's set whose last seal's work is done

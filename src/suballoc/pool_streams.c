@@ -4,8 +4,7 @@
  * of another stream's sealed blocks once their work is done, the steal of fresh memory and,
  * when the pool cannot grow, of another stream's sealed blocks after waiting on its event,
  * and the fold that, after waiting for the whole device, makes every free block free for
- * all. These run off the fast
- * paths: each calls the device or runs once per stream. */
+ * all. These run off the fast paths: each calls the device or runs once per stream. */
 #include "suballoc/pool_internal.h"
 
 #include <stdlib.h>
