@@ -44,7 +44,9 @@
  * threads lines add workload (threads lines their mode too), threads, ops, ns_per_op and
  * mops; replay lines add trace,
  * events, threads, streams, ns_per_event, ns_per_event_warm, peak_live_bytes,
- * peak_reserved_bytes, reserved_over_live and peak_reserved_from. With --repeat above 1, repeats
+ * peak_reserved_bytes, reserved_over_live and peak_reserved_from (on the simulated device also
+ * sim_calls_per_event_warm: the warm passes' event records and queries, stream waits and
+ * synchronizations, per event). With --repeat above 1, repeats
  * and the fastest and slowest pass (ns_per_op_min and _max, ns_per_event_warm_min and _max). Where
  * a reference ran, speedup_vs_cuMemAlloc and speedup_vs_async give its time per operation over this
  * allocator's. The first line on stderr says which backend runs the benchmark; GPUMEM_DEVICE=sim

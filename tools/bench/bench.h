@@ -204,6 +204,9 @@ uint64_t bench_now_ns(void);
  * The run: options, results, errors
  * ------------------------------------------------------------------------------------- */
 
+/* The simulated device's calls a replay counts (bench_result.sim_calls), in this order. */
+#define BENCH_SIM_CALL_KINDS 4
+
 typedef struct bench_context {
   int device;
   const char **labels; /* allocators to measure, references first */
@@ -248,6 +251,11 @@ typedef struct bench_result {
    * blocks differently) */
   uint64_t peak_reserved_bytes_warm;
   const char *peak_reserved_from; /* "query" or "replay" */
+  /* replay on the simulated device: the device calls of the warm passes that order streams
+   * (event records, event queries, stream waits, synchronizations), per event; a figure the
+   * simulation counts and a GPU does not, where these calls cost hundreds of nanoseconds */
+  bool has_sim_calls;
+  double sim_calls[BENCH_SIM_CALL_KINDS];
 } bench_result;
 
 /* Prints the result as one JSON line on stdout (with its speedups over references already

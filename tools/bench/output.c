@@ -143,6 +143,10 @@ static void put_replay_fields(const bench_result *r) {
          (unsigned long long)r->peak_reserved_bytes_warm,
          over_live(r, r->peak_reserved_bytes_warm));
   printf(",\"peak_reserved_from\":\"%s\"", r->peak_reserved_from);
+  if (r->has_sim_calls)
+    printf(",\"sim_calls_per_event_warm\":{\"event_record\":%.4f,\"event_query\":%.4f,"
+           "\"stream_wait\":%.4f,\"synchronize\":%.4f}",
+           r->sim_calls[0], r->sim_calls[1], r->sim_calls[2], r->sim_calls[3]);
   if (r->clock_ghz > 0)
     printf(",\"host_clock_ghz\":%.2f,\"cycles_per_event_warm\":%.0f", r->clock_ghz, r->cycles);
   if (r->adds_per_cycle > 0)

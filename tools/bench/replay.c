@@ -20,6 +20,8 @@
  * requested bytes. */
 #include "bench/bench.h"
 
+#include <gpumem/sim.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,6 +368,15 @@ static void replay_warm_passes(bench_allocator *alloc, const bench_trace *trace,
   *times = bench_pass_times_beside(elapsed, host, count);
 }
 
+static const gpumem_sim_call sim_call_kinds[BENCH_SIM_CALL_KINDS] = {
+    GPUMEM_SIM_CALL_EVENT_RECORD, GPUMEM_SIM_CALL_EVENT_QUERY, GPUMEM_SIM_CALL_STREAM_WAIT,
+    GPUMEM_SIM_CALL_SYNCHRONIZE};
+
+static void count_sim_calls(uint64_t *counts) {
+  for (int i = 0; i < BENCH_SIM_CALL_KINDS; i++)
+    counts[i] = gpumem_sim_call_count(sim_call_kinds[i]);
+}
+
 static void replay_one(const bench_context *ctx, const char *label, const char *name,
                        const bench_trace *trace, void **slots, gpumem_stream *streams) {
   bench_allocator *alloc = bench_open_or_die(label, ctx->device);
@@ -376,7 +387,17 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
     bench_die_failure("replay", label, name, &failure);
   bool peak_known = alloc->peak_reserved(alloc, &peak_reserved) == GPUMEM_OK;
   bool alloc_has_reserved = alloc->reserved != NULL;
+  /* On the simulated device, the calls that order streams: a seal's event record costs a
+   * GPU about 300 ns (docs/gpu-runs.md, forty-fourth session), which a replay's time shows
+   * only there. The synchronizations at each pass's end (one a stream) are not the
+   * allocator's. */
+  bool on_sim = strcmp(ctx->backend, "sim") == 0;
+  uint64_t calls_before[BENCH_SIM_CALL_KINDS] = {0}, calls_after[BENCH_SIM_CALL_KINDS] = {0};
+  if (on_sim)
+    count_sim_calls(calls_before);
   replay_warm_passes(alloc, trace, streams, slots, ctx->repeat, name, &warm);
+  if (on_sim)
+    count_sim_calls(calls_after);
   /* After the last pass, which freed what the trace left live: peaks and held memory. */
   uint64_t peak_reserved_warm = peak_reserved;
   if (peak_known && alloc->peak_reserved(alloc, &peak_reserved_warm) != GPUMEM_OK)
@@ -408,7 +429,17 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .peak_live_bytes = seq->peak_live_bytes,
                          .peak_reserved_bytes = peak_reserved,
                          .peak_reserved_bytes_warm = peak_reserved_warm,
-                         .peak_reserved_from = peak_known ? "query" : "replay"};
+                         .peak_reserved_from = peak_known ? "query" : "replay",
+                         .has_sim_calls = on_sim};
+  double warm_events = (double)seq->count * (double)ctx->repeat;
+  for (int i = 0; on_sim && i < BENCH_SIM_CALL_KINDS; i++) {
+    uint64_t calls = calls_after[i] - calls_before[i];
+    if (sim_call_kinds[i] == GPUMEM_SIM_CALL_SYNCHRONIZE) /* the passes' own */
+      calls -= calls >= trace->stream_count * (uint64_t)ctx->repeat
+                   ? trace->stream_count * (uint64_t)ctx->repeat
+                   : calls;
+    result.sim_calls[i] = (double)calls / warm_events;
+  }
   bench_report(ctx, &result);
   if (stats)
     bench_report_stats(label, name, stats);
