@@ -27,16 +27,29 @@ bool gpumem__pool_add_set(pool_resource *pool, free_set *set) {
   return true;
 }
 
-/* Whether any stream's set holds free blocks, or a batch of returns is on its way to one
- * (the caches and fronts already flushed into them). */
+/* Blocks of the set that other streams may take after its event: a set keeps them in the
+ * region a steal left alone. */
+static size_t sealed_blocks(const free_set *set) {
+  size_t count = 0;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    count += set->sealed[r].block_count;
+  return count;
+}
+
+static size_t open_blocks(const free_set *set) {
+  size_t count = set->cached_count;
+  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
+    count += set->open[r].block_count;
+  return count;
+}
+
+/* Whether any stream's set holds free blocks, or a batch of returns is on its way to one. */
 static bool holds_frees(const pool_resource *pool) {
   for (size_t i = 1; i < pool->set_count; i++) {
     const free_set *set = pool->sets[i];
-    if (atomic_load_explicit(&set->returns, memory_order_acquire) > 0)
+    if (open_blocks(set) + sealed_blocks(set) > 0 ||
+        atomic_load_explicit(&set->returns, memory_order_acquire) > 0)
       return true;
-    for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
-      if (set->open[r].block_count > 0 || set->sealed[r].block_count > 0)
-        return true;
   }
   return false;
 }
@@ -164,22 +177,6 @@ static void drop_set(pool_resource *pool, size_t at) {
   free(set);
 }
 
-/* Blocks of the set that other streams may take after its event: a set keeps them in the
- * region a steal left alone. */
-static size_t sealed_blocks(const free_set *set) {
-  size_t count = 0;
-  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
-    count += set->sealed[r].block_count;
-  return count;
-}
-
-static size_t open_blocks(const free_set *set) {
-  size_t count = set->cached_count;
-  for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
-    count += set->open[r].block_count;
-  return count;
-}
-
 /* Whether another stream's set that gave its blocks away may go: nothing free left in it,
  * and no thread's front or batch of returns on its way to it. */
 static bool emptied(const pool_resource *pool, free_set *set) {
@@ -187,13 +184,12 @@ static bool emptied(const pool_resource *pool, free_set *set) {
          set->fronts == 0 && atomic_load_explicit(&set->returns, memory_order_acquire) == 0;
 }
 
-/* Moves a piece of `size` bytes of the fresh set's region `r` into `to`, open; the rest
- * stays fresh. For a pool at its maximum: taken whole, the fresh memory sat in the first
+/* Moves a piece of `size` bytes of the fresh set's free block `block` into `to`, open; the
+ * rest stays fresh. For a pool at its maximum: taken whole, the fresh memory sat in the first
  * stream's set, merged with that stream's frees and sealed under its latest work, and every
  * other stream, unable to grow, waited for that work to take it (four streams of 8 MiB
  * blocks over pool(cuda, initial=256MiB, max=256MiB): 23 waits in 24 allocations). */
-static void take_piece(pool_resource *pool, free_set *to, size_t r, size_t size) {
-  gpumem__block *block = gpumem__free_index_find(&pool->fresh.sealed[r], size);
+static void take_piece(pool_resource *pool, free_set *to, gpumem__block *block, size_t size) {
   gpumem__block *piece = gpumem__pool_carve(pool, &pool->fresh, block, size);
   if (piece)
     release_block(pool, to, piece, GPUMEM__BLOCK_OPEN);
@@ -206,8 +202,9 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
   *out = NULL;
   for (size_t i = 0; i < pool->set_count; i++) {
     free_set *from = pool->sets[i];
+    gpumem__block *fit;
     if (from == to || (fresh_only && !is_fresh(pool, from)) || from->sealed[r].total_bytes < size ||
-        !gpumem__free_index_find(&from->sealed[r], size))
+        !(fit = gpumem__free_index_find(&from->sealed[r], size)))
       continue;
     if (!is_fresh(pool, from)) {
       gpumem_status status =
@@ -223,7 +220,7 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
      * the busy stream then grew its pool fourfold), while a stream that takes many blocks
      * of a size still gets them with one wait. */
     if (is_fresh(pool, from) && pool->multi_stream && gpumem__pool_at_maximum(pool, size))
-      take_piece(pool, to, r, size);
+      take_piece(pool, to, fit, size);
     else
       for (size_t other = 0; other < GPUMEM__POOL_REGION_COUNT; other++)
         if (other == r || is_fresh(pool, from))

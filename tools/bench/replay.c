@@ -434,10 +434,9 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
   double warm_events = (double)seq->count * (double)ctx->repeat;
   for (int i = 0; on_sim && i < BENCH_SIM_CALL_KINDS; i++) {
     uint64_t calls = calls_after[i] - calls_before[i];
-    if (sim_call_kinds[i] == GPUMEM_SIM_CALL_SYNCHRONIZE) /* the passes' own */
-      calls -= calls >= trace->stream_count * (uint64_t)ctx->repeat
-                   ? trace->stream_count * (uint64_t)ctx->repeat
-                   : calls;
+    uint64_t passes_own = trace->stream_count * (uint64_t)ctx->repeat;
+    if (sim_call_kinds[i] == GPUMEM_SIM_CALL_SYNCHRONIZE)
+      calls = calls > passes_own ? calls - passes_own : 0;
     result.sim_calls[i] = (double)calls / warm_events;
   }
   bench_report(ctx, &result);
