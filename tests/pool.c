@@ -1417,6 +1417,70 @@ static void test_large_unseal_seals_at_once(void) {
   printf("a large unseal seals at once: an idle stream keeps nothing from the others\n");
 }
 
+/* Frees of large blocks seal at once only where another stream has asked for large blocks:
+ * beside a stream of small requests each would record an event for nothing (a real serving
+ * trace recorded one at one call in five). A stream that then asks for a large block while
+ * the other has gone idle with its large frees open takes them after one wait for the
+ * device, not by growing (a failed wait: it grows, and takes them at its next miss), and from
+ * then on the other's large frees seal at once. */
+static void test_large_frees_seal_for_large_askers(void) {
+  bool sim = check_on_sim();
+  gpumem_resource *mr;
+  gpumem_stream busy, side = NULL;
+  two_stream_pool_of("pool(vmm, release_holes_over=never)", &mr, &busy, &side);
+  enum { mib = 1 << 20, count = 4 };
+  void *small, *large[count], *pin, *taken, *grown;
+  CHECK_OK(gpumem_allocate(mr, 4096, side, &small)); /* the side stream asks for small ones */
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_allocate(mr, 8 * mib, busy, &large[i]));
+  CHECK_OK(gpumem_allocate(mr, 2 * mib, busy, &pin)); /* keeps them off the region's end */
+  use_on(busy, large[0], 8 * mib, 5);
+  uint64_t records = sim ? gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD) : 0;
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(mr, large[i], 8 * mib, busy));
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  if (sim) {
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD), records);
+
+    /* The wait fails: the side stream grows, and the busy stream's blocks stay its own. */
+    uint64_t absorbed = gpumem__absorbed_errors();
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_SYNCHRONIZE, 1));
+    CHECK_OK(gpumem_allocate(mr, 8 * mib, side, &grown));
+    CHECK(gpumem__absorbed_errors() > absorbed);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved + 8 * mib);
+    reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  }
+
+  /* The busy stream is idle from here on, its work pending: one wait, and no growth. */
+  uint64_t syncs = sim ? gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) : 0;
+  CHECK_OK(gpumem_allocate(mr, 16 * mib, side, &taken));
+  CHECK((uintptr_t)taken >= (uintptr_t)large[0] &&
+        (uintptr_t)taken + 16 * mib <= (uintptr_t)large[0] + count * 8 * mib);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  if (sim) {
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE), syncs + 1);
+    CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+    CHECK_OK(gpumem_deallocate(mr, grown, 8 * mib, side));
+  }
+  use_on(side, taken, 16 * mib, 6);
+  CHECK_OK(gpumem_deallocate(mr, taken, 16 * mib, side));
+
+  /* The side stream asks for large blocks now: the busy stream's large frees seal at once. */
+  CHECK_OK(gpumem_allocate(mr, 8 * mib, busy, &large[0]));
+  if (sim)
+    records = gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD);
+  CHECK_OK(gpumem_deallocate(mr, large[0], 8 * mib, busy));
+  if (sim) {
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD), records + 1);
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE), syncs + 1);
+  }
+  CHECK_OK(gpumem_deallocate(mr, pin, 2 * mib, busy));
+  CHECK_OK(gpumem_deallocate(mr, small, 4096, side));
+  two_stream_pool_release(mr, busy, side);
+  printf("large frees seal at once only for streams that ask for large blocks; an idle "
+         "stream's open ones go after one wait\n");
+}
+
 /* Growth in place extends the region's last block where it is free in the stream's set,
  * sealed as well as open: only the shortfall is mapped (a full step beside the sealed block
  * made a real serving trace grow by 84 MiB where 46 MiB were missing). */
@@ -3295,6 +3359,7 @@ int main(void) {
   test_per_thread_stream_keeps_its_blocks();
   test_free_merges_each_way();
   test_large_unseal_seals_at_once();
+  test_large_frees_seal_for_large_askers();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
   test_large_request_takes_the_sliver(false);

@@ -178,6 +178,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
   gpumem_status status = GPUMEM_OK;
   if (!block && pool->multi_stream && gpumem__pool_take_idle(pool, set, ri) > 0)
     block = find_fit(pool, set, ri, search);
+  if (!block && pool->multi_stream && search > GPUMEM__POOL_OPEN_BYTES_MAX)
+    gpumem__pool_ask_large(pool, set); /* fresh memory, below, may hold what it folds */
   if (!block)
     status = gpumem__pool_steal(pool, set, ri, search, true, &block); /* fresh memory */
   /* Cached blocks are under the cache's limit: they may make room in the small region (or a
@@ -309,6 +311,8 @@ static inline void note_pass_peak(pool_resource *pool, uint64_t live, size_t byt
 static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *block, size_t bytes,
                             gpumem__block_state was) {
   block->requested = bytes;
+  if (GPUMEM_UNLIKELY(pool->multi_stream) && bytes > GPUMEM__POOL_OPEN_BYTES_MAX)
+    gpumem__pool_note_large_asker(pool, set->stream);
   if (was != GPUMEM__BLOCK_CACHED &&
       GPUMEM_UNLIKELY(!gpumem__block_map_insert(&pool->live, block))) {
     take_back(pool, set, block, was);
@@ -476,7 +480,8 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   /* A seal is due: record the event first, so that if it fails nothing has changed. */
   bool sealing = status == GPUMEM_OK && pool->multi_stream &&
                  (set->open_frees + 1 >= GPUMEM__POOL_SEAL_EVERY ||
-                  set->open_bytes + block->size > GPUMEM__POOL_OPEN_BYTES_MAX);
+                  (set->open_bytes + block->size > GPUMEM__POOL_OPEN_BYTES_MAX &&
+                   gpumem__pool_another_asks_large(pool, set->stream)));
   if (sealing)
     status = gpumem__pool_seal(pool, set);
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))

@@ -36,7 +36,9 @@
  * (gpumem__pool_take_idle), but open ones only after the stream's next seal. Without it a
  * side stream that frees a few large blocks a step kept them for sixteen frees, and a
  * prefetcher's trace held 1.133 times its live peak instead of 1.007 (docs/gpu-runs.md,
- * forty-second session). */
+ * forty-second session). Only where another stream has asked for more than this
+ * (gpumem__pool_another_asks_large): a stream that frees large blocks beside streams that
+ * ask for small ones recorded an event at one call in five, for nothing. */
 #define GPUMEM__POOL_OPEN_BYTES_MAX ((size_t)2 << 20)
 
 /* The cache holds blocks under its limit in one list per class of the free index (a power of
@@ -419,6 +421,11 @@ typedef struct pool_resource {
   size_t set_count, set_capacity;
   free_set *last_set;
   bool multi_stream; /* a second stream has used the pool: sets are sealed from then on */
+  /* The streams that have asked for more than GPUMEM__POOL_OPEN_BYTES_MAX since then (and
+   * the first stream, whose requests before were not looked at): none, one (large_asker),
+   * or more (large_askers == 2). Kept by the pool, not the sets, which go when emptied. */
+  gpumem_stream large_asker;
+  unsigned large_askers;
   region regions[GPUMEM__POOL_REGION_COUNT];
   bool split_regions; /* small requests have a region of their own (when growing in place) */
   pool_limits limits; /* limits_of(split_regions, multi_stream), kept by set_layout */
@@ -865,6 +872,23 @@ bool gpumem__pool_add_set(pool_resource *pool, free_set *set);
  * the first stream freed into the fresh set, after a wait for the device. */
 GPUMEM_NOINLINE gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool,
                                                            gpumem_stream stream, free_set **out);
+/* Notes that `stream` asked for more than GPUMEM__POOL_OPEN_BYTES_MAX. */
+static inline void gpumem__pool_note_large_asker(pool_resource *pool, gpumem_stream stream) {
+  if (pool->large_askers == 0) {
+    pool->large_asker = stream;
+    pool->large_askers = 1;
+  } else if (pool->large_asker != stream) {
+    pool->large_askers = 2;
+  }
+}
+
+/* Whether a stream other than `stream` has asked for more than GPUMEM__POOL_OPEN_BYTES_MAX:
+ * only then are large frees on `stream` worth sealing at once. */
+static inline bool gpumem__pool_another_asks_large(const pool_resource *pool,
+                                                   gpumem_stream stream) {
+  return pool->large_askers == 2 || (pool->large_askers == 1 && pool->large_asker != stream);
+}
+
 /* Records the set's event on its stream, covering everything enqueued there so far, and
  * seals its open blocks. Called during a call on that stream. */
 GPUMEM_COLD gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set);
@@ -889,6 +913,13 @@ gpumem_status gpumem__pool_steal(pool_resource *pool, free_set *to, size_t r, si
  * that handle named then). How many sets gave their blocks. Only pools of several streams
  * come here. */
 size_t gpumem__pool_take_idle(pool_resource *pool, free_set *to, size_t r);
+/* For a request of more than GPUMEM__POOL_OPEN_BYTES_MAX that `set` has no block for:
+ * notes its stream as asking for large blocks, and where another stream holds more than that
+ * freed open (frees it did not seal at once while no other stream asked for large blocks,
+ * and it may have gone idle since), waits for the device and folds every set into the fresh
+ * one. So an idle stream keeps no large memory from the others; from then on every stream's
+ * large frees seal at once, and the wait does not come again (unless it failed). */
+void gpumem__pool_ask_large(pool_resource *pool, free_set *set);
 /* Waits for the whole device; then no free block has pending work, so every set's blocks
  * join the fresh set (where neighbours from different streams merge) and the other sets
  * are dropped, but for `keep` (the set of a call in progress, emptied; may be NULL) and

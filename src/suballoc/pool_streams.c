@@ -83,6 +83,10 @@ gpumem_status gpumem__pool_find_or_add_set(pool_resource *pool, gpumem_stream st
     /* The second stream: from now on every stream's frees get sealed, the others' first at
      * their next free. */
     set_layout(pool, pool->split_regions, true);
+    /* What the first stream asked for went unnoted: it counts as asking for large blocks. */
+    for (size_t i = 1; i < pool->set_count; i++)
+      if (pool->sets[i] != set)
+        gpumem__pool_note_large_asker(pool, pool->sets[i]->stream);
     gpumem__pool_flush_caches(pool);
     /* Once, a wait for the device: the first stream's frees so far, open and never to be
      * sealed if it frees no more, join the fresh set, free for every stream. Left open, a
@@ -284,10 +288,22 @@ gpumem_status gpumem__pool_fold_into_fresh(pool_resource *pool, free_set *keep) 
       move_index(pool, &set->open[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
       move_index(pool, &set->sealed[r], &pool->fresh, GPUMEM__BLOCK_SEALED);
     }
+    set->open_bytes = set->unsealed_bytes = 0;
     GPUMEM__ASSERT(&pool->header, set->fronts == 0, "fronts were flushed with the caches");
     /* A thread that freed on the set's stream may be sending a batch of it meanwhile. */
     if (set != keep && atomic_load_explicit(&set->returns, memory_order_acquire) == 0)
       drop_set(pool, i);
   }
   return GPUMEM_OK;
+}
+
+void gpumem__pool_ask_large(pool_resource *pool, free_set *set) {
+  gpumem__pool_note_large_asker(pool, set->stream);
+  for (size_t i = 1; i < pool->set_count; i++) {
+    if (pool->sets[i] != set && pool->sets[i]->open_bytes > GPUMEM__POOL_OPEN_BYTES_MAX) {
+      if (gpumem__pool_fold_into_fresh(pool, set) != GPUMEM_OK)
+        gpumem__absorb_error(); /* a failed fold only leaves the sets as they were */
+      return;
+    }
+  }
 }
