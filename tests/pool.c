@@ -1303,40 +1303,6 @@ static void test_idle_take_drops_emptied_set(void) {
   printf("a stream set emptied by an idle take goes\n");
 }
 
-/* A set that an idle take leaves with cached blocks stays, and its stream takes them back:
- * dropped, it would have taken them along. */
-static void test_idle_take_keeps_caching_set(void) {
-  gpumem_resource *mr;
-  gpumem_stream first, second;
-  CHECK_OK(gpumem_resource_from_spec("pool(cuda, initial=2MiB)", &mr));
-  CHECK_OK(gpumem_stream_create(0, &first));
-  CHECK_OK(gpumem_stream_create(0, &second));
-  pool_resource *pool = (pool_resource *)mr;
-  enum { piece = 4 << 20, small = 4096 };
-  void *little, *x, *s, *taken, *again;
-  CHECK_OK(gpumem_allocate(mr, 256, first, &little));
-  CHECK_OK(gpumem_allocate(mr, piece, second, &x)); /* the second stream: a set of its own */
-  CHECK_OK(gpumem_allocate(mr, small, second, &s));
-  CHECK_OK(gpumem_deallocate(mr, x, piece, second)); /* sealed: the first stream asked large */
-  CHECK_OK(gpumem_deallocate(mr, s, small, second)); /* cached */
-  CHECK_OK(gpumem_stream_synchronize(second));
-  CHECK_OK(gpumem_allocate(mr, piece, first, &taken));
-  CHECK_PTR_EQ(taken, x);
-  CHECK(has_set(pool, second));
-  CHECK_OK(gpumem__validate(mr));
-  CHECK_OK(gpumem_allocate(mr, small, second, &again));
-  CHECK_PTR_EQ(again, s);
-  CHECK_OK(gpumem_deallocate(mr, again, small, second));
-  CHECK_OK(gpumem_deallocate(mr, taken, piece, first));
-  CHECK_OK(gpumem_deallocate(mr, little, 256, first));
-  CHECK_OK(gpumem_stream_synchronize(first));
-  CHECK_OK(gpumem_stream_synchronize(second));
-  CHECK_OK(gpumem_stream_destroy(first));
-  CHECK_OK(gpumem_stream_destroy(second));
-  CHECK_OK(gpumem_resource_release(mr));
-  printf("an idle take leaves a set that caches blocks in place\n");
-}
-
 /* The pattern of tests/gpu/concurrency.cu on the simulated device: four streams each
  * allocate a block, run work on it and free it, six rounds over; once warm, no stream waits
  * for another, so their work overlaps on a GPU. Blocks of 8 MiB, whose frees seal at once,
@@ -1449,47 +1415,6 @@ static void test_large_unseal_seals_at_once(void) {
   CHECK_OK(gpumem_deallocate(mr, pin, 2 * mib, busy));
   two_stream_pool_release(mr, busy, side);
   printf("a large unseal seals at once: an idle stream keeps nothing from the others\n");
-}
-
-/* With several streams, small frees still go to the stream's cache, whose next request of
- * their size takes them back without the free index (on the simulated device a two-stream
- * UNet trace took 90 ns an event without it, 62 with it); they are the stream's own until its
- * next seal, which merges them first. */
-static void test_several_streams_cache_small_frees(void) {
-  bool sim = check_on_sim();
-  gpumem_resource *mr;
-  gpumem_stream busy, side = NULL;
-  two_stream_pool(&mr, &busy, &side);
-  enum { small = 4096, count = GPUMEM__POOL_SEAL_EVERY };
-  void *freed[count], *again, *other;
-  for (int i = 0; i < count; i++)
-    CHECK_OK(gpumem_allocate(mr, small, busy, &freed[i]));
-  use_on(busy, freed[0], small, 3);
-  CHECK_OK(gpumem_deallocate(mr, freed[0], small, busy));
-  CHECK_OK(gpumem_allocate(mr, small, busy, &again)); /* its own stream: at once */
-  CHECK_PTR_EQ(again, freed[0]);
-  CHECK_OK(gpumem_deallocate(mr, again, small, busy));
-  CHECK_OK(gpumem_allocate(mr, small, side, &other)); /* not sealed: not the side's */
-  CHECK(other != freed[0]);
-  CHECK_OK(gpumem_deallocate(mr, other, small, side));
-
-  uint64_t records = sim ? gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD) : 0;
-  for (int i = 1; i < count; i++) /* the sixteenth free since the last seal seals */
-    CHECK_OK(gpumem_deallocate(mr, freed[i], small, busy));
-  if (sim)
-    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD), records + 1);
-  /* The seal merged the cache first: only the free that sealed and the one after it (the
-   * sixteenth and seventeenth, with the one reused) are cached. */
-  pool_resource *pool = (pool_resource *)mr;
-  for (size_t i = 1; i < pool->set_count; i++)
-    if (pool->sets[i]->stream == busy)
-      CHECK_EQ(pool->sets[i]->cached_count, 2);
-  CHECK_OK(gpumem__validate(mr));
-  if (sim)
-    CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
-  two_stream_pool_release(mr, busy, side);
-  printf("several streams: small frees cached for their stream until its seal, then the "
-         "others'\n");
 }
 
 /* Frees of large blocks seal at once only where another stream has asked for large blocks:
@@ -2422,8 +2347,8 @@ static int by_address(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Holes of 1 KiB between live blocks of front_stream's set, in its free index (a query of
- * the free bytes merges the cache); then the run. */
+/* Holes of 1 KiB between live blocks of front_stream's set, in its free index (a second
+ * stream keeps freed blocks out of the cache); then the run. */
 static void check_run_beside_holes(void) {
   CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &front_pool));
   gpumem_stream other;
@@ -2437,7 +2362,6 @@ static void check_run_beside_holes(void) {
   }
   for (int i = 0; i < run_holes; i++)
     CHECK_OK(gpumem_deallocate(front_pool, holes[i], run_block_bytes, front_stream));
-  check_query(front_pool, GPUMEM_QUERY_FREE_BYTES);
   CHECK(gpumem__pool_make_fronts(front_pool));
   run_wanted = run_blocks;
   on_another_thread(allocate_run, NULL);
@@ -3431,13 +3355,11 @@ int main(void) {
   test_second_stream_takes_first_streams_frees();
   test_stolen_blocks_are_sealed();
   test_idle_take_drops_emptied_set();
-  test_idle_take_keeps_caching_set();
   test_streams_do_not_wait_once_warm();
   test_per_thread_stream_keeps_its_blocks();
   test_free_merges_each_way();
   test_large_unseal_seals_at_once();
   test_large_frees_seal_for_large_askers();
-  test_several_streams_cache_small_frees();
   test_growth_extends_sealed_tail();
   test_last_block_kept_for_growth();
   test_large_request_takes_the_sliver(false);

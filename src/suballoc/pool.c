@@ -28,7 +28,7 @@
  * took another set's blocks seals them at once, so that they are the other streams' again
  * once its work is done.
  *
- * Each stream's set keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
+ * A single-stream pool keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
  * cache limit (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
  * by size class, before it coalesces them: programs free and ask again for the same sizes
  * all the time, and a block that goes straight back to the next request of its class costs
@@ -37,10 +37,7 @@
  * costs as much as the free index does), and where the request's class has none, the first
  * block of the next class serves it when at most 1/8 larger. The cache is coalesced into the
  * free index when full, before the pool grows, waits for the device or is trimmed, before a
- * free-memory query, and once a second stream comes; from then on cached blocks count as the
- * stream's open frees, and its seals coalesce them first. Without the cache a pool of
- * several streams took 90 ns an event on a two-stream UNet trace on the simulated device,
- * against 24 to 33 with its streams made one.
+ * free-memory query, and once a second stream comes.
  *
  * Over an upstream that places memory at chosen addresses (vmm, or an adaptor forwarding
  * that capability) the pool keeps two regions of the upstream's address range, each growing
@@ -473,16 +470,6 @@ static gpumem_status pool_allocate(gpumem_resource *mr, size_t bytes, size_t ali
   return allocate_then_unlock(pool, bytes, alignment, stream, ptr);
 }
 
-/* Whether freeing `block` into `set`, of a pool of several streams, seals the set first: a
- * seal every GPUMEM__POOL_SEAL_EVERY frees, or at once past GPUMEM__POOL_OPEN_BYTES_MAX freed
- * open where another stream asks for large blocks. */
-static inline bool seal_due(const pool_resource *pool, const free_set *set,
-                            const gpumem__block *block) {
-  return set->open_frees + 1 >= GPUMEM__POOL_SEAL_EVERY ||
-         (set->open_bytes + block->size > GPUMEM__POOL_OPEN_BYTES_MAX &&
-          gpumem__pool_another_asks_large(pool, set->stream));
-}
-
 /* Frees `block` (in slot `slot` of the live map, its size checked) on `stream`: into the
  * cache, where it keeps its slot, or out of the map into the free index. On failure nothing
  * has changed. Called with the lock held. */
@@ -491,7 +478,10 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   free_set *set = NULL;
   gpumem_status status = set_for(pool, stream, &set);
   /* A seal is due: record the event first, so that if it fails nothing has changed. */
-  bool sealing = status == GPUMEM_OK && pool->multi_stream && seal_due(pool, set, block);
+  bool sealing = status == GPUMEM_OK && pool->multi_stream &&
+                 (set->open_frees + 1 >= GPUMEM__POOL_SEAL_EVERY ||
+                  (set->open_bytes + block->size > GPUMEM__POOL_OPEN_BYTES_MAX &&
+                   gpumem__pool_another_asks_large(pool, set->stream)));
   if (sealing)
     status = gpumem__pool_seal(pool, set);
   if (GPUMEM_UNLIKELY(status != GPUMEM_OK))
@@ -499,8 +489,6 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
   count_freed(pool, bytes);
   if (cacheable(pool, block)) {
     cache_push(pool, set, block);
-    if (pool->multi_stream) /* an open free: the set's next seal merges it first */
-      set->open_frees++;
     return GPUMEM_OK;
   }
   /* A new stream's set merged the caches (set_for), whose blocks left the map: the slot
@@ -577,12 +565,10 @@ static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *pt
                       block->requested != bytes))
     return refuse_free_then_unlock(pool, block, ptr, bytes, owned);
   free_set *set = pool->last_set;
-  if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set) ||
-      (pool->multi_stream && seal_due(pool, set, block)))
+  if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
     return free_and_unlock(pool, slot, block, bytes, stream, owned);
   count_freed(pool, bytes);
   cache_insert(set, block);
-  set->open_frees += pool->multi_stream; /* an open free: the set's next seal merges it first */
   gpumem__biased_lock_release(&pool->lock);
   if (owned)
     *owned = true;

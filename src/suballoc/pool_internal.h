@@ -227,8 +227,7 @@ typedef struct free_set {
   size_t unsealed_bytes;
   gpumem__event event; /* recorded on this stream at its last seal */
   /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
-   * with several streams, frees since the last seal (counted in open_frees), which merges
-   * them before it seals the open blocks. One list more than the classes, always empty, so
+   * only while the pool has one stream. One list more than the classes, always empty, so
    * that cache_pop looks at the class after the request's without a bound check. */
   gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES + 1];
   unsigned cached_count;
@@ -381,17 +380,19 @@ typedef struct pool_fronts {
   pool_return *spares, *made;
 } pool_fronts;
 
-/* What split_regions decides on the hot paths, kept as limits so that each test is one
- * compare: requests under small_below go to the small region (0 without one); the cache
- * keeps blocks under cache_below, the small region's limit where the pool keeps one
- * (GPUMEM__POOL_CACHE_LIMIT says why). */
+/* What split_regions and multi_stream decide on the hot paths, kept as limits so that each
+ * test is one compare: requests under small_below go to the small region (0 without one);
+ * the cache keeps blocks under cache_below, the small region's limit where the pool keeps
+ * one (GPUMEM__POOL_CACHE_LIMIT says why); frees go to it under cached_frees_below
+ * (cache_below while one stream uses the pool, then 0: the others' frees are sealed). */
 typedef struct pool_limits {
-  size_t small_below, cache_below;
+  size_t small_below, cache_below, cached_frees_below;
 } pool_limits;
 
-static inline pool_limits limits_of(bool split_regions) {
-  return (pool_limits){split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0,
-                       split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT};
+static inline pool_limits limits_of(bool split_regions, bool multi_stream) {
+  size_t cache = split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT;
+  return (pool_limits){split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0, cache,
+                       multi_stream ? 0 : cache};
 }
 
 typedef struct pool_resource {
@@ -427,7 +428,7 @@ typedef struct pool_resource {
   unsigned large_askers;
   region regions[GPUMEM__POOL_REGION_COUNT];
   bool split_regions; /* small requests have a region of their own (when growing in place) */
-  pool_limits limits; /* limits_of(split_regions), kept by set_layout */
+  pool_limits limits; /* limits_of(split_regions, multi_stream), kept by set_layout */
   /* Blocks handed out, and cached ones (marked cached: they keep their slot, pool.c). */
   gpumem__block_map live;
   gpumem__block_slab slab;
@@ -796,12 +797,12 @@ static inline size_t cache_class(size_t size) {
 static inline void set_layout(pool_resource *pool, bool split_regions, bool multi_stream) {
   pool->split_regions = split_regions;
   pool->multi_stream = multi_stream;
-  pool->limits = limits_of(split_regions);
+  pool->limits = limits_of(split_regions, multi_stream);
 }
 
 /* Whether a freed block of `set` may go to its cache rather than the free index. */
 static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return block->size < pool->limits.cache_below;
+  return block->size < pool->limits.cached_frees_below;
 }
 
 /* Whether the cache of `set` has room for one more block. */

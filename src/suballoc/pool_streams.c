@@ -133,7 +133,6 @@ gpumem_status gpumem__pool_seal(pool_resource *pool, free_set *set) {
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: recording the event that lets other streams "
                                         "reuse this stream's frees");
-  gpumem__pool_flush_cache(pool, set); /* cached frees are covered by the event too */
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT; r++)
     move_index(pool, &set->open[r], set, GPUMEM__BLOCK_SEALED);
   set->open_frees = 0;

@@ -152,11 +152,8 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
   if (count != set->cached_count)
     return complain(w, "set %zu: cache count %u but %zu cached blocks", s, set->cached_count,
                     count);
-  /* With several streams, cached blocks are frees since the set's last seal, which merges
-   * them before it seals the set's open blocks. */
-  if (w->pool->multi_stream && count > set->open_frees)
-    return complain(w, "set %zu caches %zu blocks, more than its %u frees since its last seal", s,
-                    count, set->open_frees);
+  if (count && w->pool->multi_stream)
+    return complain(w, "set %zu caches %zu blocks in a pool used by several streams", s, count);
   return true;
 }
 
@@ -535,14 +532,17 @@ static bool check_served_sizes(walk *w) {
   return true;
 }
 
-/* The hot paths' limits say what split_regions says (set_layout). */
+/* The hot paths' limits say what split_regions and multi_stream say (set_layout). */
 static bool check_layout(walk *w) {
-  pool_limits have = w->pool->limits, want = limits_of(w->pool->split_regions);
-  if (have.small_below != want.small_below || have.cache_below != want.cache_below)
+  pool_limits have = w->pool->limits,
+              want = limits_of(w->pool->split_regions, w->pool->multi_stream);
+  if (have.small_below != want.small_below || have.cache_below != want.cache_below ||
+      have.cached_frees_below != want.cached_frees_below)
     return complain(w,
-                    "the limits of the hot paths (small region under %zu, cache under %zu) are "
-                    "not those of its layout (%zu, %zu)",
-                    have.small_below, have.cache_below, want.small_below, want.cache_below);
+                    "the limits of the hot paths (small region under %zu, cache under %zu, "
+                    "frees cached under %zu) are not those of its layout (%zu, %zu, %zu)",
+                    have.small_below, have.cache_below, have.cached_frees_below, want.small_below,
+                    want.cache_below, want.cached_frees_below);
   return true;
 }
 
