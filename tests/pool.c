@@ -1212,10 +1212,10 @@ static void test_second_stream_takes_first_streams_frees(void) {
     CHECK_OK(gpumem_deallocate(mr, little, 256, third));
     CHECK_OK(gpumem_deallocate(mr, taken, piece, second));
     CHECK_OK(gpumem_deallocate(mr, pin, piece, first));
-    if (failing) /* the first stream's open block is its own still */
+    if (failing) { /* the first stream's open block is its own still */
       CHECK_OK(gpumem_allocate(mr, piece, first, &freed));
-    if (failing)
       CHECK_OK(gpumem_deallocate(mr, freed, piece, first));
+    }
     CHECK_OK(gpumem_stream_synchronize(first));
     CHECK_OK(gpumem_stream_synchronize(second));
     CHECK_OK(gpumem_stream_destroy(third));

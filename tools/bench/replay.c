@@ -432,9 +432,9 @@ static void replay_one(const bench_context *ctx, const char *label, const char *
                          .peak_reserved_from = peak_known ? "query" : "replay",
                          .has_sim_calls = on_sim};
   double warm_events = (double)seq->count * (double)ctx->repeat;
+  uint64_t passes_own = trace->stream_count * (uint64_t)ctx->repeat;
   for (int i = 0; on_sim && i < BENCH_SIM_CALL_KINDS; i++) {
     uint64_t calls = calls_after[i] - calls_before[i];
-    uint64_t passes_own = trace->stream_count * (uint64_t)ctx->repeat;
     if (sim_call_kinds[i] == GPUMEM_SIM_CALL_SYNCHRONIZE)
       calls = calls > passes_own ? calls - passes_own : 0;
     result.sim_calls[i] = (double)calls / warm_events;
