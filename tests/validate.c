@@ -182,9 +182,10 @@ static void test_corruptions(void) {
   check_valid(mr);
 
   /* The hot paths' limits follow the layout: a cache limit left from another one is found. */
-  pool->limits.cached_frees_below = GPUMEM__POOL_SMALL_LIMIT;
-  check_invalid(mr, "frees cached under 131072) are not those of its layout (0, 1048576, 1048576)");
-  pool->limits.cached_frees_below = GPUMEM__POOL_CACHE_LIMIT;
+  pool->limits.cache_below = GPUMEM__POOL_SMALL_LIMIT;
+  check_invalid(mr, "cache under 131072, up to 1024 blocks) are not those of its layout (0, "
+                    "1048576, 1024)");
+  pool->limits.cache_below = GPUMEM__POOL_CACHE_LIMIT;
   check_valid(mr);
 
   /* Over cuda no release of holes asks for the sizes served: the set stays closed. */

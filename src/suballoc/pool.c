@@ -28,7 +28,7 @@
  * took another set's blocks seals them at once, so that they are the other streams' again
  * once its work is done.
  *
- * A single-stream pool keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
+ * Each stream's set keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
  * cache limit (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
  * by size class, before it coalesces them: programs free and ask again for the same sizes
  * all the time, and a block that goes straight back to the next request of its class costs
@@ -37,7 +37,13 @@
  * costs as much as the free index does), and where the request's class has none, the first
  * block of the next class serves it when at most 1/8 larger. The cache is coalesced into the
  * free index when full, before the pool grows, waits for the device or is trimmed, before a
- * free-memory query, and once a second stream comes.
+ * free-memory query, and once when a second stream comes. From then on a cached block is for
+ * its own stream alone, which may reuse it at once, and seals leave the cache as it is;
+ * other streams reach its blocks once they are coalesced into the set's open blocks and
+ * sealed with them. Turned off for several streams, as it was, every small free went through
+ * the free index: the two-stream traces' replays took 1.3 to 2.9 times as long an event on
+ * the H200, and merged at each seal, the cache saved nothing (docs/gpu-runs.md, forty-fifth
+ * and forty-sixth sessions).
  *
  * Over an upstream that places memory at chosen addresses (vmm, or an adaptor forwarding
  * that capability) the pool keeps two regions of the upstream's address range, each growing
@@ -488,7 +494,11 @@ static inline gpumem_status free_block(pool_resource *pool, size_t slot, gpumem_
     return status;
   count_freed(pool, bytes);
   if (cacheable(pool, block)) {
-    cache_push(pool, set, block);
+    if (GPUMEM_UNLIKELY(!cache_has_room(pool, set))) {
+      gpumem__pool_flush_cache(pool, set);
+      gpumem__pool_seal_if_due(pool, set); /* the merged blocks: other streams' soon */
+    }
+    cache_insert(set, block);
     return GPUMEM_OK;
   }
   /* A new stream's set merged the caches (set_for), whose blocks left the map: the slot
@@ -565,7 +575,7 @@ static inline gpumem_status deallocate_then_unlock(pool_resource *pool, void *pt
                       block->requested != bytes))
     return refuse_free_then_unlock(pool, block, ptr, bytes, owned);
   free_set *set = pool->last_set;
-  if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(set))
+  if (!set || set->stream != stream || !cacheable(pool, block) || !cache_has_room(pool, set))
     return free_and_unlock(pool, slot, block, bytes, stream, owned);
   count_freed(pool, bytes);
   cache_insert(set, block);

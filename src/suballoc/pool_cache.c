@@ -6,6 +6,10 @@
 #include "suballoc/pool_internal.h"
 
 void gpumem__pool_flush_cache(pool_resource *pool, free_set *set) {
+  /* With several streams the merged blocks are open frees of the set: counted, so that a
+   * stream whose frees all go to its cache still seals them, at its next free past it. */
+  if (pool->multi_stream && set->cached_count > 0)
+    set->open_frees += set->cached_count;
   for (size_t c = 0; c < GPUMEM__POOL_CACHE_CLASSES && set->cached_count > 0; c++) {
     gpumem__block *block = set->cached[c];
     while (block) {

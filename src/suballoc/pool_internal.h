@@ -49,6 +49,15 @@
 #define GPUMEM__POOL_CACHE_LIMIT ((size_t)1 << 20)
 #define GPUMEM__POOL_CACHE_CLASSES 144 /* the classes of sizes under the limit */
 #define GPUMEM__POOL_CACHE_MAX 1024
+/* With several streams, a set's cached blocks are its own stream's alone: other streams
+ * reach them once the full cache merges into the set's open blocks, sealed at once. So fewer
+ * are kept: what one stream holds from the others stays small (under 4 MiB where the pool
+ * grows in place), while a stream that frees what it allocates still finds its blocks there.
+ * On the sixteen two-stream traces (simulated device) 16 and 32 kept every peak at or below
+ * the references where the pool was, 64 and 128 lost one or two (a prefetcher by one piece
+ * of 2 MiB, a GPT-2 pair's warm passes 1.349 against 1.263), and 1,024 ran the UNet trace
+ * fastest (33 ns an event against 48 at 32, 56 without a cache) but lost the prefetcher. */
+#define GPUMEM__POOL_SHARED_CACHE_MAX 32
 /* How many blocks of its class a request looks at for one that is large enough. */
 #define GPUMEM__POOL_CACHE_PROBES 4
 
@@ -226,9 +235,11 @@ typedef struct free_set {
    * would otherwise keep them from other streams until a fold). */
   size_t unsealed_bytes;
   gpumem__event event; /* recorded on this stream at its last seal */
-  /* Blocks freed on this stream and kept whole, by size class (linked through next_free);
-   * only while the pool has one stream. One list more than the classes, always empty, so
-   * that cache_pop looks at the class after the request's without a bound check. */
+  /* Blocks freed on this stream and kept whole, by size class (linked through next_free),
+   * for this stream alone: neither open nor sealed, other streams reach them only once
+   * merged into the set's open blocks (pool_cache.c). One list more than the classes,
+   * always empty, so that cache_pop looks at the class after the request's without a bound
+   * check. */
   gpumem__block *cached[GPUMEM__POOL_CACHE_CLASSES + 1];
   unsigned cached_count;
   unsigned fronts; /* thread fronts holding blocks free on this stream: the set stays */
@@ -383,16 +394,17 @@ typedef struct pool_fronts {
 /* What split_regions and multi_stream decide on the hot paths, kept as limits so that each
  * test is one compare: requests under small_below go to the small region (0 without one);
  * the cache keeps blocks under cache_below, the small region's limit where the pool keeps
- * one (GPUMEM__POOL_CACHE_LIMIT says why); frees go to it under cached_frees_below
- * (cache_below while one stream uses the pool, then 0: the others' frees are sealed). */
+ * one (GPUMEM__POOL_CACHE_LIMIT says why), up to cache_max of them (fewer once several
+ * streams use the pool: GPUMEM__POOL_SHARED_CACHE_MAX). */
 typedef struct pool_limits {
-  size_t small_below, cache_below, cached_frees_below;
+  size_t small_below, cache_below;
+  unsigned cache_max;
 } pool_limits;
 
 static inline pool_limits limits_of(bool split_regions, bool multi_stream) {
-  size_t cache = split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT;
-  return (pool_limits){split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0, cache,
-                       multi_stream ? 0 : cache};
+  return (pool_limits){split_regions ? GPUMEM__POOL_SMALL_LIMIT : 0,
+                       split_regions ? GPUMEM__POOL_SMALL_LIMIT : GPUMEM__POOL_CACHE_LIMIT,
+                       multi_stream ? GPUMEM__POOL_SHARED_CACHE_MAX : GPUMEM__POOL_CACHE_MAX};
 }
 
 typedef struct pool_resource {
@@ -802,12 +814,12 @@ static inline void set_layout(pool_resource *pool, bool split_regions, bool mult
 
 /* Whether a freed block of `set` may go to its cache rather than the free index. */
 static inline bool cacheable(const pool_resource *pool, const gpumem__block *block) {
-  return block->size < pool->limits.cached_frees_below;
+  return block->size < pool->limits.cache_below;
 }
 
 /* Whether the cache of `set` has room for one more block. */
-static inline bool cache_has_room(const free_set *set) {
-  return set->cached_count < GPUMEM__POOL_CACHE_MAX;
+static inline bool cache_has_room(const pool_resource *pool, const free_set *set) {
+  return set->cached_count < pool->limits.cache_max;
 }
 
 /* Files a free block in the cache of `set`, which has room. */
@@ -821,13 +833,6 @@ static inline void cache_insert(free_set *set, gpumem__block *block) {
   block->next_free = set->cached[c];
   set->cached[c] = block;
   set->cached_count++;
-}
-
-/* Files a freed block in the cache of `set`, merging the whole cache first when it is full. */
-static inline void cache_push(pool_resource *pool, free_set *set, gpumem__block *block) {
-  if (GPUMEM_UNLIKELY(!cache_has_room(set)))
-    gpumem__pool_flush_cache(pool, set);
-  cache_insert(set, block);
 }
 
 /* A cached block of at least `size` bytes, taken out of the cache (still marked cached):

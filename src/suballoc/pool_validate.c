@@ -152,8 +152,9 @@ static bool gather_cache(walk *w, const free_set *set, size_t s) {
   if (count != set->cached_count)
     return complain(w, "set %zu: cache count %u but %zu cached blocks", s, set->cached_count,
                     count);
-  if (count && w->pool->multi_stream)
-    return complain(w, "set %zu caches %zu blocks in a pool used by several streams", s, count);
+  if (count > w->pool->limits.cache_max)
+    return complain(w, "set %zu caches %zu blocks, more than its layout's %u", s, count,
+                    w->pool->limits.cache_max);
   return true;
 }
 
@@ -537,12 +538,12 @@ static bool check_layout(walk *w) {
   pool_limits have = w->pool->limits,
               want = limits_of(w->pool->split_regions, w->pool->multi_stream);
   if (have.small_below != want.small_below || have.cache_below != want.cache_below ||
-      have.cached_frees_below != want.cached_frees_below)
+      have.cache_max != want.cache_max)
     return complain(w,
-                    "the limits of the hot paths (small region under %zu, cache under %zu, "
-                    "frees cached under %zu) are not those of its layout (%zu, %zu, %zu)",
-                    have.small_below, have.cache_below, have.cached_frees_below, want.small_below,
-                    want.cache_below, want.cached_frees_below);
+                    "the limits of the hot paths (small region under %zu, cache under %zu, up "
+                    "to %u blocks) are not those of its layout (%zu, %zu, %u)",
+                    have.small_below, have.cache_below, have.cache_max, want.small_below,
+                    want.cache_below, want.cache_max);
   return true;
 }
 
