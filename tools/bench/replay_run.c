@@ -31,6 +31,12 @@
 #define NO_TURN UINT32_MAX
 /* How long a waiter spins before it sleeps: longer than most turns of the traces. */
 #define SPIN_NS 2000000
+/* Spins between two yields of the processor: a waiter that shares its processor with the
+ * thread whose turn it is (the host's choice, or both pinned to one) gives it way at once
+ * rather than at the end of its time slice. Without them a two-thread trace's replay with
+ * no allocator at all took 9 to 760 ns an event on the H200 host pinned to two processors
+ * (docs/gpu-runs.md, forty-sixth session), 770 to 1,200 pinned to one. */
+#define YIELD_EVERY 256
 
 static void synchronize_all(const bench_trace *trace, gpumem_stream *streams) {
   for (size_t i = 0; i < trace->stream_count; i++) {
@@ -104,8 +110,11 @@ static void wait_for_turn(_Atomic uint32_t *turn, atomic_int *sleeping, uint32_t
   uint64_t start = bench_now_ns();
   for (unsigned spin = 1; atomic_load_explicit(turn, memory_order_acquire) != op; spin++) {
     gpumem__cpu_relax();
-    if (spin % 256 == 0 && bench_now_ns() - start > SPIN_NS)
-      break;
+    if (spin % YIELD_EVERY == 0) {
+      if (bench_now_ns() - start > SPIN_NS)
+        break;
+      sched_yield();
+    }
   }
   for (uint32_t seen; (seen = atomic_load(turn)) != op;) {
     atomic_store(sleeping, 1);
