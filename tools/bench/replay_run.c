@@ -32,7 +32,7 @@
 /* How long a waiter spins before it sleeps: longer than most turns of the traces. */
 #define SPIN_NS 2000000
 /* Spins between two yields of the processor: a waiter that shares its processor with the
- * thread whose turn it is (the host's choice, or both pinned to one) gives it way at once
+ * thread whose turn it is (the host's choice, or both pinned to one) gives way to it at once
  * rather than at the end of its time slice. Without them a two-thread trace's replay with
  * no allocator at all took 9 to 760 ns an event on the H200 host pinned to two processors
  * (docs/gpu-runs.md, forty-sixth session), 770 to 1,200 pinned to one. */
