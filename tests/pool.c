@@ -1515,7 +1515,29 @@ static void test_stream_caches(void) {
   CHECK_OK(gpumem_deallocate(mr, again, small, busy));
   CHECK_OK(gpumem_deallocate(mr, y, small, side));
 
-  /* A full cache merges into the open blocks, sealed at once. */
+  /* A full cache merges into the open blocks and is sealed at once. When that seal's record
+   * fails, the free still succeeds and loses nothing: the merged blocks stay open, the
+   * stream's own, until its next seal. */
+  if (sim) {
+    for (int i = 0; i <= kept; i++) {
+      CHECK_OK(gpumem_allocate(mr, small, busy, &blocks[i]));
+      use_on(busy, blocks[i], small, i);
+    }
+    uint64_t absorbed = gpumem__absorbed_errors();
+    uint64_t live = check_query(mr, GPUMEM_QUERY_LIVE_COUNT);
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_EVENT_RECORD, 1));
+    for (int i = 0; i <= kept; i++)
+      CHECK_OK(gpumem_deallocate(mr, blocks[i], small, busy));
+    CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_EVENT_RECORD, 0));
+    CHECK(gpumem__absorbed_errors() > absorbed);
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), live - (uint64_t)(kept + 1));
+    CHECK_OK(gpumem__validate(mr));
+    /* The next free past the cache seals them (the one after a full cache). */
+    records = gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD);
+    CHECK_OK(gpumem_allocate(mr, medium, busy, &medium_blocks[0]));
+    CHECK_OK(gpumem_deallocate(mr, medium_blocks[0], medium, busy));
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_EVENT_RECORD), records + 1);
+  }
   for (int i = 0; i <= kept; i++) {
     CHECK_OK(gpumem_allocate(mr, small, busy, &blocks[i]));
     use_on(busy, blocks[i], small, i);
