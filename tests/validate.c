@@ -187,6 +187,20 @@ static void test_corruptions(void) {
                     "1048576, 1024)");
   pool->limits.cache_below = GPUMEM__POOL_CACHE_LIMIT;
   check_valid(mr);
+  /* A cache holding more blocks than its layout allows: one stream's 40, where several
+   * streams allow 32 (the hot paths' limits following that layout). */
+  void *small[40];
+  for (int i = 0; i < 40; i++)
+    CHECK_OK(gpumem_allocate(mr, 4096, NULL, &small[i]));
+  for (int i = 0; i < 40; i++)
+    CHECK_OK(gpumem_deallocate(mr, small[i], 4096, NULL));
+  check_valid(mr);
+  pool->multi_stream = true;
+  pool->limits = limits_of(pool->split_regions, true);
+  check_invalid(mr, "caches 40 blocks, more than its layout's 32");
+  pool->multi_stream = false;
+  pool->limits = limits_of(pool->split_regions, false);
+  check_valid(mr);
 
   /* Over cuda no release of holes asks for the sizes served: the set stays closed. */
   pool->served_sizes.closed = false;
