@@ -28,8 +28,9 @@
  * took another set's blocks seals them at once, so that they are the other streams' again
  * once its work is done.
  *
- * Each stream's set keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks under its
- * cache limit (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
+ * Each stream's set keeps up to GPUMEM__POOL_CACHE_MAX recently freed blocks
+ * (GPUMEM__POOL_SHARED_CACHE_MAX once several streams use the pool) under its cache limit
+ * (1 MiB; 128 KiB where it grows in place, the small region's) whole, in lists
  * by size class, before it coalesces them: programs free and ask again for the same sizes
  * all the time, and a block that goes straight back to the next request of its class costs
  * no splitting, merging or indexing. Under 8 KiB a class is one size; above, a block handed
