@@ -307,7 +307,19 @@ static void test_from_cccl() {
       CHECK_U64_EQ(up.live_count(), chunks);
       CHECK_U64_EQ(base.live_bytes(), held);
     }
-    /* Through the pool: a growth the CCCL resource refuses fails as out of memory. */
+    /* Through the pool: a growth the CCCL resource refuses, with free memory in the pool,
+     * gives that memory back through it and grows again; one refused while the pool holds
+     * nothing free fails as out of memory. */
+    int grown_before = sc->allocations, freed_before = sc->deallocations;
+    sc->allocate_fails = script::bad_alloc;
+    void *grown = pool.allocate(64 << 20, s);
+    CHECK_EQ(sc->allocations, grown_before + 1); /* the growth after the refused one */
+    CHECK(sc->deallocations > freed_before);     /* the free chunks went back first */
+    CHECK(base.live_bytes() < held + (64u << 20));
+    pool.deallocate(grown, 64 << 20, s);
+    pool.trim();
+    held = base.live_bytes();
+    chunks = up.live_count(); /* none: the trim gave every chunk back */
     sc->allocate_fails = script::bad_alloc;
     CHECK_THROWS(gpumem::out_of_memory, pool.allocate(64 << 20, s));
     CHECK_U64_EQ(pool.live_count(), 0);

@@ -793,6 +793,141 @@ static void test_trim(void) {
   printf("trim passed\n");
 }
 
+static void use_on(gpumem_stream stream, void *ptr, size_t bytes, int value);
+
+/* Free holes between live blocks, `count` holes of `hole` bytes each followed by a live block
+ * of `live_bytes`, in the large region of a pool over vmm(piece=2MiB); ptrs[2i] are the
+ * freed holes' old pointers, ptrs[2i+1] the live blocks. */
+static void punch_holes(gpumem_resource *mr, void **ptrs, int count, size_t hole,
+                        size_t live_bytes) {
+  for (int i = 0; i < count; i++) {
+    CHECK_OK(gpumem_allocate(mr, hole, NULL, &ptrs[2 * i]));
+    CHECK_OK(gpumem_allocate(mr, live_bytes, NULL, &ptrs[2 * i + 1]));
+  }
+  for (int i = 0; i < count; i++)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[2 * i], hole, NULL));
+}
+
+/* A request that fits no hole, where the pool cannot grow (its maximum, or the device full),
+ * gets the holes' memory: before failing, the pool gives every whole free piece back and
+ * grows again. Where that cannot help (nothing free, a request past the maximum) it fails
+ * as before, giving nothing back; a trim that fails loses nothing. */
+static void test_trim_before_failing(void) {
+  enum { holes = 6, hole = 8 << 20, live = 2 << 20 };
+  void *ptrs[2 * holes], *big = NULL;
+  gpumem_resource *mr;
+  /* The pool's maximum: 60 MiB of 64 reserved, 48 MiB of it free in 8 MiB holes. */
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB), max=64MiB)", &mr));
+  punch_holes(mr, ptrs, holes, hole, live);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), holes * (hole + live));
+  uint64_t waits = gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE);
+  uint64_t unmaps = gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP);
+  CHECK_OK(gpumem_allocate(mr, 2 * hole, NULL, &big));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), holes * live + 2 * hole);
+  if (check_on_sim()) {
+    CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) > waits); /* before the unmaps */
+    CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP) > unmaps);
+  }
+  CHECK(gpumem_last_error_message()[0] == '\0'); /* no stale message behind the success */
+  CHECK_OK(gpumem__validate(mr));
+  /* Nothing free: it fails as before, giving nothing back. */
+  void *none = (void *)0x1;
+  uint64_t reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  void *fill;
+  CHECK_OK(gpumem_allocate(mr, (64 << 20) - reserved, NULL, &fill));
+  unmaps = gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP);
+  CHECK_FAILS_WITH(gpumem_allocate(mr, 2 << 20, NULL, &none), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "maximum size");
+  CHECK_PTR_EQ(none, (void *)0x1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), 64 << 20);
+  if (check_on_sim())
+    CHECK_U64_EQ(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP), unmaps);
+  CHECK_OK(gpumem_deallocate(mr, fill, (64 << 20) - reserved, NULL));
+  /* Larger than the maximum: nothing goes back for it. */
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_FAILS_WITH(gpumem_allocate(mr, 65 << 20, NULL, &none), GPUMEM_ERR_OUT_OF_MEMORY,
+                   "maximum size");
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_OK(gpumem_deallocate(mr, big, 2 * hole, NULL));
+  for (int i = 0; i < holes; i++)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[2 * i + 1], live, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+
+  if (!check_on_sim()) {
+    printf("a request that fits no hole at the maximum gets the holes' memory (the device "
+           "full and failed trims are simulated-device checks)\n");
+    return;
+  }
+  /* The device full: another resource holds all of it but what the pool holds and 1 MiB,
+   * less than a piece (so that a growth fails before it maps anything). */
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB))", &mr));
+  punch_holes(mr, ptrs, holes, hole, live);
+  gpumem_resource *hog;
+  CHECK_OK(gpumem_resource_from_spec("cuda", &hog));
+  size_t free_bytes = 0, total_bytes = 0;
+  CHECK_OK(gpumem_device_memory_info(0, &free_bytes, &total_bytes));
+  void *hogged;
+  CHECK_OK(gpumem_allocate(hog, free_bytes - (1 << 20), NULL, &hogged));
+  /* A trim whose device wait fails: the allocation fails with it, and nothing changed (the
+   * failure path folds the stream's set into the fresh one first, as before: a wait). */
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_SYNCHRONIZE, 2)); /* the first: the fold's */
+  CHECK_FAILS_WITH(gpumem_allocate(mr, 2 * hole, NULL, &none), GPUMEM_ERR_CUDA,
+                   "waiting for the device");
+  CHECK_PTR_EQ(none, (void *)0x1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), holes * hole);
+  CHECK_OK(gpumem__validate(mr));
+  /* One whose second unmap fails: what went back before it stays given back, the rest stays
+   * free in the pool; the next request gets both. */
+  CHECK_OK(gpumem_sim_fail_call(GPUMEM_SIM_CALL_VMM_UNMAP, 2));
+  CHECK_FAILS_WITH(gpumem_allocate(mr, 2 * hole, NULL, &none), GPUMEM_ERR_CUDA, "injected failure");
+  CHECK_PTR_EQ(none, (void *)0x1);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved - hole);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), (holes - 1) * hole);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_LIVE_COUNT), holes);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_allocate(mr, 2 * hole, NULL, &big));
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), holes * live + 2 * hole);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(hog, hogged, free_bytes - (1 << 20), NULL));
+  CHECK_OK(gpumem_resource_release(hog));
+  CHECK_OK(gpumem_deallocate(mr, big, 2 * hole, NULL));
+  for (int i = 0; i < holes; i++)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[2 * i + 1], live, NULL));
+  CHECK_OK(gpumem_resource_release(mr));
+
+  /* Holes freed on another stream, its work on them pending: the trim waits for the device
+   * before it unmaps them, and the request's stream then uses the memory without a hazard. */
+  CHECK_OK(gpumem_resource_from_spec("pool(vmm(piece=2MiB), max=64MiB)", &mr));
+  gpumem_stream a, b;
+  CHECK_OK(gpumem_stream_create(0, &a));
+  CHECK_OK(gpumem_stream_create(0, &b));
+  for (int i = 0; i < holes; i++) {
+    CHECK_OK(gpumem_allocate(mr, hole, b, &ptrs[2 * i]));
+    use_on(b, ptrs[2 * i], hole, i);
+    CHECK_OK(gpumem_allocate(mr, live, b, &ptrs[2 * i + 1]));
+  }
+  for (int i = 0; i < holes; i++)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[2 * i], hole, b));
+  gpumem_sim_reset_hazards();
+  CHECK_OK(gpumem_allocate(mr, 2 * hole, a, &big));
+  use_on(a, big, 2 * hole, 7);
+  CHECK_U64_EQ(gpumem_sim_hazard_count(), 0);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), holes * live + 2 * hole);
+  CHECK_OK(gpumem__validate(mr));
+  CHECK_OK(gpumem_deallocate(mr, big, 2 * hole, a));
+  for (int i = 0; i < holes; i++)
+    CHECK_OK(gpumem_deallocate(mr, ptrs[2 * i + 1], live, b));
+  CHECK_OK(gpumem_sim_complete_all());
+  CHECK_OK(gpumem_stream_destroy(a));
+  CHECK_OK(gpumem_stream_destroy(b));
+  CHECK_OK(gpumem_resource_release(mr));
+  printf("a request that fits no hole, at the maximum or with the device full, gets the "
+         "holes' memory (after a wait for the device: no hazard across streams); nothing free "
+         "or past the maximum fails as before; a failed trim loses nothing\n");
+}
+
 /* ---- cross-stream reuse ---- */
 
 enum { seal_every = 16 }; /* the pool's batch: one event record per this many frees */
@@ -3436,6 +3571,7 @@ int main(void) {
   test_trim();
   test_trim_pieces();
   test_trim_large_pieces();
+  test_trim_before_failing();
   test_cross_stream();
   test_cross_stream_at_limit();
   test_side_stream_leaves_large_memory();

@@ -170,6 +170,64 @@ static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t se
   return status;
 }
 
+/* Grows region `ri` of `set` for a request of `search` bytes: in place past its last block
+ * (or, where the upstream's range is spent there, from the lowest room), after giving holes
+ * back where release_holes_over asks it. */
+static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t search,
+                          const char **why, gpumem__block **out) {
+  /* The memory a release of holes unmaps is held by the upstream for the growth after it,
+   * which maps it again where pieces' sizes match: no freeing and making it anew. */
+  uint64_t releasing = 0;
+  uintptr_t base_before_wrap = gpumem__pool_wrap_growth(pool, ri, set, search);
+  bool holding = pool->options.release_holes_over;
+  if (holding) {
+    gpumem__hold_pieces(pool->header.upstream, true);
+    releasing = gpumem__pool_release_holes(pool, set, ri, search);
+  }
+  gpumem_status status = gpumem__pool_grow(pool, set, ri, search, why, out);
+  /* A growth that wraps to the lowest room moves the region's growth point only once it
+   * succeeds: a failed one leaves later growths where they were (a release of holes in
+   * between may cut the old last block: pool->tail_before_wrap follows it). */
+  if (base_before_wrap) {
+    if (status != GPUMEM_OK) {
+      pool->regions[ri].base = base_before_wrap;
+      pool->regions[ri].tail = pool->tail_before_wrap;
+    }
+    pool->tail_before_wrap = NULL;
+  }
+  if (holding)
+    gpumem__hold_pieces(pool->header.upstream, false);
+  if (releasing)
+    gpumem__pool_holes_paced(pool, releasing);
+  return status;
+}
+
+/* The last step before a request fails for want of memory: every whole free chunk, and over
+ * an upstream that makes memory in pieces every run of whole free pieces, goes back to the
+ * upstream (after a wait for the device), so that a growth may get from the device what the
+ * pool's holes held. Without it pool(vmm) on a device of 1 GiB failed a request of 192 MiB
+ * while it held 960 MiB free in ten holes of 96 MiB; CuPy's pool and PyTorch's caching
+ * allocator likewise free their cached blocks and try again. Only where the pool holds free
+ * memory (a pool full of live blocks fails as before, without a wait) and the request is
+ * not larger than the pool's maximum or than its upstream can ever serve; *trimmed: whether
+ * anything went back. A failed trim keeps what it had not given back yet, nothing lost. */
+static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, size_t size,
+                                         bool *trimmed) {
+  uint64_t live = 0;
+  gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
+  size_t max = pool->options.maximum_size;
+  *trimmed = false;
+  if (gpumem__counters_reserved(&pool->stats) <= live || (max && size > max) ||
+      gpumem__last_oom().cause == GPUMEM__OOM_TOO_LARGE)
+    return GPUMEM_OK;
+  size_t released = 0;
+  gpumem_status status = gpumem__pool_trim_all(pool, set, &released);
+  *trimmed = released > 0;
+  if (status != GPUMEM_OK)
+    return gpumem__fail_context(status, "pool: giving free memory back for %zu bytes", size);
+  return GPUMEM_OK;
+}
+
 /* Finds or makes a free block for the request: in the request's region, the stream's own
  * blocks, then the sealed blocks of other streams whose work on them is done, then fresh
  * memory, then growth; when growth fails, any region and any set's sealed blocks after a
@@ -211,33 +269,8 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     block = find_fit(pool, set, ri, search);
   while (status == GPUMEM_OK && !block && gpumem__pool_drain_fullest_front(pool, set, search))
     block = find_fit(pool, set, ri, search);
-  /* The memory a release of holes unmaps is held by the upstream for the growth after it,
-   * which maps it again where pieces' sizes match: no freeing and making it anew. */
-  uint64_t releasing = 0;
-  uintptr_t base_before_wrap = 0;
   if (status == GPUMEM_OK && !block)
-    base_before_wrap = gpumem__pool_wrap_growth(pool, ri, set, search);
-  bool holding = status == GPUMEM_OK && !block && pool->options.release_holes_over;
-  if (holding) {
-    gpumem__hold_pieces(pool->header.upstream, true);
-    releasing = gpumem__pool_release_holes(pool, set, ri, search);
-  }
-  if (status == GPUMEM_OK && !block)
-    status = gpumem__pool_grow(pool, set, ri, search, why, &block);
-  /* A growth that wraps to the lowest room moves the region's growth point only once it
-   * succeeds: a failed one leaves later growths where they were (a release of holes in
-   * between may cut the old last block: pool->tail_before_wrap follows it). */
-  if (base_before_wrap) {
-    if (status != GPUMEM_OK) {
-      pool->regions[ri].base = base_before_wrap;
-      pool->regions[ri].tail = pool->tail_before_wrap;
-    }
-    pool->tail_before_wrap = NULL;
-  }
-  if (holding)
-    gpumem__hold_pieces(pool->header.upstream, false);
-  if (releasing)
-    gpumem__pool_holes_paced(pool, releasing);
+    status = grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     status = find_anywhere(pool, set, search, &block);
     if (status == GPUMEM_OK && !block && pool->set_count > 1) {
@@ -246,9 +279,14 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
       if (status == GPUMEM_OK)
         status = find_anywhere(pool, set, search, &block);
     }
+    bool trimmed = false;
     if (status == GPUMEM_OK && !block)
+      status = trim_before_failing(pool, set, search, &trimmed);
+    if (status == GPUMEM_OK && !block && trimmed)
+      status = grow(pool, set, ri, search, why, &block);
+    else if (status == GPUMEM_OK && !block)
       status = GPUMEM_ERR_OUT_OF_MEMORY;
-    else if (status == GPUMEM_OK)
+    if (status == GPUMEM_OK)
       gpumem__absorb_error(); /* the growth's failure: no stale message behind a success */
   }
   *out = block;
@@ -700,7 +738,7 @@ static void free_structures(pool_resource *pool) {
 static gpumem_status pool_destroy(gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   size_t released = 0;
-  gpumem_status status = gpumem__pool_trim_all(pool, &released);
+  gpumem_status status = gpumem__pool_trim_all(pool, NULL, &released);
   if (status == GPUMEM_OK && pool->chunks.count > 0)
     status = gpumem__fail(GPUMEM_ERR_INTERNAL,
                           "pool: %zu chunks still held after giving back every free one",
