@@ -810,8 +810,9 @@ static void punch_holes(gpumem_resource *mr, void **ptrs, int count, size_t hole
 
 /* A request that fits no hole, where the pool cannot grow (its maximum, or the device full),
  * gets the holes' memory: before failing, the pool gives every whole free piece back and
- * grows again. Where that cannot help (nothing free, a request past the maximum) it fails
- * as before, giving nothing back; a trim that fails loses nothing. */
+ * grows again. Where that cannot help (nothing free, a request past the maximum or the
+ * device's whole memory) it fails as before, giving nothing back; a trim that fails loses
+ * nothing. */
 static void test_trim_before_failing(void) {
   enum { holes = 6, hole = 8 << 20, live = 2 << 20 };
   void *ptrs[2 * holes], *big = NULL;
@@ -866,6 +867,12 @@ static void test_trim_before_failing(void) {
   CHECK_OK(gpumem_resource_from_spec("cuda", &hog));
   size_t free_bytes = 0, total_bytes = 0;
   CHECK_OK(gpumem_device_memory_info(0, &free_bytes, &total_bytes));
+  /* More than the device has at all: nothing goes back for it. */
+  reserved = check_query(mr, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_FAILS_WITH(gpumem_allocate(mr, total_bytes + (2 << 20), NULL, &none),
+                   GPUMEM_ERR_OUT_OF_MEMORY, "could not give more memory");
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+  CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_FREE_BYTES), holes * hole);
   void *hogged;
   CHECK_OK(gpumem_allocate(hog, free_bytes - (1 << 20), NULL, &hogged));
   /* A trim whose device wait fails: the allocation fails with it, and nothing changed (the
@@ -925,7 +932,7 @@ static void test_trim_before_failing(void) {
   CHECK_OK(gpumem_resource_release(mr));
   printf("a request that fits no hole, at the maximum or with the device full, gets the "
          "holes' memory (after a wait for the device: no hazard across streams); nothing free "
-         "or past the maximum fails as before; a failed trim loses nothing\n");
+         "or past the maximum or the device fails as before; a failed trim loses nothing\n");
 }
 
 /* ---- cross-stream reuse ---- */

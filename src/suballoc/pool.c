@@ -202,6 +202,19 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t 
   return status;
 }
 
+/* Whether `size` bytes of device memory are more than the pool's device has at all (asked
+ * of the driver: only on the way to a failure). */
+static bool larger_than_device(const pool_resource *pool, size_t size) {
+  const gpumem_resource *up = pool->header.upstream;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (up->caps.memory != GPUMEM_MEMORY_DEVICE ||
+      up->dev->mem_info(up->device, &free_bytes, &total_bytes) != GPUMEM_OK) {
+    gpumem__absorb_error(); /* no answer: the trim is tried, as it is for other memory */
+    return false;
+  }
+  return size > total_bytes;
+}
+
 /* The last step before a request fails for want of memory: every whole free chunk, and over
  * an upstream that makes memory in pieces every run of whole free pieces, goes back to the
  * upstream (after a wait for the device), so that a growth may get from the device what the
@@ -209,8 +222,9 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t 
  * while it held 960 MiB free in ten holes of 96 MiB; CuPy's pool and PyTorch's caching
  * allocator likewise free their cached blocks and try again. Only where the pool holds free
  * memory (a pool full of live blocks fails as before, without a wait) and the request is
- * not larger than the pool's maximum or than its upstream can ever serve; *trimmed: whether
- * anything went back. A failed trim keeps what it had not given back yet, nothing lost. */
+ * not larger than the pool's maximum, than its upstream can ever serve or than its device's
+ * whole memory; *trimmed: whether anything went back. A failed trim keeps what it had not given
+ * back yet, nothing lost. */
 static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, size_t size,
                                          bool *trimmed) {
   uint64_t live = 0;
@@ -218,7 +232,7 @@ static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, siz
   size_t max = pool->options.maximum_size;
   *trimmed = false;
   if (gpumem__counters_reserved(&pool->stats) <= live || (max && size > max) ||
-      gpumem__last_oom().cause == GPUMEM__OOM_TOO_LARGE)
+      gpumem__last_oom().cause == GPUMEM__OOM_TOO_LARGE || larger_than_device(pool, size))
     return GPUMEM_OK;
   size_t released = 0;
   gpumem_status status = gpumem__pool_trim_all(pool, set, &released);
