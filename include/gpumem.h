@@ -766,12 +766,13 @@ GPUMEM_API gpumem_status gpumem_log_file_name(const gpumem_resource *mr, char *b
  *
  * Out of memory: before failing, a pool serving several streams waits for its device, so
  * that every stream's free blocks can serve the request; then, where its free blocks hold
- * whole chunks (or, over vmm, whole pieces) and the request is no larger than the maximum,
- * it gives them back as gpumem_pool_trim does and grows once more, so that the holes' memory
- * can serve a request no hole fits (as CuPy's pool and PyTorch's caching allocator free
- * their cached blocks before they fail). A failed allocation changes no allocation; the free
- * memory given back before it stays given back, and when host memory ran out after the
- * pool grew, the grown memory stays in its free blocks (gpumem_pool_trim gives it back).
+ * whole chunks (or, over vmm, whole pieces) and the request is no larger than the maximum
+ * or the device's memory, it gives them back as gpumem_pool_trim does and grows once more,
+ * so that the holes' memory can serve a request no hole fits (as CuPy's pool and PyTorch's
+ * caching allocator free their cached blocks before they fail). A failed allocation changes
+ * no allocation; the free memory given back before it stays given back, and when host
+ * memory ran out after the pool grew, the grown memory stays in its free blocks
+ * (gpumem_pool_trim gives it back).
  * ------------------------------------------------------------------------------------- */
 
 typedef struct gpumem_pool_options {
