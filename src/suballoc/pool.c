@@ -207,8 +207,9 @@ static gpumem_status grow(pool_resource *pool, free_set *set, size_t ri, size_t 
 static bool larger_than_device(const pool_resource *pool, size_t size) {
   const gpumem_resource *up = pool->header.upstream;
   size_t free_bytes = 0, total_bytes = 0;
-  if (up->caps.memory != GPUMEM_MEMORY_DEVICE ||
-      up->dev->mem_info(up->device, &free_bytes, &total_bytes) != GPUMEM_OK) {
+  if (up->caps.memory != GPUMEM_MEMORY_DEVICE) /* managed memory may exceed the device's */
+    return false;
+  if (up->dev->mem_info(up->device, &free_bytes, &total_bytes) != GPUMEM_OK) {
     gpumem__absorb_error(); /* no answer: the trim is tried, as it is for other memory */
     return false;
   }
