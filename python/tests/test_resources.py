@@ -259,6 +259,26 @@ def test_pool_respects_its_maximum_size():
     assert pool.reserved_bytes <= 4 * MiB
 
 
+def test_pool_gives_its_free_chunks_back_before_it_fails():
+    # Free chunks of 8 MiB, none a block of 40 MiB, and no room to grow under the maximum:
+    # the pool gives them back and grows, as CuPy's pool and PyTorch's cache do before
+    # failing. A pool with nothing free still fails.
+    pool = mr.PoolMemoryResource(cuda(), initial_pool_size="16MiB", maximum_pool_size="64MiB")
+    first = pool.allocate(16 * MiB)
+    chunks = [pool.allocate(8 * MiB) for _ in range(4)]
+    for ptr in chunks:
+        pool.deallocate(ptr, 8 * MiB)
+    assert pool.reserved_bytes == 48 * MiB and pool.free_bytes == 32 * MiB
+    big = pool.allocate(40 * MiB)
+    assert pool.reserved_bytes == 56 * MiB
+    assert pool.free_bytes == 0
+    with pytest.raises(gpumem.OutOfMemoryError, match="maximum size"):
+        pool.allocate(16 * MiB)
+    assert pool.reserved_bytes == 56 * MiB
+    pool.deallocate(big, 40 * MiB)
+    pool.deallocate(first, 16 * MiB)
+
+
 def test_pool_gives_holes_back_before_growing():
     # An 8 MiB hole under a 2 MiB block, and a 12 MiB request: past 110% of the live peak
     # the hole's pieces go back first, so the pool holds 14 MiB, not 22.
