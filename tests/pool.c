@@ -795,9 +795,9 @@ static void test_trim(void) {
 
 static void use_on(gpumem_stream stream, void *ptr, size_t bytes, int value);
 
-/* Free holes between live blocks, `count` holes of `hole` bytes each followed by a live block
- * of `live_bytes`, in the large region of a pool over vmm(piece=2MiB); ptrs[2i] are the
- * freed holes' old pointers, ptrs[2i+1] the live blocks. */
+/* Free holes between live blocks: `count` holes of `hole` bytes, each followed by a live
+ * block of `live_bytes`; ptrs[2i] are the freed holes' old pointers, ptrs[2i+1] the live
+ * blocks. */
 static void punch_holes(gpumem_resource *mr, void **ptrs, int count, size_t hole,
                         size_t live_bytes) {
   for (int i = 0; i < count; i++) {
@@ -826,7 +826,7 @@ static void test_trim_before_failing(void) {
   CHECK_OK(gpumem_allocate(mr, 2 * hole, NULL, &big));
   CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), holes * live + 2 * hole);
   if (check_on_sim()) {
-    CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) > waits); /* before the unmaps */
+    CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_SYNCHRONIZE) > waits); /* the trim's wait */
     CHECK(gpumem_sim_call_count(GPUMEM_SIM_CALL_VMM_UNMAP) > unmaps);
   }
   CHECK(gpumem_last_error_message()[0] == '\0'); /* no stale message behind the success */
