@@ -2207,6 +2207,77 @@ static void test_release_holes(void) {
   printf("holes given back before growth past release_holes_over\n");
 }
 
+/* The default's release for a growth that fragmentation alone makes after the program let
+ * go of part of its pass (GPUMEM__POOL_DESCENT_LIVE_PERCENT, 75%). Eight blocks of 10 MiB (a
+ * live peak of 80, 40 pieces of 2 MiB), the first, third, fifth and last freed: 40 MiB live,
+ * 40 free, and a 12 MiB request, neither dominant nor served before, that no hole fits: the
+ * region's end grows by 2 MiB, past the live peak, with 20 times the growth free, and the
+ * first hole's piece goes back first: the pool holds 80. Not so with 72 MiB live (blocks of
+ * 4, six of 12 and 4, the first and last freed, a 6 MiB request); with too little free (30
+ * MiB for an 8 MiB growth: the second, fourth and last freed, an 18 MiB request); where the
+ * pool held more than 110% of the pass's peak before (a 100 MiB block freed first, the same
+ * blocks carved from it, a 32 MiB request growing the 30 MiB left at the end); under a live
+ * peak of fewer than 32 pieces (blocks of 7 MiB, an 8 MiB request); and past an explicit
+ * release_holes_over=110, the threshold the program chose. */
+static void test_release_holes_after_descent(void) {
+  enum { MiB = 1 << 20 };
+  static const size_t tens[] = {10, 10, 10, 10, 10, 10, 10, 10};
+  static const size_t sevens[] = {7, 7, 7, 7, 7, 7, 7, 7};
+  static const size_t mostly_held[] = {4, 12, 12, 12, 12, 12, 12, 4};
+  static const struct {
+    unsigned percent;
+    size_t first_mib; /* a block freed before the others come (0: none) */
+    const size_t *sizes;
+    unsigned freed; /* bit k: block k freed before the request, and the last one */
+    size_t request_mib, reserved_mib;
+  } cases[] = {
+      {0, 0, tens, 0x15, 12, 80},       /* let go of most of the pass: the hole goes */
+      {0, 0, mostly_held, 0x01, 6, 82}, /* 72 of 80 MiB live */
+      {0, 0, tens, 0x0a, 18, 88},       /* 30 MiB free for an 8 MiB growth */
+      {0, 100, tens, 0x15, 32, 102},    /* 100 MiB held before the pass */
+      {0, 0, sevens, 0x15, 8, 58},      /* a live peak of 56 MiB */
+      {110, 0, tens, 0x15, 12, 82},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char spec[64], *first = NULL, *x[8], *grown;
+    if (cases[i].percent)
+      snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", cases[i].percent);
+    else
+      snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB))");
+    gpumem_resource *mr;
+    CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+    pool_resource *pool = (pool_resource *)mr;
+    if (cases[i].first_mib) {
+      CHECK_OK(gpumem_allocate(mr, cases[i].first_mib * MiB, NULL, (void **)&first));
+      CHECK_OK(gpumem_deallocate(mr, first, cases[i].first_mib * MiB, NULL));
+    }
+    for (int k = 0; k < 8; k++) {
+      CHECK_OK(gpumem_allocate(mr, cases[i].sizes[k] * MiB, NULL, (void **)&x[k]));
+      CHECK_PTR_EQ(x[k], k ? x[k - 1] + cases[i].sizes[k - 1] * MiB : (first ? first : x[0]));
+    }
+    unsigned freed = cases[i].freed | 0x80;
+    for (int k = 0; k < 8; k++)
+      if (freed & (1u << k))
+        CHECK_OK(gpumem_deallocate(mr, x[k], cases[i].sizes[k] * MiB, NULL));
+    size_t peak = 0;
+    for (int k = 0; k < 8; k++)
+      peak += cases[i].sizes[k] * MiB;
+    CHECK_U64_EQ(pool->pass_peak_live, peak);
+    size_t request = cases[i].request_mib * MiB;
+    CHECK_OK(gpumem_allocate(mr, request, NULL, (void **)&grown));
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), cases[i].reserved_mib * MiB);
+    check_mapped(cases[i].reserved_mib * MiB);
+    CHECK_PTR_EQ(grown, x[7]); /* the region's end, grown in place */
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, grown, request, NULL));
+    for (int k = 0; k < 8; k++)
+      if (!(freed & (1u << k)))
+        CHECK_OK(gpumem_deallocate(mr, x[k], cases[i].sizes[k] * MiB, NULL));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+  printf("holes given back for a growth fragmentation makes after the program let go\n");
+}
+
 /* The default's release for a growth that fragmentation alone makes while the program
  * climbs (GPUMEM__POOL_CLIMB_HOLES_PERCENT, 108%). Blocks of 8, 2, 30 and 30 MiB (a live peak
  * of 70), the first and last freed, and a 36 MiB request, dominant: the last block, the
@@ -3601,6 +3672,7 @@ int main(void) {
   test_large_blocks_keep_their_places(true);
   test_release_holes();
   test_release_holes_while_climbing();
+  test_release_holes_after_descent();
   test_release_holes_waits_and_fails_safe();
   test_release_holes_of_several_streams();
   test_climbing_loop_stays_in_its_range();
