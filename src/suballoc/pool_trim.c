@@ -348,10 +348,11 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
                 gpumem__size_set_contains(&pool->served_sizes, size));
   unsigned over = pool->options.release_holes_over;
   if (!opens) {
-    /* After the program let go of part of its pass, any request, past the live peak itself
-     * (is_fragmented_descent). A request the gate opens keeps its own threshold: with this
-     * one, BERT fine-tuning at random lengths (seed 1) held 1.026 against 1.024. */
-    if (!is_fragmented_descent(pool, reserved, live, need))
+    /* After the program let go of part of its pass, any request of GPUMEM__POOL_RECURRING_LEAST
+     * or more, past the live peak itself (is_fragmented_descent). A request the gate opens
+     * keeps its own threshold: with this one, BERT fine-tuning at random lengths (seed 1)
+     * held 1.026 against 1.024. */
+    if (size < GPUMEM__POOL_RECURRING_LEAST || !is_fragmented_descent(pool, reserved, live, need))
       return 0;
     over = 100;
   } else if (pool->holes_gated && is_fragmented_climb(pool, reserved, live, peak_live, need)) {
