@@ -810,9 +810,14 @@ typedef struct gpumem_pool_options {
    * large requests, is no loop: from then on no size counts as seen). Such a request gives
    * back past 108% instead where the pool holds free at least four times the growth while
    * the program's pass holds 99% of its highest live bytes so far: a growth that
-   * fragmentation alone makes as the program climbs. Other requests, of a program still
-   * climbing to its working set, keep the holes. Chosen on real traces, judged on 116 of
-   * four recorded sets (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
+   * fragmentation alone makes as the program climbs. Any other request of 1 MiB or more
+   * gives back past the live peak itself where the program holds no more than three
+   * quarters of its pass's live peak, the pool holds free at least four times the growth
+   * and, before it, no more than 110% of that peak, and that peak spans 32 pieces: a growth
+   * that fragmentation alone makes after the program let go (an optimizer's step after the
+   * pass's peak). Other requests, of a program still climbing to its working set, keep the
+   * holes. Chosen on real traces, judged on 116 of four recorded sets and 88 more
+   * (docs/internals.md). GPUMEM_POOL_KEEP_HOLES: never. */
   unsigned release_holes_over;
   /* The time side of release_holes_over's trade: the most percentage of the pool's time, P
    * from 1 to 100, that its releases of holes and the growths past the threshold take over

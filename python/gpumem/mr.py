@@ -287,7 +287,9 @@ class PoolMemoryResource(SuballocatorMemoryResource):
     pays); None: the default, the same at 110% but only for a request of half of the live
     peak of the program's pass up to all of it (45% while it holds no more than three
     quarters of that peak) or, once the live peak spans 32 of the upstream's pieces (1 GiB
-    by default), of a size served before; "never": holes stay mapped. release_holes_time
+    by default), of a size served before, and past the live peak itself for a request of 1
+    MiB or more once the program holds no more than three quarters of its pass's peak with
+    four times the growth free; "never": holes stay mapped. release_holes_time
     (gpumem's own): the most percentage of the time, 1 to 100, those releases take over the
     long run; None: the default, 25; 100: no limit, for a program that would rather spend
     time in the driver than hold memory."""
