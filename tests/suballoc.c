@@ -450,6 +450,23 @@ static void test_vmm_pieces(bool sim) {
   CHECK_OK(gpumem_resource_from_spec("vmm(reserve=64MiB, piece=2MiB)", &vmm));
   CHECK_FAILS_WITH(gpumem_allocate(vmm, (size_t)1 << 50, NULL, (void **)&ptr),
                    GPUMEM_ERR_OUT_OF_MEMORY, "its reserved address range is full");
+  /* The range starts at a multiple of the granularity only: an alignment whose first multiple
+   * in it could leave too little room after it fails whatever the range's address, so that
+   * a spec that builds in one process builds in every one. In this 64 MiB range 32 MiB at an
+   * alignment of 32 MiB always fits (the first multiple is under 32 MiB in); at 64 MiB, or
+   * 32 GiB, it fails, as it would where the range lay aligned so; up to the granularity the
+   * whole range fits. */
+  uint64_t before = check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES);
+  CHECK_OK(gpumem_allocate_aligned(vmm, 32 * MiB, 32 * MiB, NULL, (void **)&ptr));
+  CHECK((uintptr_t)ptr % (32 * MiB) == 0);
+  CHECK_OK(gpumem_deallocate_aligned(vmm, ptr, 32 * MiB, 32 * MiB, NULL));
+  CHECK_FAILS_WITH(gpumem_allocate_aligned(vmm, 32 * MiB, 64 * MiB, NULL, (void **)&ptr),
+                   GPUMEM_ERR_OUT_OF_MEMORY, "cannot promise an alignment of 67108864");
+  CHECK_FAILS_WITH(gpumem_allocate_aligned(vmm, 2 * MiB, (size_t)32 << 30, NULL, (void **)&ptr),
+                   GPUMEM_ERR_OUT_OF_MEMORY, "cannot promise an alignment of 34359738368");
+  CHECK_U64_EQ(check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES), before);
+  CHECK_OK(gpumem_allocate_aligned(vmm, 64 * MiB, 2 * MiB, NULL, (void **)&ptr));
+  CHECK_OK(gpumem_deallocate_aligned(vmm, ptr, 64 * MiB, 2 * MiB, NULL));
   /* Pieces filed between others keep their order: the middle of three allocations is
    * freed and made again in its place, smaller. */
   char *first, *middle, *last;
