@@ -454,8 +454,8 @@ static void test_vmm_pieces(bool sim) {
    * in it could leave too little room after it fails whatever the range's address, so that
    * a spec that builds in one process builds in every one. In this 64 MiB range 32 MiB at an
    * alignment of 32 MiB always fits (the first multiple is under 32 MiB in); at 64 MiB, or
-   * 32 GiB, it fails, as it would where the range lay aligned so; up to the granularity the
-   * whole range fits. */
+   * 32 GiB, it fails, even where the range happens to start at such a multiple; up to the
+   * granularity the whole range fits. */
   uint64_t before = check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES);
   CHECK_OK(gpumem_allocate_aligned(vmm, 32 * MiB, 32 * MiB, NULL, (void **)&ptr));
   CHECK((uintptr_t)ptr % (32 * MiB) == 0);

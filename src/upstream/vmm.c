@@ -357,7 +357,7 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
   /* The range starts at a multiple of the granularity only: a larger alignment whose first
    * multiple in the range may leave too little room after it would fit or not by where the
    * driver put the range (aligned(vmm(reserve=1GiB), alignment=32GiB) built in one process
-   * and failed in the next). It never fits, whatever the range's address. */
+   * and failed in the next). Such a request fails, whatever the range's address. */
   if (!want && alignment > self->granularity && alignment > self->options.reserve_size - size) {
     char why[128];
     snprintf(why, sizeof why, "its reserved address range cannot promise an alignment of %zu",
