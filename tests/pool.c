@@ -1877,10 +1877,8 @@ static void test_large_blocks_keep_their_places(bool keeps_holes) {
 /* ---- holes given back before growth (release_holes_over) ---- */
 
 /* A pool over vmm with 2 MiB pieces that gives back holes past `percent` of its live peak
- * (0: the option left out, its default; GPUMEM_POOL_KEEP_HOLES: never); blocks of `sizes`
- * (MiB) allocated in turn on `stream`, so that they lie in that order. */
-static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int count,
-                                   gpumem_stream stream, char **blocks) {
+ * (0: the option left out, its default; GPUMEM_POOL_KEEP_HOLES: never). */
+static gpumem_resource *holes_pool_empty(unsigned percent) {
   char spec[96];
   if (percent == 0)
     snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB))");
@@ -1890,6 +1888,14 @@ static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int co
     snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", percent);
   gpumem_resource *mr;
   CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+  return mr;
+}
+
+/* holes_pool_empty(percent) with blocks of `sizes` (MiB) allocated in turn on `stream`, so
+ * that they lie in that order. */
+static gpumem_resource *holes_pool(unsigned percent, const size_t *sizes, int count,
+                                   gpumem_stream stream, char **blocks) {
+  gpumem_resource *mr = holes_pool_empty(percent);
   for (int i = 0; i < count; i++) {
     CHECK_OK(gpumem_allocate(mr, sizes[i] << 20, stream, (void **)&blocks[i]));
     if (i > 0)
@@ -2241,13 +2247,8 @@ static void test_release_holes_after_descent(void) {
       {0, 0, tens, 0x15, 64, 82}, /* the small region's first growth */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char spec[64], *first = NULL, *x[8], *grown;
-    if (cases[i].percent)
-      snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB), release_holes_over=%u)", cases[i].percent);
-    else
-      snprintf(spec, sizeof spec, "pool(vmm(piece=2MiB))");
-    gpumem_resource *mr;
-    CHECK_OK(gpumem_resource_from_spec(spec, &mr));
+    char *first = NULL, *x[8], *grown;
+    gpumem_resource *mr = holes_pool_empty(cases[i].percent);
     pool_resource *pool = (pool_resource *)mr;
     if (cases[i].first_mib) {
       CHECK_OK(gpumem_allocate(mr, cases[i].first_mib * MiB, NULL, (void **)&first));

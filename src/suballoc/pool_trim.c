@@ -291,27 +291,39 @@ static bool is_dominant(uint64_t size, uint64_t live, uint64_t pass_peak) {
          live * 100 <= pass_peak * GPUMEM__POOL_DOMINANT_LIVE_PERCENT;
 }
 
+/* Whether a growth of `need` bytes is fragmentation alone: the pool holds free at least
+ * GPUMEM__POOL_CLIMB_FREE_TIMES times it (`reserved` over `live`). */
+static bool growth_is_fragmentation(uint64_t reserved, uint64_t live, size_t need) {
+  return reserved > live && reserved - live >= (uint64_t)GPUMEM__POOL_CLIMB_FREE_TIMES * need;
+}
+
+/* Whether live bytes of `peak` span GPUMEM__POOL_RECURRING_PIECES of the upstream's pieces:
+ * a program large enough for the default's releases of sizes served before and after a
+ * descent. */
+static bool spans_recurring_pieces(const pool_resource *pool, uint64_t peak) {
+  return peak >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size;
+}
+
 /* A growth of `need` bytes that fragmentation alone makes while the program climbs
- * (GPUMEM__POOL_CLIMB_HOLES_PERCENT): the pool holds free at least
- * GPUMEM__POOL_CLIMB_FREE_TIMES times it, and the current pass holds nearly the highest live
- * bytes so far (`peak_live`, before this request). */
+ * (GPUMEM__POOL_CLIMB_HOLES_PERCENT): growth_is_fragmentation, and the current pass holds
+ * nearly the highest live bytes so far (`peak_live`, before this request). */
 static bool is_fragmented_climb(const pool_resource *pool, uint64_t reserved, uint64_t live,
                                 uint64_t peak_live, size_t need) {
-  return reserved > live && reserved - live >= (uint64_t)GPUMEM__POOL_CLIMB_FREE_TIMES * need &&
+  return growth_is_fragmentation(reserved, live, need) &&
          pool->pass_peak_live * 100 >= peak_live * GPUMEM__POOL_CLIMB_PEAK_PERCENT;
 }
 
 /* A growth of `need` bytes that fragmentation alone makes after the program let go of part of
- * its pass (GPUMEM__POOL_DESCENT_LIVE_PERCENT): the pool holds free at least
- * GPUMEM__POOL_CLIMB_FREE_TIMES times it and no more than the gate's threshold of the pass's
- * live peak, and that peak spans GPUMEM__POOL_RECURRING_PIECES pieces. */
+ * its pass (GPUMEM__POOL_DESCENT_LIVE_PERCENT): growth_is_fragmentation, the pool holds no
+ * more than the gate's threshold of the pass's live peak, and that peak spans
+ * GPUMEM__POOL_RECURRING_PIECES pieces. */
 static bool is_fragmented_descent(const pool_resource *pool, uint64_t reserved, uint64_t live,
                                   size_t need) {
   uint64_t pass_peak = pool->pass_peak_live;
-  return pass_peak >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
+  return spans_recurring_pieces(pool, pass_peak) &&
          live * 100 <= pass_peak * GPUMEM__POOL_DESCENT_LIVE_PERCENT &&
-         reserved * 100 <= pass_peak * pool->options.release_holes_over && reserved > live &&
-         reserved - live >= (uint64_t)GPUMEM__POOL_CLIMB_FREE_TIMES * need;
+         reserved * 100 <= pass_peak * pool->options.release_holes_over &&
+         growth_is_fragmentation(reserved, live, need);
 }
 
 /* Holes are taken lowest first, as the placement model (tools/placement_model.py, policy
@@ -344,7 +356,7 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
   bool opens = !pool->holes_gated || is_dominant(size, live, pool->pass_peak_live) ||
-               (peak_live >= GPUMEM__POOL_RECURRING_PIECES * pool->piece_size &&
+               (spans_recurring_pieces(pool, peak_live) &&
                 gpumem__size_set_contains(&pool->served_sizes, size));
   unsigned over = pool->options.release_holes_over;
   if (!opens) {
