@@ -218,16 +218,17 @@ static bool larger_than_device(const pool_resource *pool, size_t size) {
 
 /* The last step before a request fails for want of memory: every whole free chunk, and over
  * an upstream that makes memory in pieces every run of whole free pieces, goes back to the
- * upstream (after a wait for the device), so that a growth may get from the device what the
- * pool's holes held. Without it pool(vmm) on a device of 1 GiB failed a request of 192 MiB
- * while it held 960 MiB free in ten holes of 96 MiB; CuPy's pool and PyTorch's caching
+ * upstream (after a wait for the device: its own, or where the caller `folded` every set
+ * just before, that fold's), so that a growth may get from the device what the pool's holes
+ * held. Without it pool(vmm) on a device of 1 GiB failed a request of 192 MiB while it held
+ * 960 MiB free in ten holes of 96 MiB; CuPy's pool and PyTorch's caching
  * allocator likewise free their cached blocks and try again. Only where the pool holds free
  * memory (a pool full of live blocks fails as before, without a wait) and the request is
  * not larger than the pool's maximum, than its upstream can ever serve or than its device's
  * whole memory; *trimmed: whether anything went back. A failed trim keeps what it had not given
  * back yet, nothing lost. */
 static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, size_t size,
-                                         bool *trimmed) {
+                                         bool folded, bool *trimmed) {
   uint64_t live = 0;
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
   size_t max = pool->options.maximum_size;
@@ -236,7 +237,7 @@ static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, siz
       gpumem__last_oom().cause == GPUMEM__OOM_TOO_LARGE || larger_than_device(pool, size))
     return GPUMEM_OK;
   size_t released = 0;
-  gpumem_status status = gpumem__pool_trim_all(pool, set, &released);
+  gpumem_status status = gpumem__pool_trim_all(pool, set, folded, &released);
   *trimmed = released > 0;
   if (status != GPUMEM_OK)
     return gpumem__fail_context(status, "pool: giving free memory back for %zu bytes", size);
@@ -288,15 +289,17 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     status = grow(pool, set, ri, search, why, &block);
   if (status == GPUMEM_ERR_OUT_OF_MEMORY) {
     status = find_anywhere(pool, set, search, &block);
+    bool folded = false;
     if (status == GPUMEM_OK && !block && pool->set_count > 1) {
       /* Other streams' unsealed blocks, or blocks of streams gone since, may fit. */
       status = gpumem__pool_fold_into_fresh(pool, set);
-      if (status == GPUMEM_OK)
+      folded = status == GPUMEM_OK;
+      if (folded)
         status = find_anywhere(pool, set, search, &block);
     }
     bool trimmed = false;
     if (status == GPUMEM_OK && !block)
-      status = trim_before_failing(pool, set, search, &trimmed);
+      status = trim_before_failing(pool, set, search, folded, &trimmed);
     if (status == GPUMEM_OK && !block && trimmed)
       status = grow(pool, set, ri, search, why, &block);
     else if (status == GPUMEM_OK && !block)
@@ -753,7 +756,7 @@ static void free_structures(pool_resource *pool) {
 static gpumem_status pool_destroy(gpumem_resource *mr) {
   pool_resource *pool = (pool_resource *)mr;
   size_t released = 0;
-  gpumem_status status = gpumem__pool_trim_all(pool, NULL, &released);
+  gpumem_status status = gpumem__pool_trim_all(pool, NULL, false, &released);
   if (status == GPUMEM_OK && pool->chunks.count > 0)
     status = gpumem__fail(GPUMEM_ERR_INTERNAL,
                           "pool: %zu chunks still held after giving back every free one",

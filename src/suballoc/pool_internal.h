@@ -1007,9 +1007,10 @@ size_t gpumem__pool_growth_bytes(const pool_resource *pool, size_t ri, const fre
 /* Gives back every whole free chunk, and every run of whole free pieces where the upstream
  * makes memory in pieces; *released grows by the bytes given back. Waits for the device
  * first and folds every set into the fresh one, dropping them but for `keep` (the set of a
- * call in progress, emptied; may be NULL). Called with the lock held (or, at destruction,
- * with no other user). */
-gpumem_status gpumem__pool_trim_all(pool_resource *pool, free_set *keep, size_t *released);
+ * call in progress, emptied; may be NULL), unless the caller has `folded` them since it
+ * took the lock. Called with the lock held (or, at destruction, with no other user). */
+gpumem_status gpumem__pool_trim_all(pool_resource *pool, free_set *keep, bool folded,
+                                    size_t *released);
 /* Where the pool's option release_holes_over asks it, before region `ri` of `set` grows
  * for `size` bytes: gives back whole free pieces in holes, as many bytes as the growth
  * takes (gpumem_pool_options says when and why), after waiting for the device, or where

@@ -233,9 +233,11 @@ static gpumem_status trim_block(pool_resource *pool, gpumem__block *block, size_
 
 /* Freed blocks may still be used by work on their streams, so this waits for the device and
  * folds every free block into the fresh set first, where neighbours from different streams
- * merge into whole chunks. */
-gpumem_status gpumem__pool_trim_all(pool_resource *pool, free_set *keep, size_t *released) {
-  gpumem_status status = gpumem__pool_fold_into_fresh(pool, keep);
+ * merge into whole chunks; unless the caller `folded` them under the lock it still holds
+ * (no block was freed since: the wait covers them all). */
+gpumem_status gpumem__pool_trim_all(pool_resource *pool, free_set *keep, bool folded,
+                                    size_t *released) {
+  gpumem_status status = folded ? GPUMEM_OK : gpumem__pool_fold_into_fresh(pool, keep);
   block_list list = {0};
   for (size_t r = 0; r < GPUMEM__POOL_REGION_COUNT && status == GPUMEM_OK; r++)
     gpumem__free_index_each(&pool->fresh.sealed[r], collect_block, &list);
@@ -443,7 +445,7 @@ void gpumem__pool_holes_paced(pool_resource *pool, uint64_t started_ns) {
 gpumem_status gpumem__pool_trim(gpumem_resource *mr, size_t *released) {
   pool_resource *pool = (pool_resource *)mr;
   gpumem__biased_lock_take(&pool->lock);
-  gpumem_status status = gpumem__pool_trim_all(pool, NULL, released);
+  gpumem_status status = gpumem__pool_trim_all(pool, NULL, false, released);
   gpumem__biased_lock_release(&pool->lock);
   return status;
 }
