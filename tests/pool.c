@@ -2730,6 +2730,101 @@ static void test_front_refill_takes_a_run(void) {
          spec);
 }
 
+/* Between passes (the program holds at most a quarter of its pass's live peak), a small
+ * request that the small region cannot serve takes a hole of a granule or more in the large
+ * region rather than growing the small region by a granule
+ * (GPUMEM__POOL_BETWEEN_PASSES_PERCENT), and takes the cache's limit of it (size_in_region).
+ * The small region's granule full (32 blocks of 64 KiB), three large blocks, some of them
+ * freed, and a 64 KiB request: with 18 of 82 MiB live it goes to the hole; with 42 of 82,
+ * with the region's last block as its only hole of a granule, or asked by another thread,
+ * whose front's refill takes a batch of its size, the small region grows. */
+static gpumem_resource *small_pool;
+static char *small_by_thread;
+
+static void *allocate_small(void *arg) {
+  (void)arg;
+  CHECK_OK(gpumem_allocate(small_pool, 64 << 10, NULL, (void **)&small_by_thread));
+  return NULL;
+}
+
+static void test_small_request_between_passes(void) {
+  enum { KiB = 1 << 10, MiB = 1 << 20, fillers = 32 };
+  static const struct {
+    size_t mib[3];
+    unsigned freed; /* bit k: block k freed before the request (the last: the region's end) */
+    bool by_front;
+    int to; /* the freed block the request goes to; -1: none, the small region grows */
+  } cases[] = {
+      {{64, 16, 0}, 0x1, false, 0},  /* 18 of 82 MiB live: the hole */
+      {{40, 40, 0}, 0x1, false, -1}, /* 42 of 82 */
+      {{16, 64, 0}, 0x2, false, -1}, /* 18 of 82, the only hole the region's last block */
+      {{1, 15, 64}, 0x5, false, -1}, /* 17 of 82, the other hole under a granule */
+      {{64, 16, 0}, 0x1, true, -1},  /* 18 of 82, asked by another thread's front */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    gpumem_resource *mr;
+    CHECK_OK(gpumem_resource_from_spec("pool(vmm)", &mr));
+    char *filler[fillers], *large[3], *small;
+    for (int k = 0; k < fillers; k++)
+      CHECK_OK(gpumem_allocate(mr, 64 * KiB, NULL, (void **)&filler[k]));
+    uint64_t reserved = 2 * MiB;
+    for (int k = 0; k < 3; k++) {
+      large[k] = NULL;
+      if (cases[i].mib[k])
+        CHECK_OK(gpumem_allocate(mr, cases[i].mib[k] * MiB, NULL, (void **)&large[k]));
+      reserved += cases[i].mib[k] * MiB;
+    }
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+    CHECK_U64_EQ(((pool_resource *)mr)->pass_peak_live, reserved);
+    for (int k = 0; k < 3; k++)
+      if (cases[i].freed & (1u << k))
+        CHECK_OK(gpumem_deallocate(mr, large[k], cases[i].mib[k] * MiB, NULL));
+    if (cases[i].by_front) {
+      CHECK(gpumem__pool_make_fronts(mr)); /* as threads meeting at its lock would */
+      small_pool = mr;
+      on_another_thread(allocate_small, NULL);
+      small = small_by_thread;
+    } else {
+      CHECK_OK(gpumem_allocate(mr, 64 * KiB, NULL, (void **)&small));
+    }
+    int to = cases[i].to;
+    if (to >= 0) {
+      /* It takes the cache's limit of the hole (128 KiB), so that, freed, it merges back at
+       * once: the hole serves its old size again without growth. */
+      size_t hole = cases[i].mib[to] * MiB;
+      CHECK_PTR_EQ(small, large[to]);
+      char *rest, *again;
+      CHECK_OK(gpumem_allocate(mr, hole - 128 * KiB, NULL, (void **)&rest));
+      CHECK_PTR_EQ(rest, large[to] + 128 * KiB);
+      CHECK_OK(gpumem_deallocate(mr, rest, hole - 128 * KiB, NULL));
+      CHECK_OK(gpumem_deallocate(mr, small, 64 * KiB, NULL));
+      CHECK_OK(gpumem_allocate(mr, hole, NULL, (void **)&again));
+      CHECK_PTR_EQ(again, large[to]);
+      CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+      CHECK_OK(gpumem_deallocate(mr, again, hole, NULL));
+      CHECK_OK(gpumem_allocate(mr, 64 * KiB, NULL, (void **)&small));
+      CHECK_PTR_EQ(small, large[to]);
+    } else {
+      for (int k = 0; k < 3; k++)
+        if (cases[i].freed & (1u << k))
+          CHECK(small < large[k] || small >= large[k] + cases[i].mib[k] * MiB);
+      reserved += 2 * MiB;
+    }
+    CHECK_U64_EQ(check_query(mr, GPUMEM_QUERY_RESERVED_BYTES), reserved);
+    check_mapped(reserved);
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_deallocate(mr, small, 64 * KiB, NULL));
+    for (int k = 0; k < 3; k++)
+      if (large[k] && !(cases[i].freed & (1u << k)))
+        CHECK_OK(gpumem_deallocate(mr, large[k], cases[i].mib[k] * MiB, NULL));
+    for (int k = 0; k < fillers; k++)
+      CHECK_OK(gpumem_deallocate(mr, filler[k], 64 * KiB, NULL));
+    CHECK_OK(gpumem__validate(mr));
+    CHECK_OK(gpumem_resource_release(mr));
+  }
+  printf("between passes a small request takes a large hole rather than grow its region\n");
+}
+
 /* A front keeps at most 16 MiB free, a batch (512 KiB) and a block (under 320 KiB): a thread
  * that frees 40 blocks of each of 24 classes from 16 KiB to 246 KiB (126 MiB) keeps no more,
  * and the rest is the pool's again. */
@@ -3681,6 +3776,7 @@ int main(void) {
   test_release_holes();
   test_release_holes_while_climbing();
   test_release_holes_after_descent();
+  test_small_request_between_passes();
   test_release_holes_waits_and_fails_safe();
   test_release_holes_of_several_streams();
   test_climbing_loop_stays_in_its_range();

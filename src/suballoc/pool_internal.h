@@ -78,6 +78,23 @@ enum {
  * the random mixed workload that costs 12 to 18 cycles an operation on the GPU host, and
  * nothing measurable on the traces (docs/gpu-runs.md, fifteenth session). */
 #define GPUMEM__POOL_SMALL_LIMIT ((size_t)128 << 10)
+/* Between passes (the program holds at most this percent of its pass's live peak), a small
+ * request that its region cannot serve takes a free block of the large region of a granule
+ * or more, the region's last excepted, rather than growing the small region by a granule:
+ * the large region is mostly free then, and the granule would stay for good. The request
+ * takes the cache's limit of the block, so that, freed, it merges back rather than staying
+ * cached there; a thread front's refill (a batch its front keeps) grows as before. ResNet
+ * serving recorded with seed 2 grew its small region by 2 MiB in a warm pass for a 124 KiB
+ * request while 1.31 MiB lay free there in 54 pieces and 483 MiB in the large region,
+ * holding 1.194 times its live peak against the driver pool's 1.190; with this 1.190 over
+ * 3 to 20 warm passes (1.194 over 50), seed 0's warm passes 1.148 against 1.151 (over 50
+ * too), the two-stream server of seed 2 1.193 against 1.239. At any share of the pass (the
+ * forty-eighth session) ConvNeXt, Swin, R(2+1)D and wav2vec 2.0 lost their warm passes,
+ * small blocks keeping large holes from the next step; at 35% RoBERTa's warm passes hold a
+ * little more, at 20% seed 0's serving holds what it held; taking blocks under a granule,
+ * R(2+1)D's warm passes held a granule more over 50 passes (1.0305 against 1.0296). Of the
+ * 88 recorded traces it acts on these three and R(2+1)D (cold 1.029 against 1.030). */
+#define GPUMEM__POOL_BETWEEN_PASSES_PERCENT 25
 /* Releases of holes and the growths past release_holes_over's threshold (with a release
  * or after one) take at most release_holes_time percent of the time over the long run: they
  * draw on a budget of time, to which the time between them adds that share of its length
