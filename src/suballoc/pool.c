@@ -235,12 +235,12 @@ static bool larger_than_device(const pool_resource *pool, size_t size) {
  * upstream (after a wait for the device: its own, or where the caller `folded` every set
  * just before, that fold's), so that a growth may get from the device what the pool's holes
  * held. Without it pool(vmm) on a device of 1 GiB failed a request of 192 MiB while it held
- * 960 MiB free in ten holes of 96 MiB; CuPy's pool and PyTorch's caching
- * allocator likewise free their cached blocks and try again. Only where the pool holds free
- * memory (a pool full of live blocks fails as before, without a wait) and the request is
- * not larger than the pool's maximum, than its upstream can ever serve or than its device's
- * whole memory; *trimmed: whether anything went back. A failed trim keeps what it had not given
- * back yet, nothing lost. */
+ * 960 MiB free in ten holes of 96 MiB; CuPy's pool and PyTorch's caching allocator likewise
+ * free their cached blocks and try again. Only where the pool holds free memory (a pool full
+ * of live blocks fails as before, without a wait) and the request is not larger than the
+ * pool's maximum, than its upstream can ever serve or than its device's whole memory;
+ * *trimmed: whether anything went back. A failed trim keeps what it had not given back yet,
+ * nothing lost. */
 static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, size_t size,
                                          bool folded, bool *trimmed) {
   uint64_t live = 0;
@@ -261,12 +261,12 @@ static gpumem_status trim_before_failing(pool_resource *pool, free_set *set, siz
 /* Finds or makes a free block for the request: in the request's region, the stream's own
  * blocks, then the sealed blocks of other streams whose work on them is done, then fresh
  * memory, then (a small request between passes, but for a thread front's refill, whose batch
- * its front would keep) the large region's holes, then growth; when
- * growth fails, any region and any set's sealed blocks after a wait for their stream, and
- * last a wait for the whole device. Before growth no stream waits for another: four streams
- * that each allocated a block of 4 MiB or more, used it and freed it, round after round,
- * each took the last one's block after waiting for its work, and their work ran one stream
- * after another (the simulated device counted 23 waits in 24 allocations; tests/pool.c,
+ * its front would keep) the large region's holes, then growth; when growth fails, any region
+ * and any set's sealed blocks after a wait for their stream, and last a wait for the whole
+ * device. Before growth no stream waits for another: four streams that each allocated a
+ * block of 4 MiB or more, used it and freed it, round after round, each took the last one's
+ * block after waiting for its work, and their work ran one stream after another (the
+ * simulated device counted 23 waits in 24 allocations; tests/pool.c,
  * test_streams_do_not_wait_once_warm). */
 static gpumem_status find_block(pool_resource *pool, free_set *set, size_t search, bool for_front,
                                 gpumem__block **out, const char **why) {
