@@ -800,7 +800,7 @@ typedef struct gpumem_pool_options {
    * freed and made anew. A request that fails after holes were given back leaves them given
    * back, as a trim would. 0, the default: the same at GPUMEM_POOL_RELEASE_HOLES_DEFAULT
    * (110), but only for a request of at least half of the live peak of the program's pass
-   * (since it last let go of nearly everything) and no more than it, or of 45% while the
+   * (since it last let go of nearly everything) and no more than it, or of 40% while the
    * program holds no more than three quarters of that peak (a copy of most of what a
    * program holds: a cache copied into a larger one after the copy before it was let go),
    * or, once the live peak so far spans 32 pieces (1 GiB over the default pieces), for a

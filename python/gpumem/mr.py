@@ -285,7 +285,7 @@ class PoolMemoryResource(SuballocatorMemoryResource):
     VmmMemoryResource only): a percentage N of at least 100: before growing past N% of its
     live peak, the pool gives back free pieces inside its holes (gpumem.h says when that
     pays); None: the default, the same at 110% but only for a request of half of the live
-    peak of the program's pass up to all of it (45% while it holds no more than three
+    peak of the program's pass up to all of it (40% while it holds no more than three
     quarters of that peak) or, once the live peak spans 32 of the upstream's pieces (1 GiB
     by default), of a size served before, and past the live peak itself for a request of 1
     MiB or more once the program holds no more than three quarters of its pass's peak with
