@@ -141,11 +141,11 @@ enum {
  * the driver pool's 1.126, and 1.042 / 1.077 from 42 to 45% (and on an H200); recorded with
  * a sixth seed it copies 98 MiB at 44.4% and held 1.397 at 45%, against the driver pool's
  * 1.111, and 1.076 / 1.119 from 40% (docs/gpu-runs.md, forty-ninth session). From 40% no
- * other figure of the 136 traces of the six recorded sets moves over three warm passes, nor
- * over 50 (the simulated device); at 35% ResNet serving's seed 0 holds 1.172 against 1.148,
- * at 30% 1.210, over its reference. (CuPy ETL's release at 40%, which lost in the
- * thirty-fifth session, comes with 80% of its peak live: GPUMEM__POOL_DOMINANT_LIVE_PERCENT
- * keeps it out since.) */
+ * other figure of the 136 recorded traces at hand (data/'s and seven recorded sets) moves
+ * over three warm passes, nor over 50 (the simulated device); at 35% ResNet serving's seed
+ * 0 holds 1.172 against 1.148, at 30% 1.210, over its reference. CuPy ETL's release at 40%,
+ * which lost in the thirty-fifth session, comes with 80% of its peak live:
+ * GPUMEM__POOL_DOMINANT_LIVE_PERCENT keeps it out since. */
 #define GPUMEM__POOL_DOMINANT_PERCENT 40
 /* A request under half of its pass's live peak is dominant only while the program holds no
  * more than this percentage of that peak: a cache copied into a larger one comes after the
