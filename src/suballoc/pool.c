@@ -301,8 +301,7 @@ static gpumem_status find_block(pool_resource *pool, free_set *set, size_t searc
     block = find_fit(pool, set, ri, search);
   while (status == GPUMEM_OK && !block && gpumem__pool_drain_fullest_front(pool, set, search))
     block = find_fit(pool, set, ri, search);
-  if (status == GPUMEM_OK && !block && ri == GPUMEM__POOL_REGION_SMALL && pool->split_regions &&
-      !for_front)
+  if (status == GPUMEM_OK && !block && ri == GPUMEM__POOL_REGION_SMALL && !for_front)
     block = small_in_large_hole(pool, set, search);
   if (status == GPUMEM_OK && !block)
     status = grow(pool, set, ri, search, why, &block);
@@ -417,7 +416,7 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
 static size_t size_in_region(const pool_resource *pool, const gpumem__block *block, size_t size,
                              size_t search) {
   size_t least = pool->limits.cache_below;
-  if (size < least && block->region == GPUMEM__POOL_REGION_LARGE && pool->split_regions &&
+  if (size < least && block->region != region_for(pool, size) &&
       block->size >= least + (search - size))
     return least;
   return size;
