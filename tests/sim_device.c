@@ -862,12 +862,58 @@ static int child_bad_environment(void) {
 }
 
 /* GPUMEM_SIM_VMM_CALL_US: each vmm call that makes, maps, sets access to, unmaps or
- * destroys memory takes at least that long; more than a second is refused. */
+ * destroys memory takes at least that long; more than a second is refused, as is a word
+ * other than h200. */
 static int child_vmm_call_too_long(void) {
   setenv("GPUMEM_SIM_VMM_CALL_US", "1000001", 1);
   CHECK_OK(gpumem_sim_configure(NULL));
   CHECK_FAILS_WITH(gpumem_init(), GPUMEM_ERR_INVALID_ARGUMENT,
-                   "GPUMEM_SIM_VMM_CALL_US=1000001; at most 1000000");
+                   "GPUMEM_SIM_VMM_CALL_US=1000001; expected microseconds a call, at most "
+                   "1000000 (a second), or 'h200'");
+  return 0;
+}
+
+static int child_vmm_call_not_a_profile(void) {
+  setenv("GPUMEM_SIM_VMM_CALL_US", "h100", 1);
+  CHECK_OK(gpumem_sim_configure(NULL));
+  CHECK_FAILS_WITH(gpumem_init(), GPUMEM_ERR_INVALID_ARGUMENT,
+                   "GPUMEM_SIM_VMM_CALL_US=h100; expected microseconds a call");
+  return 0;
+}
+
+/* `h200`: each kind of call costs what an H200 charged (17, 2, 34, 24 and 25 µs to make,
+ * map, set access, unmap and destroy), setting access and unmapping for each mapping in the
+ * range: a run of three pieces takes three times a piece's. */
+static int child_vmm_call_h200(void) {
+  setenv("GPUMEM_SIM_VMM_CALL_US", "h200", 1);
+  CHECK_OK(gpumem_sim_configure(NULL));
+  CHECK_OK(gpumem_init());
+  dev = gpumem__device_get(NULL);
+  void *va = NULL;
+  gpumem__vmm_handle handles[3] = {0};
+  CHECK_OK(dev->vmm_reserve(0, 3 * GRAIN, 0, &va));
+  uint64_t start = gpumem__now_ns();
+  CHECK_OK(dev->vmm_create(0, GRAIN, &handles[0]));
+  uint64_t create_us = (gpumem__now_ns() - start) / 1000;
+  CHECK(create_us >= 17);
+  CHECK_OK(dev->vmm_create(0, GRAIN, &handles[1]));
+  CHECK_OK(dev->vmm_create(0, GRAIN, &handles[2]));
+  start = gpumem__now_ns();
+  for (int i = 0; i < 3; i++)
+    CHECK_OK(dev->vmm_map((char *)va + i * GRAIN, GRAIN, handles[i]));
+  CHECK((gpumem__now_ns() - start) / 1000 >= 3 * 2);
+  start = gpumem__now_ns();
+  CHECK_OK(dev->vmm_set_access(va, 3 * GRAIN, 0));
+  CHECK((gpumem__now_ns() - start) / 1000 >= 3 * 34);
+  start = gpumem__now_ns();
+  CHECK_OK(dev->vmm_unmap(va, 3 * GRAIN));
+  CHECK((gpumem__now_ns() - start) / 1000 >= 3 * 24);
+  start = gpumem__now_ns();
+  CHECK_OK(dev->vmm_destroy(handles[0]));
+  CHECK((gpumem__now_ns() - start) / 1000 >= 25);
+  CHECK_OK(dev->vmm_destroy(handles[1]));
+  CHECK_OK(dev->vmm_destroy(handles[2]));
+  CHECK_OK(dev->vmm_release(va, 3 * GRAIN));
   return 0;
 }
 
@@ -940,6 +986,10 @@ static void test_children(void) {
   status = in_child(child_vmm_call_too_long);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   status = in_child(child_vmm_call_time);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  status = in_child(child_vmm_call_not_a_profile);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  status = in_child(child_vmm_call_h200);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   printf("(a HAZARD line and an abort message on stderr are expected next)\n");
   status = in_child(child_abort_on_hazard);

@@ -41,7 +41,7 @@ static const option_entry option_table[GPUMEM__OPT_COUNT] = {
     [GPUMEM__OPT_SIM_MANAGED_POOLS] = {"GPUMEM_SIM_MANAGED_POOLS", "1",
                                        "simulated devices have pools of managed memory"},
     [GPUMEM__OPT_SIM_VMM_CALL_US] = {"GPUMEM_SIM_VMM_CALL_US", "0",
-                                     "microseconds each simulated vmm call takes"},
+                                     "microseconds each simulated vmm call takes, or h200"},
     [GPUMEM__OPT_DEBUG] = {"GPUMEM_DEBUG", GPUMEM__DEBUG_DEFAULT_TEXT,
                            "checks: 0 none, 1 assertions, 2 validation after every call, "
                            "3 guards and quarantine (at most " GPUMEM__DEBUG_MAX_TEXT

@@ -142,6 +142,7 @@ typedef struct sim_settings {
   uint64_t memory;
   bool pageable_access, vmm_supported, abort_on_hazard, check_hazards, managed_pools;
   uint64_t vmm_call_us;
+  bool vmm_costs_h200;
 } sim_settings;
 
 /* Reads an environment option as a number; `fallback` when unset. */
@@ -244,16 +245,27 @@ static gpumem_status settings_hazard(const gpumem_sim_config *config, sim_settin
   return GPUMEM_OK;
 }
 
-/* GPUMEM_SIM_VMM_CALL_US: on an H200, 50 makes a pool's replay of the LSTM and speech traces
- * give back holes and grow as it does there (docs/traces.md). At most a second a call. */
+/* GPUMEM_SIM_VMM_CALL_US: microseconds each vmm call takes (on an H200, 50 makes a pool's
+ * replay of the LSTM and speech traces give back holes and grow as it does there:
+ * docs/traces.md), at most a second; or `h200`, each kind of call what an H200 charged
+ * inside replays (gpumem__sim_vmm_costs). */
 static gpumem_status settings_vmm_call(sim_settings *out) {
-  gpumem_status status =
-      env_number(GPUMEM__OPT_SIM_VMM_CALL_US, "GPUMEM_SIM_VMM_CALL_US", 0, &out->vmm_call_us);
-  if (status == GPUMEM_OK && out->vmm_call_us > 1000000)
+  const char *text = gpumem__option_string(GPUMEM__OPT_SIM_VMM_CALL_US);
+  uint64_t value = 0;
+  size_t used;
+  if (!text)
+    return GPUMEM_OK;
+  if (strcmp(text, "h200") == 0) {
+    out->vmm_costs_h200 = true;
+    return GPUMEM_OK;
+  }
+  if (!gpumem__parse_size(text, 0, &value, &used) || text[used] != '\0' || value > 1000000)
     return gpumem__fail(GPUMEM_ERR_INVALID_ARGUMENT,
-                        "simulated device: GPUMEM_SIM_VMM_CALL_US=%llu; at most 1000000 (a second)",
-                        (unsigned long long)out->vmm_call_us);
-  return status;
+                        "simulated device: GPUMEM_SIM_VMM_CALL_US=%s; expected microseconds a "
+                        "call, at most 1000000 (a second), or 'h200'",
+                        text);
+  out->vmm_call_us = value;
+  return GPUMEM_OK;
 }
 
 static gpumem_status read_settings(const gpumem_sim_config *config, sim_settings *out) {
@@ -304,7 +316,7 @@ gpumem_status gpumem__sim_device_init(const gpumem_sim_config *config) {
   gpumem__sim.vmm_supported = settings.vmm_supported;
   gpumem__sim.managed_pools = settings.managed_pools;
   gpumem__sim.abort_on_hazard = settings.abort_on_hazard;
-  gpumem__sim.vmm_call_ns = settings.vmm_call_us * 1000;
+  gpumem__sim_vmm_costs(settings.vmm_costs_h200, settings.vmm_call_us);
   /* No resource exists yet: the front end reads the hook from here on. */
   gpumem__sim_device_ops.note_handout = settings.check_hazards ? gpumem__sim_note_handout : NULL;
   gpumem__sim.next_stream_id = 1;

@@ -172,6 +172,12 @@ void gpumem__sim_drain_range(uintptr_t lo, uintptr_t hi);
  * The state.
  * ------------------------------------------------------------------------------------- */
 
+/* What each kind of vmm call takes, in ns (GPUMEM_SIM_VMM_CALL_US). */
+typedef struct sim_vmm_costs {
+  uint64_t create_ns, destroy_ns, map_ns, set_access_ns, unmap_ns;
+  bool per_mapping; /* setting access and unmapping: for each mapping in the range */
+} sim_vmm_costs;
+
 typedef struct sim_state {
   pthread_mutex_t lock;
   int device_count;
@@ -181,9 +187,11 @@ typedef struct sim_state {
   bool vmm_supported;
   bool managed_pools; /* default pools of managed memory (CUDA 13) */
   bool abort_on_hazard;
-  /* What each vmm call (create, destroy, map, unmap, access) takes, spent before it: a
-   * policy bounded by time, as a pool's release of holes, meets the driver's cost. */
-  uint64_t vmm_call_ns;
+  /* What each vmm call (create, destroy, map, unmap, access) takes, spent outside the lock
+   * as a thread blocked in the driver spends it: a policy bounded by time, as a pool's
+   * release of holes, meets the driver's cost. Setting access and unmapping cost theirs for
+   * each mapping in the range where `vmm_cost_per_mapping`, as a GPU's driver charges. */
+  sim_vmm_costs vmm_costs;
   uint64_t used[GPUMEM_MAX_DEVICES];         /* device memory in use */
   uint64_t managed_used[GPUMEM_MAX_DEVICES]; /* managed memory in use */
   sim_stream *default_stream[GPUMEM_MAX_DEVICES];
@@ -245,6 +253,9 @@ gpumem_status gpumem__sim_free_async(void *ptr, gpumem_stream stream);
 gpumem_status gpumem__sim_pool_default_managed(int device, gpumem__mempool *pool);
 
 /* sim_vmm.c */
+/* Sets what each vmm call takes: `call_us` for every call, or with `h200` what an H200
+ * charged. The caller holds the lock, before any call. */
+void gpumem__sim_vmm_costs(bool h200, uint64_t call_us);
 gpumem_status gpumem__sim_vmm_reserve(int device, size_t bytes, size_t alignment, void **va);
 gpumem_status gpumem__sim_vmm_release(void *va, size_t bytes);
 gpumem_status gpumem__sim_vmm_create(int device, size_t bytes, gpumem__vmm_handle *handle);

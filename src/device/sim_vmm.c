@@ -17,10 +17,28 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* The time a driver's vmm call takes (GPUMEM_SIM_VMM_CALL_US; 0 by default), spent
- * spinning, outside the lock, as a thread blocked in the driver spends it. */
-static void spend_call_time(void) {
-  uint64_t ns = gpumem__sim.vmm_call_ns;
+/* What an H200's driver charged inside replays of recorded traces, in µs (docs/gpu-runs.md,
+ * fiftieth session, call 1): making and freeing a piece of physical memory, mapping it, and
+ * for each mapping in the call's range, setting access and unmapping. */
+#define H200_CREATE_US 17
+#define H200_DESTROY_US 25
+#define H200_MAP_US 2
+#define H200_SET_ACCESS_US 34
+#define H200_UNMAP_US 24
+
+void gpumem__sim_vmm_costs(bool h200, uint64_t call_us) {
+  uint64_t ns = call_us * 1000;
+  gpumem__sim.vmm_costs =
+      h200 ? (sim_vmm_costs){H200_CREATE_US * 1000,     H200_DESTROY_US * 1000, H200_MAP_US * 1000,
+                             H200_SET_ACCESS_US * 1000, H200_UNMAP_US * 1000,   true}
+           : (sim_vmm_costs){ns, ns, ns, ns, ns, false};
+}
+
+/* Spins for a vmm call's `ns` (GPUMEM_SIM_VMM_CALL_US; none by default), outside the lock,
+ * over `mappings` mappings where the costs are per mapping. */
+static void spend_call_time(uint64_t ns, size_t mappings) {
+  if (gpumem__sim.vmm_costs.per_mapping && mappings > 1)
+    ns *= mappings;
   if (ns == 0)
     return;
   uint64_t until = gpumem__now_ns() + ns;
@@ -204,7 +222,7 @@ static gpumem_status create(int device, size_t bytes, gpumem__vmm_handle *handle
 }
 
 gpumem_status gpumem__sim_vmm_create(int device, size_t bytes, gpumem__vmm_handle *handle) {
-  spend_call_time();
+  spend_call_time(gpumem__sim.vmm_costs.create_ns, 1);
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_CREATE, "vmm_create", bytes);
   if (status == GPUMEM_OK)
@@ -233,7 +251,7 @@ static void forget_physical(sim_physical *physical) {
 }
 
 gpumem_status gpumem__sim_vmm_destroy(gpumem__vmm_handle handle) {
-  spend_call_time();
+  spend_call_time(gpumem__sim.vmm_costs.destroy_ns, 1);
   pthread_mutex_lock(&gpumem__sim.lock);
   sim_physical *physical = NULL;
   gpumem_status status = check_supported("vmm_destroy");
@@ -312,7 +330,7 @@ static gpumem_status map(void *va, size_t bytes, gpumem__vmm_handle handle) {
 }
 
 gpumem_status gpumem__sim_vmm_map(void *va, size_t bytes, gpumem__vmm_handle handle) {
-  spend_call_time();
+  spend_call_time(gpumem__sim.vmm_costs.map_ns, 1);
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_MAP, "vmm_map", bytes);
   if (status == GPUMEM_OK)
@@ -341,7 +359,8 @@ static gpumem_status check_whole_mappings(const char *call, void *va, size_t byt
   return GPUMEM_OK;
 }
 
-static gpumem_status set_access(void *va, size_t bytes) {
+/* Makes the whole mappings of [va, va + bytes) accessible; *mappings: how many. */
+static gpumem_status set_access(void *va, size_t bytes, size_t *mappings) {
   gpumem_status status = check_whole_mappings("vmm_set_access", va, bytes);
   if (status != GPUMEM_OK)
     return status;
@@ -352,19 +371,21 @@ static gpumem_status set_access(void *va, size_t bytes) {
     sim_mapping *mapping = gpumem__sim_index_get(&gpumem__sim.mappings, cursor);
     mapping->accessible = true;
     cursor += mapping->size;
+    (*mappings)++;
   }
   return GPUMEM_OK;
 }
 
 gpumem_status gpumem__sim_vmm_set_access(void *va, size_t bytes, int device) {
-  spend_call_time();
+  size_t mappings = 0;
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_SET_ACCESS, "vmm_set_access", bytes);
   if (status == GPUMEM_OK)
     status = gpumem__sim_check_device("vmm_set_access", device);
   if (status == GPUMEM_OK)
-    status = set_access(va, bytes);
+    status = set_access(va, bytes, &mappings);
   pthread_mutex_unlock(&gpumem__sim.lock);
+  spend_call_time(gpumem__sim.vmm_costs.set_access_ns, mappings);
   return status;
 }
 
@@ -377,7 +398,8 @@ static void unmap_one(sim_mapping *mapping) {
     forget_physical(physical);
 }
 
-static gpumem_status unmap(void *va, size_t bytes) {
+/* Unmaps the whole mappings of [va, va + bytes); *mappings: how many. */
+static gpumem_status unmap(void *va, size_t bytes, size_t *mappings) {
   gpumem_status status = check_whole_mappings("vmm_unmap", va, bytes);
   if (status != GPUMEM_OK)
     return status;
@@ -391,17 +413,19 @@ static gpumem_status unmap(void *va, size_t bytes) {
     sim_mapping *mapping = gpumem__sim_index_get(&gpumem__sim.mappings, cursor);
     cursor += mapping->size;
     unmap_one(mapping);
+    (*mappings)++;
   }
   return GPUMEM_OK;
 }
 
 gpumem_status gpumem__sim_vmm_unmap(void *va, size_t bytes) {
-  spend_call_time();
+  size_t mappings = 0;
   pthread_mutex_lock(&gpumem__sim.lock);
   gpumem_status status = enter(GPUMEM_SIM_CALL_VMM_UNMAP, "vmm_unmap", bytes);
   if (status == GPUMEM_OK)
-    status = unmap(va, bytes);
+    status = unmap(va, bytes, &mappings);
   pthread_mutex_unlock(&gpumem__sim.lock);
+  spend_call_time(gpumem__sim.vmm_costs.unmap_ns, mappings);
   return status;
 }
 
