@@ -452,14 +452,20 @@ static void test_vmm_pieces(bool sim) {
                    GPUMEM_ERR_OUT_OF_MEMORY, "its reserved address range is full");
   /* The range starts at a multiple of the granularity only: an alignment whose first multiple
    * in it could leave too little room after it fails whatever the range's address, so that
-   * a spec that builds in one process builds in every one. In this 64 MiB range 32 MiB at an
-   * alignment of 32 MiB always fits (the first multiple is under 32 MiB in); at 64 MiB, or
-   * 32 GiB, it fails, even where the range happens to start at such a multiple; up to the
-   * granularity the whole range fits. */
+   * a spec that builds in one process builds in every one. The first multiple lies at most
+   * the alignment less a granule (2 MiB) into this 64 MiB range: 32 MiB at an alignment of
+   * 32 MiB, 62 MiB at 4 MiB and 2 MiB at 64 MiB always fit; 32 MiB at 64 MiB, 4 MiB at 64
+   * MiB and 2 MiB at 32 GiB fail, even where the range happens to start at such a multiple;
+   * up to the granularity the whole range fits. */
   uint64_t before = check_query(vmm, GPUMEM_QUERY_RESERVED_BYTES);
-  CHECK_OK(gpumem_allocate_aligned(vmm, 32 * MiB, 32 * MiB, NULL, (void **)&ptr));
-  CHECK((uintptr_t)ptr % (32 * MiB) == 0);
-  CHECK_OK(gpumem_deallocate_aligned(vmm, ptr, 32 * MiB, 32 * MiB, NULL));
+  const size_t fits[][2] = {{32 * MiB, 32 * MiB}, {62 * MiB, 4 * MiB}, {2 * MiB, 64 * MiB}};
+  for (size_t i = 0; i < sizeof fits / sizeof fits[0]; i++) {
+    CHECK_OK(gpumem_allocate_aligned(vmm, fits[i][0], fits[i][1], NULL, (void **)&ptr));
+    CHECK((uintptr_t)ptr % fits[i][1] == 0);
+    CHECK_OK(gpumem_deallocate_aligned(vmm, ptr, fits[i][0], fits[i][1], NULL));
+  }
+  CHECK_FAILS_WITH(gpumem_allocate_aligned(vmm, 4 * MiB, 64 * MiB, NULL, (void **)&ptr),
+                   GPUMEM_ERR_OUT_OF_MEMORY, "cannot promise an alignment of 67108864");
   CHECK_FAILS_WITH(gpumem_allocate_aligned(vmm, 32 * MiB, 64 * MiB, NULL, (void **)&ptr),
                    GPUMEM_ERR_OUT_OF_MEMORY, "cannot promise an alignment of 67108864");
   CHECK_FAILS_WITH(gpumem_allocate_aligned(vmm, 2 * MiB, (size_t)32 << 30, NULL, (void **)&ptr),

@@ -354,11 +354,14 @@ static gpumem_status allocate_at(vmm_resource *self, uintptr_t want, size_t byte
     gpumem__note_oom(GPUMEM__OOM_TOO_LARGE, mr, bytes);
     return gpumem__fail_out_of_memory(mr, bytes, "its reserved address range is full");
   }
-  /* The range starts at a multiple of the granularity only: a larger alignment whose first
-   * multiple in the range may leave too little room after it would fit or not by where the
-   * driver put the range (aligned(vmm(reserve=1GiB), alignment=32GiB) built in one process
-   * and failed in the next). Such a request fails, whatever the range's address. */
-  if (!want && alignment > self->granularity && alignment > self->options.reserve_size - size) {
+  /* The range starts at a multiple of the granularity only, so the first multiple of a larger
+   * alignment lies up to the alignment less a granule into it: a request with less room than
+   * that after it would fit or not by where the driver put the range
+   * (aligned(vmm(reserve=1GiB), alignment=32GiB) built in one process and failed in the
+   * next). Such a request fails, whatever the range's address; one with that room always
+   * fits an empty range. */
+  if (!want && alignment > self->granularity &&
+      alignment - self->granularity > self->options.reserve_size - size) {
     char why[128];
     snprintf(why, sizeof why, "its reserved address range cannot promise an alignment of %zu",
              alignment);
