@@ -881,6 +881,10 @@ static int child_vmm_call_not_a_profile(void) {
   return 0;
 }
 
+static uint64_t us_since(uint64_t start_ns) {
+  return (gpumem__now_ns() - start_ns) / 1000;
+}
+
 /* `h200`: each kind of call costs what an H200 charged (17, 2, 34, 24 and 25 µs to make,
  * map, set access, unmap and destroy), setting access and unmapping for each mapping in the
  * range: a run of three pieces takes three times a piece's. */
@@ -894,23 +898,22 @@ static int child_vmm_call_h200(void) {
   CHECK_OK(dev->vmm_reserve(0, 3 * GRAIN, 0, &va));
   uint64_t start = gpumem__now_ns();
   CHECK_OK(dev->vmm_create(0, GRAIN, &handles[0]));
-  uint64_t create_us = (gpumem__now_ns() - start) / 1000;
-  CHECK(create_us >= 17);
+  CHECK(us_since(start) >= 17);
   CHECK_OK(dev->vmm_create(0, GRAIN, &handles[1]));
   CHECK_OK(dev->vmm_create(0, GRAIN, &handles[2]));
   start = gpumem__now_ns();
   for (int i = 0; i < 3; i++)
     CHECK_OK(dev->vmm_map((char *)va + i * GRAIN, GRAIN, handles[i]));
-  CHECK((gpumem__now_ns() - start) / 1000 >= 3 * 2);
+  CHECK(us_since(start) >= 3 * 2);
   start = gpumem__now_ns();
   CHECK_OK(dev->vmm_set_access(va, 3 * GRAIN, 0));
-  CHECK((gpumem__now_ns() - start) / 1000 >= 3 * 34);
+  CHECK(us_since(start) >= 3 * 34);
   start = gpumem__now_ns();
   CHECK_OK(dev->vmm_unmap(va, 3 * GRAIN));
-  CHECK((gpumem__now_ns() - start) / 1000 >= 3 * 24);
+  CHECK(us_since(start) >= 3 * 24);
   start = gpumem__now_ns();
   CHECK_OK(dev->vmm_destroy(handles[0]));
-  CHECK((gpumem__now_ns() - start) / 1000 >= 25);
+  CHECK(us_since(start) >= 25);
   CHECK_OK(dev->vmm_destroy(handles[1]));
   CHECK_OK(dev->vmm_destroy(handles[2]));
   CHECK_OK(dev->vmm_release(va, 3 * GRAIN));
