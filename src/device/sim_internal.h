@@ -190,7 +190,7 @@ typedef struct sim_state {
   /* What each vmm call (create, destroy, map, unmap, access) takes, spent outside the lock
    * as a thread blocked in the driver spends it: a policy bounded by time, as a pool's
    * release of holes, meets the driver's cost. Setting access and unmapping cost theirs for
-   * each mapping in the range where `vmm_cost_per_mapping`, as a GPU's driver charges. */
+   * each mapping in the range where `per_mapping`, as a GPU's driver charges. */
   sim_vmm_costs vmm_costs;
   uint64_t used[GPUMEM_MAX_DEVICES];         /* device memory in use */
   uint64_t managed_used[GPUMEM_MAX_DEVICES]; /* managed memory in use */

@@ -411,9 +411,8 @@ static inline bool hand_out(pool_resource *pool, free_set *set, gpumem__block *b
  * alignment): a small request served from the large region (between passes, on the way to a
  * failure, or aligned past the small region's limit) takes the cache's limit there where the
  * block holds it, so that, freed, it merges back into the hole at once rather than staying
- * cached in it. Cached, such blocks
- * kept ResNet serving's holes from its large requests: over 50 warm passes it held 1.286
- * times its live peak against 1.148. */
+ * cached in it. Cached, such blocks kept ResNet serving's holes from its large requests: over
+ * 50 warm passes it held 1.286 times its live peak against 1.148. */
 static size_t size_in_region(const pool_resource *pool, const gpumem__block *block, size_t size,
                              size_t search) {
   size_t least = pool->limits.cache_below;
