@@ -176,7 +176,7 @@ static gpumem_status find_anywhere(pool_resource *pool, free_set *set, size_t se
 static gpumem__block *small_in_large_hole(pool_resource *pool, free_set *set, size_t search) {
   uint64_t live = 0;
   gpumem__pool_front_counters(pool, GPUMEM_QUERY_LIVE_BYTES, &live);
-  if (live * 100 > pool->pass_peak_live * GPUMEM__POOL_BETWEEN_PASSES_PERCENT)
+  if (!gpumem__pool_holds_at_most(pool, live, GPUMEM__POOL_BETWEEN_PASSES_PERCENT))
     return NULL;
   size_t granule = pool->header.upstream->caps.granularity;
   gpumem__block *hole =

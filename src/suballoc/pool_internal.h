@@ -529,6 +529,14 @@ static inline uintptr_t gpumem__pool_large_until(const pool_resource *pool, uint
 }
 
 /* The size chunk `c`'s pieces are cut at around `addr`. */
+/* Whether the program, holding `live` bytes (the fronts' hand-outs counted), holds at most
+ * `percent` of its pass's live peak: a pass's early or late part, where the rules for
+ * releases and small requests differ from its climb. */
+static inline bool gpumem__pool_holds_at_most(const pool_resource *pool, uint64_t live,
+                                              unsigned percent) {
+  return live * 100 <= pool->pass_peak_live * percent;
+}
+
 static inline size_t gpumem__pool_piece_at(const pool_resource *pool, const chunk *c,
                                            uintptr_t addr) {
   return addr < c->large_until ? pool->large_piece_size : pool->piece_size;

@@ -284,13 +284,14 @@ static bool holes_budget_left(pool_resource *pool, uint64_t now) {
  * GPUMEM__POOL_DOMINANT_PERCENT while the program holds no more than
  * GPUMEM__POOL_DOMINANT_LIVE_PERCENT of that peak. The size is compared with the peak
  * first: no larger than bytes the device held, times 100 it cannot overflow. */
-static bool is_dominant(uint64_t size, uint64_t live, uint64_t pass_peak) {
+static bool is_dominant(const pool_resource *pool, uint64_t size, uint64_t live) {
+  uint64_t pass_peak = pool->pass_peak_live;
   if (size > pass_peak)
     return false;
   if (size * 2 >= pass_peak)
     return true;
   return size * 100 >= pass_peak * GPUMEM__POOL_DOMINANT_PERCENT &&
-         live * 100 <= pass_peak * GPUMEM__POOL_DOMINANT_LIVE_PERCENT;
+         gpumem__pool_holds_at_most(pool, live, GPUMEM__POOL_DOMINANT_LIVE_PERCENT);
 }
 
 /* Whether a growth of `need` bytes is fragmentation alone: the pool holds free at least
@@ -323,7 +324,7 @@ static bool is_fragmented_descent(const pool_resource *pool, uint64_t reserved, 
                                   size_t need) {
   uint64_t pass_peak = pool->pass_peak_live;
   return spans_recurring_pieces(pool, pass_peak) &&
-         live * 100 <= pass_peak * GPUMEM__POOL_DESCENT_LIVE_PERCENT &&
+         gpumem__pool_holds_at_most(pool, live, GPUMEM__POOL_DESCENT_LIVE_PERCENT) &&
          reserved * 100 <= pass_peak * pool->options.release_holes_over &&
          growth_is_fragmentation(reserved, live, need);
 }
@@ -357,7 +358,7 @@ uint64_t gpumem__pool_release_holes(pool_resource *pool, free_set *set, size_t r
    * 110% for every request, CuPy ETL, ResNet-50 serving and UNet sampling held more: their
    * releases come for new sizes while the program still climbs to its working set, whose
    * holes it fills later (docs/gpu-runs.md, twenty-second and twenty-third sessions). */
-  bool opens = !pool->holes_gated || is_dominant(size, live, pool->pass_peak_live) ||
+  bool opens = !pool->holes_gated || is_dominant(pool, size, live) ||
                (spans_recurring_pieces(pool, peak_live) &&
                 gpumem__size_set_contains(&pool->served_sizes, size));
   unsigned over = pool->options.release_holes_over;
